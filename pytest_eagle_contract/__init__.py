@@ -1,0 +1,1 @@
+"""pytest-eagle-contract: contracts between EAGLE-3 training shards and the serving engine."""

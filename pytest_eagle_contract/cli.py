@@ -1,0 +1,139 @@
+"""``eagle-contract``: the command-line shell over the same core the pytest plugin uses.
+
+Exit codes: 0 everything holds, 1 findings, 2 invalid contract or arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from .errors import EagleContractError
+
+EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    from .formats import FORMAT_NAMES
+
+    p = argparse.ArgumentParser(prog="eagle-contract", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    ins = sub.add_parser("inspect", help="keys, shapes, dtypes and per-slot norms of one shard")
+    ins.add_argument("path", type=Path)
+    ins.add_argument("--format", choices=FORMAT_NAMES, default="auto")
+    ins.add_argument("--hidden-size", type=int, help="split concatenated states by this width")
+    ins.add_argument("--json", action="store_true", help="print one JSON object")
+
+    inf = sub.add_parser("infer", help="draft a contract from shards you trust")
+    inf.add_argument("paths", type=Path, nargs="+", metavar="PATH")
+    inf.add_argument("-o", "--output", type=Path, help="write here instead of stdout")
+    inf.add_argument("--name", help="contract name (default: the output file's stem)")
+    inf.add_argument("--format", choices=FORMAT_NAMES, default="auto")
+    inf.add_argument("--layers", nargs="+", metavar="LAYER",
+                     help="canonical layer of each slot in stored order (embed, residual:K, "
+                          "final_norm)")
+    inf.add_argument("--num-layers", type=int, help="target num_hidden_layers")
+    inf.add_argument("--hidden-size", type=int)
+    inf.add_argument("--vocab-size", type=int)
+    inf.add_argument("--arch", help="target architecture, e.g. LlamaForCausalLM")
+    inf.add_argument("--sample", default="all", help="N shards or 'all' (default: all)")
+    inf.add_argument("--seed", type=int, default=0)
+
+    chk = sub.add_parser("check", help="check shards against a contract")
+    chk.add_argument("contract", type=Path)
+    chk.add_argument("paths", type=Path, nargs="*", metavar="PATH",
+                     help="shard files or directories (default: training.shards)")
+    chk.add_argument("--sample", default=None, help="N shards or 'all' (default: 10)")
+    chk.add_argument("--seed", type=int, default=0)
+    chk.add_argument("--json", type=Path, metavar="REPORT", help="also write a JSON report here")
+    chk.add_argument("-q", "--quiet", action="store_true", help="print only the summary")
+    return p
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    from .inspection import format_report, inspect_shard
+    from .reading import ShardReadError
+    from .render import to_json
+
+    try:
+        report = inspect_shard(args.path, args.format, args.hidden_size)
+    except ShardReadError as exc:
+        print(f"{args.path}: {exc.code} {exc.message}", file=sys.stderr)
+        if exc.hint:
+            print(f"  hint: {exc.hint}", file=sys.stderr)
+        return EXIT_FINDINGS
+    print(to_json(report) if args.json else format_report(report))
+    return EXIT_OK
+
+
+def _infer(args: argparse.Namespace) -> int:
+    from .infer import infer_contract
+    from .planner import parse_sample
+
+    name = args.name or (args.output.stem if args.output else "drafted")
+    shards_ref = None
+    if args.output is not None and len(args.paths) == 1:
+        import os
+
+        shards_ref = os.path.relpath(args.paths[0].resolve(), args.output.resolve().parent)
+    text = infer_contract(
+        args.paths, name=name, format=args.format, layers=args.layers,
+        num_layers=args.num_layers, hidden_size=args.hidden_size, vocab_size=args.vocab_size,
+        arch=args.arch, sample=parse_sample(args.sample), seed=args.seed, shards_ref=shards_ref)
+    if args.output is None:
+        sys.stdout.write(text)
+    else:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(text, "utf-8")
+        print(f"wrote {args.output}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _check(args: argparse.Namespace) -> int:
+    from .contract import load_contract
+    from .planner import Runner, parse_sample, plan
+    from .render import format_finding, summary, to_json, unique
+
+    contract = load_contract(args.contract)
+    units = plan(contract, args.paths or None, parse_sample(args.sample), args.seed)
+    runner = Runner()
+    findings = []
+    per_unit = []
+    for unit in units:
+        found = runner.run(unit)
+        per_unit.append({"check": unit.check, "shard": unit.label,
+                         "findings": [f.to_dict() for f in found]})
+        findings.extend(found)
+    findings = unique(findings)
+    shards = len({u.shard for u in units})
+    if not args.quiet:
+        for f in findings:
+            print(format_finding(f) + "\n")
+    line = summary(findings, len(units), shards)
+    print(line)
+    failed = any(f.severity == "error" for f in findings)
+    if args.json:
+        args.json.write_text(to_json({
+            "contract": str(contract.path), "name": contract.name, "ok": not failed,
+            "summary": line, "units": per_unit, "findings": [f.to_dict() for f in findings],
+        }) + "\n", "utf-8")
+    return EXIT_FINDINGS if failed else EXIT_OK
+
+
+_COMMANDS = {"inspect": _inspect, "infer": _infer, "check": _check}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return _COMMANDS[args.command](args)
+    except EagleContractError as exc:
+        print(f"eagle-contract: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,302 @@
+"""Load and validate contract files (YAML, version 1) into typed, frozen objects.
+
+Every problem is reported with file, line, column and key path; unknown keys are errors.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from .errors import ContractError, ContractProblem
+from .findings import RULES
+from .layers import Layer
+
+SCHEMA_FILE = "contract-v1.schema.json"
+DEFAULT_SEQUENCE_MAX = 1 << 20
+
+
+@dataclass(frozen=True)
+class NormBounds:
+    """Accepted range of a slot's median per-token L2 norm."""
+
+    low: float
+    high: float
+
+    @classmethod
+    def from_yaml(cls, data: dict[str, Any]) -> NormBounds:
+        if "median" in data and "rtol" in data:
+            median, rtol = float(data["median"]), float(data["rtol"])
+            low, high = median / (1.0 + rtol), median * (1.0 + rtol)
+        else:
+            low, high = 0.0, float("inf")
+        if "min" in data:
+            low = float(data["min"])
+        if "max" in data:
+            high = float(data["max"])
+        return cls(low, high)
+
+    def __contains__(self, value: float) -> bool:
+        return self.low <= value <= self.high
+
+    def __str__(self) -> str:
+        return f"[{self.low:.6g}, {self.high:.6g}]"
+
+
+@dataclass(frozen=True)
+class SlotSpec:
+    index: int
+    layer: Layer
+    dtype: str
+    norm: NormBounds | None
+    line: int
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    arch: str | None
+    num_hidden_layers: int
+    hidden_size: int
+    vocab_size: int | None
+    dtype: str
+
+
+@dataclass(frozen=True)
+class TrainingSpec:
+    format: str
+    shards: Path | None
+    slots: tuple[SlotSpec, ...]
+    fc_input: tuple[int, ...]
+    target_slot: int | None
+    min_length: int
+    max_length: int
+    input_ids_dtype: str
+    loss_mask_dtype: str
+    allow_all_zero_loss_mask: bool
+    extra_keys: frozenset[str]
+
+
+@dataclass(frozen=True)
+class ServingSpec:
+    engine: str
+    version: str | None
+    arch: str | None
+    draft_config: Path | None
+    aux_layer_ids: tuple[int, ...] | None
+    dtype: str | None
+    launch: str | None
+
+
+@dataclass(frozen=True)
+class Contract:
+    name: str
+    path: Path
+    target: TargetSpec
+    training: TrainingSpec | None
+    serving: ServingSpec | None
+    waivers: dict[str, str] = field(default_factory=dict)
+    lines: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
+
+    def line_of(self, key_path: str) -> int:
+        """Line of ``key_path`` (``training.slots[0].norm``), else of its nearest parent."""
+        while key_path:
+            if key_path in self.lines:
+                return self.lines[key_path]
+            key_path = _parent(key_path)
+        return 1
+
+
+def _parent(key_path: str) -> str:
+    if key_path.endswith("]"):
+        return key_path[: key_path.rindex("[")]
+    return key_path.rpartition(".")[0]
+
+
+def _join(parent: str, key: str | int) -> str:
+    if isinstance(key, int):
+        return f"{parent}[{key}]"
+    return f"{parent}.{key}" if parent else key
+
+
+@cache
+def schema() -> dict[str, Any]:
+    """The JSON Schema every contract is validated against."""
+    text = resources.files(__package__).joinpath("schema", SCHEMA_FILE).read_text("utf-8")
+    data: dict[str, Any] = json.loads(text)
+    return data
+
+
+def schema_path() -> Path:
+    return Path(str(resources.files(__package__).joinpath("schema", SCHEMA_FILE)))
+
+
+def _compose(text: str, file: str) -> tuple[Any, dict[str, tuple[int, int]]]:
+    """Parse YAML and remember (line, column) of every key path, 1-based."""
+    import yaml
+
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
+        raise ContractError.single(file, f"invalid YAML: {exc.problem}", line, col) from None
+    if node is None:
+        raise ContractError.single(file, "the contract file is empty")
+    constructor = yaml.SafeLoader("")
+    lines: dict[str, tuple[int, int]] = {}
+
+    def build(n: yaml.Node, path: str) -> Any:
+        lines.setdefault(path, (n.start_mark.line + 1, n.start_mark.column + 1))
+        if isinstance(n, yaml.MappingNode):
+            out: dict[str, Any] = {}
+            for key_node, value_node in n.value:
+                key = constructor.construct_object(key_node)
+                if not isinstance(key, str):
+                    raise ContractError.single(
+                        file, f"keys must be strings, not {key!r}",
+                        key_node.start_mark.line + 1, key_node.start_mark.column + 1, path)
+                child = _join(path, key)
+                if key in out:
+                    raise ContractError.single(
+                        file, f"duplicate key {key!r}", key_node.start_mark.line + 1,
+                        key_node.start_mark.column + 1, child)
+                lines[child] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
+                out[key] = build(value_node, child)
+            return out
+        if isinstance(n, yaml.SequenceNode):
+            return [build(item, _join(path, i)) for i, item in enumerate(n.value)]
+        return constructor.construct_object(n)
+
+    return build(node, ""), lines
+
+
+def _schema_problems(data: Any, lines: dict[str, tuple[int, int]], file: str,
+                     ) -> list[ContractProblem]:
+    from jsonschema import Draft202012Validator
+
+    problems = []
+    validator = Draft202012Validator(schema())
+    for error in sorted(validator.iter_errors(data), key=lambda e: list(map(str, e.path))):
+        path = ""
+        for part in error.absolute_path:
+            path = _join(path, part)
+        message = error.message
+        if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+            allowed = list(error.schema.get("properties", {}))
+            for extra in sorted(set(error.instance) - set(allowed)):
+                child = _join(path, extra)
+                guess = difflib.get_close_matches(extra, allowed, n=1)
+                hint = f" (did you mean {guess[0]!r}?)" if guess else f"; allowed: {', '.join(allowed)}"
+                line, col = lines.get(child, lines.get(path, (1, 1)))
+                problems.append(ContractProblem(file, line, col, child, f"unknown key {extra!r}{hint}"))
+            continue
+        if error.validator == "anyOf" and path.endswith(".norm"):
+            message = "norm needs 'median' with 'rtol', or 'min' and/or 'max'"
+        line, col = lines.get(path, (1, 1))
+        problems.append(ContractProblem(file, line, col, path, message))
+    return problems
+
+
+_DTYPE_DEFAULT = "bfloat16"
+
+
+def load_contract(path: str | Path) -> Contract:
+    """Read, validate and type a contract file. Raises :class:`ContractError`."""
+    path = Path(path)
+    file = str(path)
+    try:
+        text = path.read_text("utf-8")
+    except OSError as exc:
+        raise ContractError.single(file, f"cannot read contract: {exc.strerror or exc}") from None
+    data, lines = _compose(text, file)
+    problems = _schema_problems(data, lines, file)
+    if problems:
+        raise ContractError(problems)
+    return _build(data, path, {k: v[0] for k, v in lines.items()})
+
+
+def _build(data: dict[str, Any], path: Path, lines: dict[str, int]) -> Contract:
+    file = str(path)
+    base = path.parent
+    problems: list[ContractProblem] = []
+
+    def problem(key_path: str, message: str) -> None:
+        problems.append(ContractProblem(file, lines.get(key_path, 1), 1, key_path, message))
+
+    t = data["target"]
+    target = TargetSpec(
+        arch=t.get("arch"),
+        num_hidden_layers=t["num_hidden_layers"],
+        hidden_size=t["hidden_size"],
+        vocab_size=t.get("vocab_size"),
+        dtype=t.get("dtype", _DTYPE_DEFAULT),
+    )
+    training = None
+    if "training" in data:
+        tr = data["training"]
+        slots = []
+        for i, s in enumerate(tr["slots"]):
+            key = f"training.slots[{i}]"
+            layer = Layer.parse(s["layer"])
+            try:
+                layer.check_bounds(target.num_hidden_layers)
+            except ValueError as exc:
+                problem(f"{key}.layer", str(exc))
+            norm = NormBounds.from_yaml(s["norm"]) if "norm" in s else None
+            if norm is not None and norm.low > norm.high:
+                problem(f"{key}.norm", f"empty norm bounds {norm}")
+            slots.append(SlotSpec(i, layer, s.get("dtype", target.dtype), norm, lines.get(key, 1)))
+        n = len(slots)
+        target_slot = tr.get("target_slot", n - 1 if n > 1 else None)
+        if target_slot is not None and target_slot >= n:
+            problem("training.target_slot", f"slot {target_slot} does not exist ({n} slots)")
+        default_fc = [i for i in range(n) if i != target_slot]
+        fc_input = tuple(tr.get("fc_input", default_fc))
+        for j, i in enumerate(fc_input):
+            if i >= n:
+                problem(f"training.fc_input[{j}]", f"slot {i} does not exist ({n} slots)")
+            elif i == target_slot:
+                problem(f"training.fc_input[{j}]", f"slot {i} is the target slot")
+        seq = tr.get("sequence", {})
+        min_len, max_len = seq.get("min_length", 1), seq.get("max_length", DEFAULT_SEQUENCE_MAX)
+        if min_len > max_len:
+            problem("training.sequence", f"min_length {min_len} > max_length {max_len}")
+        shards = tr.get("shards")
+        training = TrainingSpec(
+            format=tr.get("format", "auto"),
+            shards=(base / shards) if shards else None,
+            slots=tuple(slots),
+            fc_input=fc_input,
+            target_slot=target_slot,
+            min_length=min_len,
+            max_length=max_len,
+            input_ids_dtype=tr.get("input_ids", {}).get("dtype", "int64"),
+            loss_mask_dtype=tr.get("loss_mask", {}).get("dtype", "int64"),
+            allow_all_zero_loss_mask=tr.get("loss_mask", {}).get("allow_all_zero", False),
+            extra_keys=frozenset(tr.get("extra_keys", ())),
+        )
+    serving = None
+    if "serving" in data:
+        sv = data["serving"]
+        serving = ServingSpec(
+            engine=sv["engine"],
+            version=sv.get("version"),
+            arch=sv.get("arch"),
+            draft_config=(base / sv["draft_config"]) if "draft_config" in sv else None,
+            aux_layer_ids=tuple(sv["aux_layer_ids"]) if "aux_layer_ids" in sv else None,
+            dtype=sv.get("dtype"),
+            launch=sv.get("launch"),
+        )
+    waivers: dict[str, str] = {}
+    for i, w in enumerate(data.get("waive", [])):
+        if w["code"] not in RULES:
+            problem(f"waive[{i}].code", f"unknown rule code {w['code']} (see docs/rules.md)")
+        waivers[w["code"]] = w["reason"]
+    if problems:
+        raise ContractError(problems)
+    return Contract(data["contract"], path, target, training, serving, waivers, lines)

@@ -1,0 +1,65 @@
+"""Findings (what a check found) and the registry of stable rule codes."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+Severity = Literal["error", "warning"]
+
+
+@dataclass(frozen=True)
+class Rule:
+    code: str
+    name: str
+    summary: str
+
+
+_RULES: tuple[Rule, ...] = (
+    Rule("EC001", "unreadable-file", "the shard cannot be opened or is not in a known format"),
+    Rule("EC002", "truncated-file", "the shard is cut short or its container is corrupt"),
+    Rule("EC003", "unsafe-file", "the shard needs arbitrary code to load and was refused"),
+    Rule("EC101", "missing-key", "a key the format requires is absent"),
+    Rule("EC102", "unexpected-key", "the shard holds a key the contract does not allow"),
+    Rule("EC201", "dtype-mismatch", "a key or slot has another dtype than the contract says"),
+    Rule("EC202", "length-mismatch", "input_ids, loss_mask and the slots differ in length"),
+    Rule("EC203", "width-mismatch", "a hidden state is not n_slots * hidden_size wide"),
+    Rule("EC204", "slot-count", "the shard holds another number of slots than the contract"),
+    Rule("EC205", "sequence-length", "the sequence is shorter or longer than the contract allows"),
+    Rule("EC301", "token-out-of-vocab", "an input id lies outside [0, vocab_size)"),
+    Rule("EC302", "loss-mask-values", "loss_mask holds values other than 0 and 1"),
+    Rule("EC303", "loss-mask-empty", "loss_mask is all zero: the sample trains nothing"),
+    Rule("EC304", "non-finite", "a hidden state holds NaN or Inf"),
+    Rule("EC401", "norm-out-of-bounds", "a slot's median per-token L2 norm is outside its bounds"),
+)
+RULES: dict[str, Rule] = {rule.code: rule for rule in _RULES}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing wrong, located and explained like a compiler diagnostic."""
+
+    code: str
+    message: str
+    expected: str = ""
+    found: str = ""
+    file: str = ""
+    slot: int | None = None
+    contract: str = ""
+    line: int | None = None
+    hint: str = ""
+    severity: Severity = "error"
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.code not in RULES:
+            raise ValueError(f"unknown rule code {self.code}")
+
+    @property
+    def rule(self) -> Rule:
+        return RULES[self.code]
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["rule"] = self.rule.name
+        return data

@@ -1,0 +1,77 @@
+"""``eagle-contract inspect``: what a shard holds, in numbers and plain words."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .reading import read_sample
+from .stats import GUESS_WORDS, guess, norm_stats
+
+
+def inspect_shard(path: str | Path, format: str = "auto",
+                  hidden_size: int | None = None) -> dict[str, Any]:
+    """A JSON-ready report of one shard. Raises ShardReadError when it cannot be read."""
+    sample = read_sample(path, format)
+    slots, problems = sample.slots(hidden_size)
+    stats = [norm_stats(s.tensor) if s.tensor.dim() == 2 else None for s in slots]
+    report: dict[str, Any] = {
+        "file": str(path),
+        "format": sample.format.name,
+        "keys": sample.describe(),
+    }
+    ids, mask = sample.input_ids, sample.loss_mask
+    if ids is not None:
+        report["input_ids"] = {
+            "key": sample.format.ids_key, "dtype": str(ids.dtype).removeprefix("torch."),
+            "length": int(ids.numel()),
+            "min": int(ids.min()) if ids.numel() else None,
+            "max": int(ids.max()) if ids.numel() else None,
+        }
+    if mask is not None:
+        report["loss_mask"] = {"length": int(mask.numel()), "sum": int(mask.sum()),
+                               "dtype": str(mask.dtype).removeprefix("torch.")}
+    out_slots = []
+    for slot, st in zip(slots, stats):
+        entry: dict[str, Any] = {"slot": slot.index, "source": slot.source, "dtype": slot.dtype,
+                                 "shape": list(slot.tensor.shape), "norm": None, "guess": None}
+        if st is not None:
+            others = [o for o in stats if o is not None and o is not st]
+            word = guess(st, int(slot.tensor.shape[-1]), others)
+            entry.update(norm=st.to_dict(), nonfinite_tokens=st.nonfinite_tokens, guess=word,
+                         why=GUESS_WORDS.get(word or "", None))
+        out_slots.append(entry)
+    report["slots"] = out_slots
+    report["problems"] = problems
+    if sample.metadata:
+        report["data_config"] = sample.metadata
+    return report
+
+
+def format_report(report: dict[str, Any]) -> str:
+    lines = [f"{report['file']}  ({report['format']})", "keys:"]
+    for key, info in report["keys"].items():
+        if "list" in info:
+            parts = ", ".join(f"{e.get('dtype')}{e.get('shape')}" for e in info["list"])
+            lines.append(f"  {key}: list of {len(info['list'])}: {parts}")
+        else:
+            lines.append(f"  {key}: {info.get('dtype', info.get('type'))} {info.get('shape', '')}")
+    if "input_ids" in report:
+        ids = report["input_ids"]
+        lines.append(f"{ids['key']}: {ids['length']} tokens, ids in [{ids['min']}, {ids['max']}]")
+    if "loss_mask" in report:
+        m = report["loss_mask"]
+        lines.append(f"loss_mask: {m['length']} entries, {m['sum']} of them 1")
+    lines.append("slots (per-token L2 norm):")
+    lines.append(f"  {'slot':<5}{'source':<32}{'dtype':<10}{'mean':>10}{'median':>10}"
+                 f"{'p5':>10}{'p95':>10}  guess")
+    for s in report["slots"]:
+        n = s["norm"] or {}
+        cells = "".join(f"{n.get(k, float('nan')):>10.4f}" for k in ("mean", "median", "p5", "p95"))
+        guess_text = f"{s['guess']}: {s['why']}" if s["guess"] else "-"
+        lines.append(f"  {s['slot']:<5}{s['source']:<32}{s['dtype']:<10}{cells}  {guess_text}")
+        if s.get("nonfinite_tokens"):
+            lines.append(f"       {s['nonfinite_tokens']} token(s) hold NaN or Inf")
+    for problem in report["problems"]:
+        lines.append(f"problem: {problem}")
+    return "\n".join(lines)

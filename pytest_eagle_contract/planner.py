@@ -1,0 +1,141 @@
+"""Turn a contract into units of work (one check on one sampled shard) and run them.
+
+The pytest plugin makes each unit an item; the CLI runs them in a loop. No check logic
+lives in either shell.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .checks import SHARD_CHECKS, Shard
+from .contract import Contract
+from .errors import UsageError
+from .findings import Finding
+from .formats import FORMATS, SHARD_GLOBS
+
+DEFAULT_SAMPLE = 10
+Sampling = int | None  # None: every shard
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One check on one shard (or on the contract as a whole when ``shard`` is None)."""
+
+    contract: Contract
+    check: str
+    shard: Path | None = None
+    label: str = ""
+
+    @property
+    def name(self) -> str:
+        return f"{self.check}[{self.label}]" if self.shard is not None else self.check
+
+
+def _natural_key(path: Path) -> list[object]:
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", str(path))]
+
+
+def discover(root: Path, format: str = "auto") -> list[Path]:
+    """Every shard file under ``root`` (recursively), in natural order."""
+    if root.is_file():
+        return [root]
+    if not root.exists():
+        raise UsageError(f"shard path {root} does not exist")
+    globs = FORMATS[format].globs if format != "auto" else SHARD_GLOBS
+    found = {p for pattern in globs for p in root.rglob(pattern) if p.is_file()}
+    return sorted(found, key=_natural_key)
+
+
+def choose(paths: Sequence[Path], sample: Sampling, seed: int) -> list[Path]:
+    """A deterministic, seeded sample of ``paths``, kept in natural order."""
+    if sample is None or sample >= len(paths):
+        return list(paths)
+    picked = random.Random(seed).sample(range(len(paths)), sample)
+    return [paths[i] for i in sorted(picked)]
+
+
+def parse_sample(text: str | int | None) -> Sampling:
+    if text is None:
+        return DEFAULT_SAMPLE
+    if isinstance(text, int):
+        value = text
+    elif text.strip().lower() == "all":
+        return None
+    else:
+        try:
+            value = int(text)
+        except ValueError:
+            raise UsageError(f"--sample takes a positive number or 'all', not {text!r}") from None
+    if value < 1:
+        raise UsageError(f"--sample takes a positive number or 'all', not {value}")
+    return value
+
+
+def shard_paths(contract: Contract, shards: Iterable[Path] | None, sample: Sampling,
+                seed: int) -> list[tuple[Path, str]]:
+    """The sampled shards of a contract with their display labels."""
+    training = contract.training
+    if training is None:
+        return []
+    roots = list(shards) if shards else ([training.shards] if training.shards else [])
+    if not roots:
+        raise UsageError(f"{contract.path}: no shards given: set training.shards in the contract "
+                         "or pass shard paths")
+    labelled: list[tuple[Path, str]] = []
+    for root in roots:
+        found = discover(root, training.format)
+        if not found:
+            raise UsageError(f"no shard files under {root} (format {training.format})")
+        for path in found:
+            label = path.relative_to(root).as_posix() if root.is_dir() else path.name
+            labelled.append((path, label))
+    keep = set(choose([p for p, _ in labelled], sample, seed))
+    return [(p, label) for p, label in labelled if p in keep]
+
+
+def plan(contract: Contract, shards: Iterable[Path] | None = None,
+         sample: Sampling = DEFAULT_SAMPLE, seed: int = 0) -> list[Unit]:
+    """All units of a contract, grouped by shard so each shard is read once."""
+    return [Unit(contract, check, path, label)
+            for path, label in shard_paths(contract, shards, sample, seed)
+            for check in SHARD_CHECKS]
+
+
+class Runner:
+    """Runs units, keeping the last few shards read so a shard's checks share one read."""
+
+    def __init__(self, keep: int = 2) -> None:
+        self._cache: OrderedDict[tuple[Path, str, int], Shard] = OrderedDict()
+        self._keep = keep
+
+    def shard(self, contract: Contract, path: Path, label: str) -> Shard:
+        assert contract.training is not None
+        key = (path, contract.training.format, contract.target.hidden_size)
+        if key in self._cache:
+            self._cache.move_to_end(key)
+            return self._cache[key]
+        shard = Shard.load(path, label, contract.training.format, contract.target.hidden_size)
+        self._cache[key] = shard
+        while len(self._cache) > self._keep:
+            self._cache.popitem(last=False)
+        return shard
+
+    def run(self, unit: Unit) -> list[Finding]:
+        """Findings of one unit, waived codes removed."""
+        if unit.shard is None:
+            raise ValueError(f"unknown contract-level check {unit.check}")
+        shard = self.shard(unit.contract, unit.shard, unit.label)
+        if shard.error is not None:
+            findings = [Finding(shard.error.code, shard.error.message, file=unit.label,
+                                contract=str(unit.contract.path),
+                                line=unit.contract.line_of("training.shards"),
+                                hint=shard.error.hint)]
+        else:
+            findings = SHARD_CHECKS[unit.check](unit.contract, shard)
+        return [f for f in findings if f.code not in unit.contract.waivers]

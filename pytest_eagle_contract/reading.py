@@ -1,0 +1,250 @@
+"""Read one shard file into a :class:`Sample`, safely: no pickle code ever runs.
+
+torch files go through ``torch.load(weights_only=True)`` (memory-mapped when the file
+allows); safetensors files are memory-mapped. Anything that fails becomes a
+:class:`ShardReadError` carrying the rule code, never a crash.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import pickle
+import re
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .formats import FORMATS, Format, guess_from_keys, guess_from_name
+
+if TYPE_CHECKING:
+    import torch
+
+
+class ShardReadError(Exception):
+    def __init__(self, code: str, message: str, hint: str = "") -> None:
+        super().__init__(message)
+        self.code, self.message, self.hint = code, message, hint
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One hidden state as a [T, H] view, and where it came from in the file."""
+
+    index: int
+    source: str
+    tensor: torch.Tensor
+
+    @property
+    def dtype(self) -> str:
+        return dtype_name(self.tensor.dtype)
+
+
+@dataclass
+class Sample:
+    """What one shard holds, with the format's keys mapped onto ids, mask and slots."""
+
+    path: Path
+    format: Format
+    tensors: dict[str, Any]
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def keys(self) -> set[str]:
+        return set(self.tensors)
+
+    @property
+    def input_ids(self) -> torch.Tensor | None:
+        return _flat_1d(self.tensors.get(self.format.ids_key))
+
+    @property
+    def loss_mask(self) -> torch.Tensor | None:
+        key = self.format.mask_key
+        return _flat_1d(self.tensors.get(key)) if key else None
+
+    def describe(self) -> dict[str, dict[str, Any]]:
+        """key -> {dtype, shape}; a list key shows its entries."""
+        out: dict[str, dict[str, Any]] = {}
+        for key, value in self.tensors.items():
+            if isinstance(value, (list, tuple)):
+                out[key] = {"list": [_describe(v) for v in value]}
+            else:
+                out[key] = _describe(value)
+        return out
+
+    def slots(self, hidden_size: int | None = None) -> tuple[list[Slot], list[str]]:
+        """Split the state keys into [T, H] slots in stored order.
+
+        Returns the slots and, for any key that cannot be split, a message saying why
+        (these become width findings). Without ``hidden_size`` it is guessed from a
+        ``single`` key when the format has one.
+        """
+        import torch
+
+        hidden = hidden_size or self._guess_hidden_size()
+        slots: list[Slot] = []
+        problems: list[str] = []
+        for key, packing in self.format.states:
+            value = self.tensors.get(key)
+            if value is None:
+                continue
+            if packing == "list":
+                for j, item in enumerate(value):
+                    if not isinstance(item, torch.Tensor):
+                        problems.append(f"{key}[{j}] is {type(item).__name__}, not a tensor")
+                        continue
+                    slots.append(Slot(len(slots), f"{key}[{j}]", _squeeze_batch(item)))
+                continue
+            if not isinstance(value, torch.Tensor):
+                problems.append(f"{key} is {type(value).__name__}, not a tensor")
+                continue
+            tensor = _squeeze_batch(value)
+            if packing == "stacked":
+                if tensor.dim() != 3:
+                    problems.append(f"{key} has shape {list(value.shape)}, expected [T, k, H]")
+                    continue
+                for j in range(tensor.shape[1]):
+                    slots.append(Slot(len(slots), f"{key}[:, {j}]", tensor[:, j]))
+            elif packing == "concat":
+                width = tensor.shape[-1]
+                if hidden is None or width % hidden:
+                    problems.append(f"{key} is {width} wide, not a multiple of hidden_size {hidden}")
+                    continue
+                for j in range(width // hidden):
+                    slots.append(Slot(len(slots), f"{key}[..., {j * hidden}:{(j + 1) * hidden}]",
+                                      tensor[..., j * hidden:(j + 1) * hidden]))
+            else:
+                slots.append(Slot(len(slots), key, tensor))
+        return slots, problems
+
+    def _guess_hidden_size(self) -> int | None:
+        for key, packing in self.format.states:
+            value = self.tensors.get(key)
+            if packing == "single" and value is not None and hasattr(value, "shape"):
+                return int(value.shape[-1])
+        return None
+
+
+def dtype_name(dtype: Any) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _describe(value: Any) -> dict[str, Any]:
+    if hasattr(value, "dtype") and hasattr(value, "shape"):
+        return {"dtype": dtype_name(value.dtype), "shape": list(value.shape)}
+    return {"type": type(value).__name__}
+
+
+def _squeeze_batch(t: torch.Tensor) -> torch.Tensor:
+    return t[0] if t.dim() == 3 and t.shape[0] == 1 else t
+
+
+def _flat_1d(t: Any) -> torch.Tensor | None:
+    if t is None or not hasattr(t, "dim"):
+        return None
+    return t[0] if t.dim() == 2 and t.shape[0] == 1 else t
+
+
+_UNSAFE_MARKERS = ("Unsupported global", "Unsupported operand", "Unsupported class",
+                   "not an allowed global", "GLOBAL")
+_CULPRIT = re.compile(r"(?:GLOBAL|global:?)\s+([\w.]+)")
+
+
+def _torch_load(path: Path) -> Any:
+    import torch
+
+    def load(source: Any, mmap: bool) -> Any:
+        try:
+            return torch.load(source, map_location="cpu", weights_only=True, mmap=mmap)
+        except pickle.UnpicklingError as exc:
+            text = str(exc)
+            if any(marker in text for marker in _UNSAFE_MARKERS):
+                match = _CULPRIT.search(text)
+                culprit = f" ({match.group(1)})" if match else ""
+                raise ShardReadError(
+                    "EC003", f"refused to load: the pickle asks to call code{culprit}",
+                    "a hidden-state shard holds only tensors; regenerate it, and never load "
+                    "it with weights_only=False") from None
+            raise ShardReadError("EC002", f"corrupt pickle: {_first_line(text)}",
+                                 "the file was probably cut short while writing") from None
+        except (EOFError, zlib.error) as exc:
+            raise ShardReadError("EC002", f"file ends early: {_first_line(str(exc))}",
+                                 "the file was probably cut short while writing") from None
+        except RuntimeError as exc:
+            text = str(exc)
+            if mmap and "mmap" in text:
+                return load(source, False)
+            if any(m in text for m in ("zip archive", "PytorchStreamReader", "unexpected EOF")):
+                raise ShardReadError("EC002", f"truncated or corrupt zip container: "
+                                     f"{_first_line(text)}",
+                                     "the file was probably cut short while writing") from None
+            raise ShardReadError("EC001", f"torch.load failed: {_first_line(text)}") from None
+
+    if path.name.endswith(".gz"):
+        try:
+            with gzip.open(path, "rb") as f:
+                data = f.read()
+        except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+            raise ShardReadError("EC002", f"gzip stream is truncated or corrupt: {exc}",
+                                 "the file was probably cut short while writing") from None
+        return load(io.BytesIO(data), False)
+    return load(str(path), True)
+
+
+def _safetensors_load(path: Path) -> dict[str, Any]:
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return {key: f.get_tensor(key) for key in f.keys()}  # noqa: SIM118
+    except SafetensorError as exc:
+        raise ShardReadError("EC002", f"truncated or corrupt safetensors file: {exc}",
+                             "the file was probably cut short while writing") from None
+
+
+def _first_line(text: str) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else "unknown error"
+    return line.split(". ")[0][:200]
+
+
+def _sidecar(path: Path) -> dict[str, Any]:
+    """speculators v1 writes data_config.json beside (or one level above) its shards."""
+    for folder in (path.parent, path.parent.parent):
+        candidate = folder / "data_config.json"
+        if candidate.is_file():
+            try:
+                data = json.loads(candidate.read_text("utf-8"))
+            except (OSError, ValueError):
+                return {}
+            return data if isinstance(data, dict) else {}
+    return {}
+
+
+def read_sample(path: str | Path, format: str = "auto") -> Sample:
+    """Load one shard. Raises :class:`ShardReadError` with a rule code on any failure."""
+    path = Path(path)
+    if not path.is_file():
+        raise ShardReadError("EC001", "no such file" if not path.exists() else "not a file")
+    if path.stat().st_size == 0:
+        raise ShardReadError("EC002", "the file is empty",
+                             "the file was probably cut short while writing")
+    name_guess = guess_from_name(path.name) if format == "auto" else format
+    try:
+        if path.name.endswith(".safetensors"):
+            tensors: Any = _safetensors_load(path)
+        else:
+            tensors = _torch_load(path)
+    except OSError as exc:
+        raise ShardReadError("EC001", f"cannot read: {exc.strerror or exc}") from None
+    if not isinstance(tensors, dict):
+        raise ShardReadError("EC001", f"holds a {type(tensors).__name__}, not a dict of tensors",
+                             "a shard is a dict of named tensors")
+    fmt_name = format if format != "auto" else guess_from_keys(name_guess, set(tensors))
+    if fmt_name is None:
+        raise ShardReadError("EC001", "not a shard of any known format",
+                             "name the format in the contract: training.format")
+    fmt = FORMATS[fmt_name]
+    metadata = _sidecar(path) if fmt.name == "speculators-v1" else {}
+    return Sample(path, fmt, dict(tensors), metadata)

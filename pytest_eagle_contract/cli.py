@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -50,6 +51,14 @@ def _parser() -> argparse.ArgumentParser:
     chk.add_argument("--seed", type=int, default=0)
     chk.add_argument("--json", type=Path, metavar="REPORT", help="also write a JSON report here")
     chk.add_argument("-q", "--quiet", action="store_true", help="print only the summary")
+
+    dem = sub.add_parser("demo", help="the built-in demo: a tiny transformer, a good shard set "
+                                      "and one with a real bug, gated by a contract")
+    dem.add_argument("--out", type=Path, default=Path("eagle-demo"),
+                     help="where to write the shards (default: ./eagle-demo)")
+
+    sch = sub.add_parser("schema", help="print the contract JSON Schema (for editors)")
+    sch.add_argument("--path", action="store_true", help="print the schema file's path instead")
     return p
 
 
@@ -74,15 +83,21 @@ def _infer(args: argparse.Namespace) -> int:
     from .planner import parse_sample
 
     name = args.name or (args.output.stem if args.output else "drafted")
-    shards_ref = None
-    if args.output is not None and len(args.paths) == 1:
-        import os
+    import os
 
-        shards_ref = os.path.relpath(args.paths[0].resolve(), args.output.resolve().parent)
+    from .contract import schema_path
+
+    shards_ref = schema_ref = None
+    if args.output is not None:
+        here = args.output.resolve().parent
+        schema_ref = os.path.relpath(schema_path(), here)
+        if len(args.paths) == 1:
+            shards_ref = os.path.relpath(args.paths[0].resolve(), here)
     text = infer_contract(
         args.paths, name=name, format=args.format, layers=args.layers,
         num_layers=args.num_layers, hidden_size=args.hidden_size, vocab_size=args.vocab_size,
-        arch=args.arch, sample=parse_sample(args.sample), seed=args.seed, shards_ref=shards_ref)
+        arch=args.arch, sample=parse_sample(args.sample), seed=args.seed, shards_ref=shards_ref,
+        schema_ref=schema_ref)
     if args.output is None:
         sys.stdout.write(text)
     else:
@@ -92,38 +107,69 @@ def _infer(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _check(args: argparse.Namespace) -> int:
+def _gate(contract_path: Path, paths: list[Path] | None, sample: str | None, seed: int,
+          quiet: bool = False, report: Path | None = None) -> int:
     from .contract import load_contract
-    from .planner import Runner, parse_sample, plan
-    from .render import format_finding, summary, to_json, unique
+    from .planner import parse_sample, plan, run_units
+    from .render import format_findings, summary, to_json
 
-    contract = load_contract(args.contract)
-    units = plan(contract, args.paths or None, parse_sample(args.sample), args.seed)
-    runner = Runner()
-    findings = []
-    per_unit = []
-    for unit in units:
-        found = runner.run(unit)
-        per_unit.append({"check": unit.check, "shard": unit.label,
-                         "findings": [f.to_dict() for f in found]})
-        findings.extend(found)
-    findings = unique(findings)
-    shards = len({u.shard for u in units})
-    if not args.quiet:
-        for f in findings:
-            print(format_finding(f) + "\n")
-    line = summary(findings, len(units), shards)
+    contract = load_contract(contract_path)
+    outcome = run_units(plan(contract, paths or None, parse_sample(sample), seed))
+    findings = outcome.findings
+    if not quiet and findings:
+        print(format_findings(findings) + "\n")
+    line = summary(findings, len(outcome.units), outcome.shards)
     print(line)
-    failed = any(f.severity == "error" for f in findings)
-    if args.json:
-        args.json.write_text(to_json({
-            "contract": str(contract.path), "name": contract.name, "ok": not failed,
-            "summary": line, "units": per_unit, "findings": [f.to_dict() for f in findings],
+    if report:
+        report.write_text(to_json({
+            "contract": str(contract.path), "name": contract.name, "ok": not outcome.failed,
+            "summary": line,
+            "units": [{"check": u.check, "shard": u.label, "findings": [f.to_dict() for f in fs]}
+                      for u, fs in zip(outcome.units, outcome.per_unit)],
+            "findings": [f.to_dict() for f in findings],
         }) + "\n", "utf-8")
-    return EXIT_FINDINGS if failed else EXIT_OK
+    return EXIT_FINDINGS if outcome.failed else EXIT_OK
 
 
-_COMMANDS = {"inspect": _inspect, "infer": _infer, "check": _check}
+def _check(args: argparse.Namespace) -> int:
+    return _gate(args.contract, args.paths, args.sample, args.seed, args.quiet, args.json)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from . import demo
+
+    start = time.perf_counter()
+    spec = demo.SPEC
+    print(f"demo: a tiny {spec.arch} target ({spec.num_layers} layers, H={spec.hidden_size}, "
+          "random weights, no download); shards captured the way SGLang feeds the draft")
+    good, buggy = demo.write_demo_shards(args.out)
+    from .render import display_path
+
+    contract = Path(display_path(str(demo.shipped_contract())))
+    print(f"  {good}: fc input cat({', '.join(map(str, demo.GOOD[:-1]))}), target final_norm")
+    print(f"  {buggy}: the real bug, fc input cat({', '.join(map(str, demo.BUGGY[:-1]))})")
+    results = {}
+    for label, shards in (("good", good), ("embed-in-front", buggy)):
+        print(f"\n== eagle-contract check {contract.name} {shards} ==")
+        results[label] = _gate(contract, [shards], "all", 0)
+    took = time.perf_counter() - start
+    ok = results == {"good": EXIT_OK, "embed-in-front": EXIT_FINDINGS}
+    verdict = ("the good set passed and the bug was caught" if ok
+               else f"UNEXPECTED: exit codes {results}")
+    print(f"\ndemo: {verdict} ({took:.1f} s). The same gate in pytest:\n"
+          f"  pytest --eagle-contract {contract} --eagle-shards {buggy}")
+    return EXIT_OK if ok else EXIT_FINDINGS
+
+
+def _schema(args: argparse.Namespace) -> int:
+    from .contract import schema_path
+
+    print(schema_path() if args.path else schema_path().read_text("utf-8"), end="\n")
+    return EXIT_OK
+
+
+_COMMANDS = {"inspect": _inspect, "infer": _infer, "check": _check, "demo": _demo,
+             "schema": _schema}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

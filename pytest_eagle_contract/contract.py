@@ -191,9 +191,11 @@ def _schema_problems(data: Any, lines: dict[str, tuple[int, int]], file: str,
             for extra in sorted(set(error.instance) - set(allowed)):
                 child = _join(path, extra)
                 guess = difflib.get_close_matches(extra, allowed, n=1)
-                hint = f" (did you mean {guess[0]!r}?)" if guess else f"; allowed: {', '.join(allowed)}"
+                hint = (f" (did you mean {guess[0]!r}?)" if guess
+                        else f"; allowed: {', '.join(allowed)}")
                 line, col = lines.get(child, lines.get(path, (1, 1)))
-                problems.append(ContractProblem(file, line, col, child, f"unknown key {extra!r}{hint}"))
+                problems.append(
+                    ContractProblem(file, line, col, child, f"unknown key {extra!r}{hint}"))
             continue
         if error.validator == "anyOf" and path.endswith(".norm"):
             message = "norm needs 'median' with 'rtol', or 'min' and/or 'max'"

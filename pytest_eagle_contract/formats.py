@@ -37,7 +37,8 @@ FORMATS: dict[str, Format] = {
             description="SpecForge prepare_hidden_states.py: rows_{g}-{g+2000}/data_{i}.ckpt[.gz]",
         ),
         Format(
-            "speculators-v1", ("data_*.pt",), "input_ids", "loss_mask", (("hidden_states", "list"),),
+            "speculators-v1", ("data_*.pt",), "input_ids", "loss_mask",
+            (("hidden_states", "list"),),
             description="speculators v1 data generation: data_{i}.pt, list of [T,H] states",
         ),
         Format(

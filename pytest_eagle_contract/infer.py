@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .contract import schema_path
 from .errors import UsageError
 from .layers import Layer
 from .planner import Sampling, choose, discover
@@ -95,7 +96,7 @@ def infer_contract(paths: Sequence[Path], *, name: str, format: str = "auto",
                    layers: Sequence[str] | None = None, num_layers: int | None = None,
                    hidden_size: int | None = None, vocab_size: int | None = None,
                    arch: str | None = None, sample: Sampling = None, seed: int = 0,
-                   shards_ref: str | None = None) -> str:
+                   shards_ref: str | None = None, schema_ref: str | None = None) -> str:
     """The text of a drafted contract (YAML with comments)."""
     files = [f for p in paths for f in discover(Path(p), format)]
     if not files:
@@ -105,8 +106,8 @@ def infer_contract(paths: Sequence[Path], *, name: str, format: str = "auto",
     n = len(obs.medians)
     if layers:
         named = [Layer.parse(x) for x in layers]
-    elif num_layers:
-        named = default_layers(obs.format, num_layers, obs.metadata)
+    elif obs.metadata.get("hidden_states", {}).get("layer_ids") or num_layers:
+        named = default_layers(obs.format, num_layers or 0, obs.metadata)
     else:
         raise UsageError("cannot name the slots' layers: pass --layers (one per slot, e.g. "
                          "residual:2 residual:16 residual:29 final_norm) or --num-layers for "
@@ -117,10 +118,10 @@ def infer_contract(paths: Sequence[Path], *, name: str, format: str = "auto",
     L = num_layers or max((ly.index for ly in named), default=1) or 1
     target_slot = n - 1 if n > 1 else None
     out = [
-        "# yaml-language-server: $schema=https://raw.githubusercontent.com/pytest-eagle-contract/"
-        "pytest-eagle-contract/main/pytest_eagle_contract/schema/contract-v1.schema.json",
-        f"# Drafted by `eagle-contract infer` from {obs.shards} shard(s). Review every line: the",
-        "# layer names are what you told infer (or the trainer's defaults), the bounds are measured.",
+        f"# yaml-language-server: $schema={schema_ref or schema_path()}",
+        f"# Drafted by `eagle-contract infer` from {obs.shards} shard(s). Review every line:",
+        "# the layer names are what you told infer (or the trainer's defaults); the bounds",
+        "# are measured.",
         f"contract: {name}",
         "version: 1",
         "target:",
@@ -147,7 +148,8 @@ def infer_contract(paths: Sequence[Path], *, name: str, format: str = "auto",
         out += [f"  fc_input: [{', '.join(map(str, fc))}]  # slots the trainer concatenates",
                 f"  target_slot: {target_slot}"]
     if obs.ids_dtype != "int64" or obs.mask_dtype != "int64":
-        out += [f"  input_ids: {{dtype: {obs.ids_dtype}}}", f"  loss_mask: {{dtype: {obs.mask_dtype}}}"]
+        out += [f"  input_ids: {{dtype: {obs.ids_dtype}}}",
+                f"  loss_mask: {{dtype: {obs.mask_dtype}}}"]
     overlaps = _overlaps([_bounds(v) for v in obs.medians])
     for a, b in overlaps:
         out.append(f"# WARNING: the norm bounds of slots {a} and {b} overlap: a swap of these two "

@@ -139,3 +139,30 @@ class Runner:
         else:
             findings = SHARD_CHECKS[unit.check](unit.contract, shard)
         return [f for f in findings if f.code not in unit.contract.waivers]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What running a list of units found."""
+
+    units: list[Unit]
+    per_unit: list[list[Finding]]
+
+    @property
+    def findings(self) -> list[Finding]:
+        from .render import unique
+
+        return unique(f for found in self.per_unit for f in found)
+
+    @property
+    def failed(self) -> bool:
+        return any(f.severity == "error" for f in self.findings)
+
+    @property
+    def shards(self) -> int:
+        return len({u.shard for u in self.units if u.shard is not None})
+
+
+def run_units(units: list[Unit]) -> Outcome:
+    runner = Runner()
+    return Outcome(units, [runner.run(unit) for unit in units])

@@ -12,6 +12,7 @@ import io
 import json
 import pickle
 import re
+import zipfile
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -110,7 +111,8 @@ class Sample:
             elif packing == "concat":
                 width = tensor.shape[-1]
                 if hidden is None or width % hidden:
-                    problems.append(f"{key} is {width} wide, not a multiple of hidden_size {hidden}")
+                    problems.append(
+                        f"{key} is {width} wide, not a multiple of hidden_size {hidden}")
                     continue
                 for j in range(width // hidden):
                     slots.append(Slot(len(slots), f"{key}[..., {j * hidden}:{(j + 1) * hidden}]",
@@ -144,7 +146,8 @@ def _squeeze_batch(t: torch.Tensor) -> torch.Tensor:
 def _flat_1d(t: Any) -> torch.Tensor | None:
     if t is None or not hasattr(t, "dim"):
         return None
-    return t[0] if t.dim() == 2 and t.shape[0] == 1 else t
+    out: torch.Tensor = t[0] if t.dim() == 2 and t.shape[0] == 1 else t
+    return out
 
 
 _UNSAFE_MARKERS = ("Unsupported global", "Unsupported operand", "Unsupported class",
@@ -190,6 +193,11 @@ def _torch_load(path: Path) -> Any:
             raise ShardReadError("EC002", f"gzip stream is truncated or corrupt: {exc}",
                                  "the file was probably cut short while writing") from None
         return load(io.BytesIO(data), False)
+    with open(path, "rb") as raw:
+        zipped = raw.read(4) == b"PK\x03\x04"
+    if zipped and not zipfile.is_zipfile(path):
+        raise ShardReadError("EC002", "truncated zip container: its central directory is missing",
+                             "the file was probably cut short while writing")
     return load(str(path), True)
 
 
@@ -198,7 +206,7 @@ def _safetensors_load(path: Path) -> dict[str, Any]:
 
     try:
         with safe_open(str(path), framework="pt") as f:
-            return {key: f.get_tensor(key) for key in f.keys()}  # noqa: SIM118
+            return {key: f.get_tensor(key) for key in f.keys()}
     except SafetensorError as exc:
         raise ShardReadError("EC002", f"truncated or corrupt safetensors file: {exc}",
                              "the file was probably cut short while writing") from None

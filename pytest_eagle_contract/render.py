@@ -14,7 +14,8 @@ def format_finding(f: Finding) -> str:
     lines = [f"{f.code} {f.rule.name}: {f.message}"]
     where = []
     if f.contract:
-        where.append(f"{f.contract}:{f.line}" if f.line else f.contract)
+        contract = display_path(f.contract)
+        where.append(f"{contract}:{f.line}" if f.line else contract)
     if f.file:
         where.append(f"shard {f.file}")
     if f.slot is not None:
@@ -25,6 +26,35 @@ def format_finding(f: Finding) -> str:
         if value:
             lines.append(f"  {label:>8}: {value}")
     return "\n".join(lines)
+
+
+def format_findings(findings: Sequence[Finding], shown: int = 3) -> str:
+    """Diagnostics grouped: the same rule at the same place in many shards prints once,
+    followed by the other shards' names and what they showed."""
+    groups: dict[tuple[Any, ...], list[Finding]] = {}
+    for f in findings:
+        groups.setdefault((f.code, f.contract, f.line, f.slot, f.rule.name), []).append(f)
+    blocks = []
+    for same in groups.values():
+        text = format_finding(same[0])
+        rest = [f for f in same[1:] if f.file]
+        if rest:
+            names = ", ".join(f.file for f in rest[:shown])
+            more = f" and {len(rest) - shown} more" if len(rest) > shown else ""
+            text += f"\n  {'also in':>8}: {len(rest)} other shard(s): {names}{more}"
+        blocks.append(text)
+    return "\n\n".join(blocks)
+
+
+def display_path(path: str) -> str:
+    """``path`` relative to the working directory when it lies below it."""
+    import os
+
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return path
+    return path if rel.startswith("..") else rel
 
 
 def unique(findings: Iterable[Finding]) -> list[Finding]:

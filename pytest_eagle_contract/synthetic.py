@@ -29,8 +29,25 @@ def states_with_norms(tokens: int, hidden: int, median: float, spread: float,
     x /= torch.linalg.vector_norm(x, dim=-1, keepdim=True)
     z = torch.randn(tokens, generator=generator)
     z -= z.median()
+    z += 0.01 * torch.sign(z)  # keep neighbours clear of the middle token after rounding
     x *= (median * torch.exp(spread * z)).unsqueeze(-1)
-    return x.to(dtype)
+    out = x.to(dtype)
+    mid = int(z.abs().argmin())
+    out[mid] = _row_with_norm(x[mid], median, dtype)
+    return out
+
+
+def _row_with_norm(row: torch.Tensor, norm: float, dtype: torch.dtype) -> torch.Tensor:
+    """The rescaling of ``row`` whose ``dtype`` rounding has L2 norm closest to ``norm``."""
+    import torch
+
+    from .stats import token_norms
+
+    scales = 1.0 + torch.linspace(-2e-4, 2e-4, 4001, dtype=torch.float64)
+    candidates = (row.double().unsqueeze(0) * scales.unsqueeze(1) * norm / float(row.norm()))
+    candidates = candidates.to(dtype)
+    errors = (token_norms(candidates).double() - norm).abs()
+    return candidates[int(errors.argmin())]
 
 
 def kimi_like_sample(seed: int = 0, tokens: int = KIMI_TOKENS, hidden: int = KIMI_HIDDEN,

@@ -7,7 +7,7 @@ in trained models, which is what makes a one-layer shift visible in the norm pro
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .layers import Layer
 
@@ -27,12 +27,13 @@ class TinySpec:
     seed: int = 0
 
 
-def tiny_target(spec: TinySpec = TinySpec()) -> torch.nn.Module:
+def tiny_target(spec: TinySpec = TinySpec()) -> Any:
     """A random-weight causal LM of the given family, in eval mode, float32."""
     import torch
     from transformers import AutoModelForCausalLM, DeepseekV3Config, LlamaConfig, Qwen3Config
 
-    common = dict(vocab_size=spec.vocab_size, hidden_size=spec.hidden_size,
+    config: Any
+    common: dict[str, Any] = dict(vocab_size=spec.vocab_size, hidden_size=spec.hidden_size,
                   intermediate_size=2 * spec.hidden_size, num_hidden_layers=spec.num_layers,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
                   tie_word_embeddings=False)
@@ -49,7 +50,7 @@ def tiny_target(spec: TinySpec = TinySpec()) -> torch.nn.Module:
     else:
         raise ValueError(f"unknown tiny arch {spec.arch!r}: llama, qwen3 or deepseek_v3")
     torch.manual_seed(spec.seed)
-    model = AutoModelForCausalLM.from_config(config).eval()
+    model: Any = AutoModelForCausalLM.from_config(config).eval()  # type: ignore[no-untyped-call]
     with torch.no_grad():
         for k, layer in enumerate(model.model.layers):
             for name, param in layer.named_parameters():
@@ -60,7 +61,7 @@ def tiny_target(spec: TinySpec = TinySpec()) -> torch.nn.Module:
     return model
 
 
-def capture_canonical(model: torch.nn.Module, input_ids: torch.Tensor) -> dict[Layer, torch.Tensor]:
+def capture_canonical(model: Any, input_ids: torch.Tensor) -> dict[Layer, torch.Tensor]:
     """Every canonical layer for one sequence: embed, residual:1..L, final_norm, as [T, H].
 
     ``residual:k`` is HF's ``hidden_states[k]`` for k < L; ``residual:L`` (pre-norm) is the
@@ -69,7 +70,7 @@ def capture_canonical(model: torch.nn.Module, input_ids: torch.Tensor) -> dict[L
     import torch
 
     captured: dict[str, torch.Tensor] = {}
-    inner = model.model  # type: ignore[attr-defined]
+    inner: Any = model.model
     handle = inner.norm.register_forward_pre_hook(
         lambda _mod, args: captured.__setitem__("pre", args[0].detach()))
     try:

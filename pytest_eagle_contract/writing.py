@@ -61,7 +61,7 @@ def save(path: Path, data: dict[str, Any]) -> Path:
         save_file({k: v.contiguous() for k, v in data.items()}, str(path))
     elif path.name.endswith(".gz"):
         with gzip.open(path, "wb", compresslevel=1) as f:
-            torch.save(data, f)
+            torch.save(data, f)  # type: ignore[arg-type]
     else:
         torch.save(data, path)
     return path

@@ -1,1 +1,240 @@
-"""pytest plugin entry point (placeholder until the plugin lands)."""
+"""The pytest plugin: ``pytest --eagle-contract [CONTRACT.yaml ...]``.
+
+A thin shell over the planner: each unit (one check on one sampled shard) becomes an item.
+Importing this module loads nothing heavy (no torch, safetensors, YAML, jsonschema,
+hypothesis); all of that is imported when a contract is asked for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from .contract import Contract
+    from .findings import Finding
+    from .planner import Runner, Sampling, Unit
+
+CONTRACT_SUFFIXES = (".yaml", ".yml")
+DEFAULT_DIR = "contracts"
+_RUNNER = pytest.StashKey["Runner"]()
+_COLLECTED = pytest.StashKey[set[Path]]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("eagle-contract", "EAGLE-3 contracts (pytest-eagle-contract)")
+    group.addoption(
+        "--eagle-contract", action="store_true", dest="eagle_contract",
+        help="check EAGLE-3 contracts: the YAML files given as arguments, else those in ini "
+             "eagle_contract_paths, else contracts/*.yaml under the rootdir")
+    group.addoption(
+        "--eagle-shards", action="append", dest="eagle_shards", metavar="PATH", default=None,
+        help="shard file or directory to check instead of the contract's training.shards "
+             "(repeatable)")
+    group.addoption("--eagle-sample", dest="eagle_sample", metavar="N|all", default=None,
+                    help="how many shards to sample per contract (default 10)")
+    group.addoption("--eagle-seed", dest="eagle_seed", metavar="S", type=int, default=None,
+                    help="seed of the shard sample (default 0)")
+    parser.addini("eagle_contract_paths", "contracts run by --eagle-contract without PATH",
+                  type="paths", default=[])
+    parser.addini("eagle_shards", "default for --eagle-shards", type="paths", default=[])
+    parser.addini("eagle_sample", "default for --eagle-sample", default="10")
+    parser.addini("eagle_seed", "default for --eagle-seed", default="0")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "eagle_contract(path): the contract the eagle_contract and eagle_shard "
+                   "fixtures of this test use")
+    config.stash[_COLLECTED] = set()
+
+
+def _active(config: pytest.Config) -> bool:
+    return bool(config.getoption("eagle_contract", False))
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    if not _active(config):
+        return None
+    sample, seed = _sampling(config)
+    shards = _shards_override(config)
+    where = f", shards {', '.join(map(str, shards))}" if shards else ""
+    return (f"eagle-contract: sample {'all' if sample is None else sample}, seed {seed}{where}")
+
+
+def _sampling(config: pytest.Config) -> tuple[Sampling, int]:
+    from .planner import parse_sample
+
+    sample = config.getoption("eagle_sample") or config.getini("eagle_sample")
+    seed = config.getoption("eagle_seed")
+    return parse_sample(str(sample)), int(seed if seed is not None else config.getini("eagle_seed"))
+
+
+def _shards_override(config: pytest.Config) -> list[Path]:
+    given = config.getoption("eagle_shards")
+    if given:
+        return [Path(p).resolve() for p in given]
+    return [Path(p) for p in config.getini("eagle_shards")]
+
+
+def _configured_contracts(config: pytest.Config) -> list[Path]:
+    """Contracts for a run with no contract argument: ini, else <rootdir>/contracts/."""
+    listed = [Path(p) for p in config.getini("eagle_contract_paths")]
+    if not listed:
+        folder = config.rootpath / DEFAULT_DIR
+        listed = [folder] if folder.is_dir() else []
+    out: list[Path] = []
+    for path in listed:
+        if path.is_dir():
+            out += sorted(p for p in path.iterdir() if p.suffix in CONTRACT_SUFFIXES)
+        else:
+            out.append(path)
+    return out
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    config = parent.config
+    if not _active(config) or file_path.suffix not in CONTRACT_SUFFIXES:
+        return None
+    explicit = file_path in parent.session._initialpaths  # noqa: SLF001 (yaml given as arg)
+    if not explicit and file_path not in _configured_contracts(config):
+        return None
+    config.stash[_COLLECTED].add(file_path)
+    return ContractFile.from_parent(parent, path=file_path)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
+                                  items: list[pytest.Item]) -> None:
+    """With no contract among the arguments, add the configured ones to the run."""
+    if not _active(config) or config.stash[_COLLECTED]:
+        return
+    contracts = _configured_contracts(config)
+    if not contracts:
+        raise pytest.UsageError(
+            "--eagle-contract: no contract given. Pass CONTRACT.yaml paths, set ini "
+            f"eagle_contract_paths, or put contracts in {config.rootpath / DEFAULT_DIR}/")
+    for path in contracts:
+        if not path.is_file():
+            raise pytest.UsageError(f"--eagle-contract: no such contract {path}")
+        items.extend(session.genitems(ContractFile.from_parent(session, path=path)))
+
+
+class ContractViolation(Exception):
+    """A unit found problems; carries the findings for the report."""
+
+    def __init__(self, findings: list[Finding]) -> None:
+        super().__init__(f"{len(findings)} finding(s)")
+        self.findings = findings
+
+
+class ContractFile(pytest.File):
+    """A contract YAML file: one item per (check, sampled shard)."""
+
+    def collect(self) -> Iterator[pytest.Item]:
+        from .contract import load_contract
+        from .errors import EagleContractError
+        from .planner import plan
+
+        sample, seed = _sampling(self.config)
+        try:
+            contract = load_contract(self.path)
+            units = plan(contract, _shards_override(self.config) or None, sample, seed)
+        except EagleContractError as exc:
+            raise self.CollectError(f"invalid contract or shards:\n{exc}") from None
+        for unit in units:
+            # The explicit nodeid parses as name + [params], as pytest's own parametrised
+            # ids do, so --lf and --sw match the ids they stored.
+            yield ContractItem.from_parent(self, name=unit.name, unit=unit,
+                                           nodeid=f"{self.nodeid}::{unit.name}")
+
+
+class ContractItem(pytest.Item):
+    def __init__(self, *, unit: Unit, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.unit = unit
+
+    def runtest(self) -> None:
+        from .planner import Runner
+
+        if _RUNNER not in self.config.stash:
+            self.config.stash[_RUNNER] = Runner()
+        findings = self.config.stash[_RUNNER].run(self.unit)
+        if any(f.severity == "error" for f in findings):
+            raise ContractViolation(findings)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
+                     style: Any = None) -> str | Any:
+        if isinstance(excinfo.value, ContractViolation):
+            from .render import format_findings, unique
+
+            return format_findings(unique(excinfo.value.findings))
+        return super().repr_failure(excinfo, style=style)
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        contract: Contract = self.unit.contract
+        line = contract.line_of("training.slots") if self.unit.shard else 1
+        return self.path, line - 1, f"{contract.name}::{self.unit.name}"
+
+
+# Fixtures for users' own tests ----------------------------------------------------------
+
+
+def _marked_contract(node: Any, config: pytest.Config) -> Path:
+    marker = node.get_closest_marker("eagle_contract")
+    if marker is not None and marker.args:
+        path = Path(marker.args[0])
+        if not path.is_absolute():
+            candidates = [config.rootpath / path, Path(node.path).parent / path]
+            path = next((c for c in candidates if c.is_file()), candidates[0])
+        return path
+    configured = _configured_contracts(config)
+    if len(configured) == 1:
+        return configured[0]
+    raise pytest.UsageError(
+        f"{node.nodeid}: mark the test with @pytest.mark.eagle_contract('contracts/x.yaml') "
+        f"to choose a contract ({len(configured)} configured)")
+
+
+def _load(path: Path) -> Contract:
+    from .contract import load_contract
+
+    return load_contract(path)
+
+
+@pytest.fixture
+def eagle_contract(request: pytest.FixtureRequest) -> Contract:
+    """The contract chosen by ``@pytest.mark.eagle_contract(path)`` (or the only one)."""
+    return _load(_marked_contract(request.node, request.config))
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "eagle_shard" not in metafunc.fixturenames:
+        return
+    from .errors import EagleContractError
+    from .planner import shard_paths
+
+    config = metafunc.config
+    try:
+        contract = _load(_marked_contract(metafunc.definition, config))
+        sample, seed = _sampling(config)
+        found = shard_paths(contract, _shards_override(config) or None, sample, seed)
+    except EagleContractError as exc:
+        reason = str(exc).splitlines()[0]
+        metafunc.parametrize("eagle_shard", [pytest.param(None, marks=pytest.mark.skip(
+            reason=f"eagle_shard: {reason}"))], ids=["no-shards"], indirect=True)
+        return
+    metafunc.parametrize("eagle_shard", [(contract, path) for path, _ in found],
+                         ids=[label for _, label in found], indirect=True)
+
+
+@pytest.fixture
+def eagle_shard(request: pytest.FixtureRequest) -> Any:
+    """One sampled shard of the test's contract, read: an :class:`EagleShard`."""
+    from .shard import EagleShard
+
+    contract, path = request.param
+    return EagleShard.read(contract, path)

@@ -1,0 +1,189 @@
+"""The pytest plugin driven from outside with ``pytester``, as users run it."""
+
+from __future__ import annotations
+
+import shutil
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from pytest_eagle_contract import demo
+
+CONTRACT = "contracts/demo.yaml"
+
+
+@pytest.fixture(scope="module")
+def demo_shards(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("demo")
+    demo.write_demo_shards(root, shards=4)
+    return root
+
+
+@pytest.fixture
+def project(pytester, demo_shards):
+    """A user's repository: contracts/demo.yaml pointing at data/good, and a test."""
+    shutil.copytree(demo_shards, pytester.path / "data")
+    text = demo.shipped_contract().read_text().replace("../eagle-demo/good", "../data/good")
+    (pytester.path / "contracts").mkdir()
+    (pytester.path / CONTRACT).write_text(text)
+    pytester.makepyfile(test_user="def test_unrelated():\n    assert 1 + 1 == 2\n")
+    return pytester
+
+
+def test_good_shards_pass(project):
+    result = project.runpytest("--eagle-contract", CONTRACT, "--eagle-sample", "all", "-v")
+    result.assert_outcomes(passed=12)
+    result.stdout.fnmatch_lines([
+        "eagle-contract: sample all, seed 0",
+        "contracts/demo.yaml::structure[[]rows_0-2000/data_0.ckpt[]] PASSED*",
+        "contracts/demo.yaml::norms[[]rows_0-2000/data_3.ckpt[]] PASSED*",
+    ])
+
+
+def test_no_path_runs_contracts_dir_beside_users_tests(project):
+    result = project.runpytest("--eagle-contract", "--eagle-sample", "2")
+    result.assert_outcomes(passed=2 * 3 + 1)
+
+
+def test_ini_contract_paths(project):
+    (project.path / "contracts").rename(project.path / "gates")
+    project.makeini("[pytest]\neagle_contract_paths = gates/demo.yaml\neagle_sample = 1\n")
+    result = project.runpytest("--eagle-contract")
+    result.assert_outcomes(passed=3 + 1)
+
+
+def test_off_by_default(project):
+    result = project.runpytest()
+    result.assert_outcomes(passed=1)
+
+
+def test_embedding_in_front_fails_with_a_diagnosis_not_a_traceback(project):
+    result = project.runpytest("--eagle-contract", CONTRACT, "--eagle-shards",
+                               str(project.path / "data" / "embed-in-front"), "--eagle-sample",
+                               "all")
+    result.assert_outcomes(passed=8, failed=4)
+    result.stdout.fnmatch_lines([
+        "*_ demo-tiny-llama-eagle3::norms[[]rows_0-2000/data_0.ckpt[]] _*",
+        "EC401 norm-out-of-bounds: slot 0 (aux_hidden_state[[]..., 0:64[]]) has median*",
+        "  --> contracts/demo.yaml:25, shard rows_0-2000/data_0.ckpt, slot 0",
+        "  expected: residual:2: median in [[]1.48, 1.72[]]",
+        "      hint: slot 0 looks like the embedding*",
+        "FAILED contracts/demo.yaml::norms[[]rows_0-2000/data_0.ckpt[]]*",
+    ])
+    assert "Traceback" not in result.stdout.str() and "def runtest" not in result.stdout.str()
+
+
+def test_corrupt_shard_fails_its_items_and_the_run_goes_on(project):
+    shard = project.path / "data" / "good" / "rows_0-2000" / "data_1.ckpt"
+    shard.write_bytes(shard.read_bytes()[:500])
+    result = project.runpytest("--eagle-contract", CONTRACT, "--eagle-sample", "all")
+    result.assert_outcomes(passed=9, failed=3)
+    result.stdout.fnmatch_lines(["EC002 truncated-file: *", "*shard rows_0-2000/data_1.ckpt*"])
+
+
+@pytest.mark.parametrize("edit", [("slots:", "slotz:"), ("min: 1.48", "min: one")])
+def test_invalid_contract_is_one_collection_error(project, edit):
+    path = project.path / CONTRACT
+    path.write_text(path.read_text().replace(*edit))
+    result = project.runpytest("--eagle-contract", CONTRACT)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["*ERROR collecting contracts/demo.yaml*",
+                                 "*contracts/demo.yaml:2[0-9]:*: training.*"])
+    assert "Traceback" not in result.stdout.str()
+
+
+def test_missing_shards_is_a_collection_error(project):
+    result = project.runpytest("--eagle-contract", CONTRACT, "--eagle-shards", "nowhere")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["*shard path *nowhere does not exist*"])
+
+
+def test_no_contract_anywhere_is_a_usage_error(pytester):
+    pytester.makepyfile(test_x="def test_x(): pass\n")
+    result = pytester.runpytest("--eagle-contract")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--eagle-contract: no contract given*"])
+
+
+def test_keyword_selection(project):
+    result = project.runpytest("--eagle-contract", CONTRACT, "--eagle-sample", "all",
+                               "-k", "structure and data_2")
+    result.assert_outcomes(passed=1)
+
+
+def test_junitxml(project):
+    bad = str(project.path / "data" / "embed-in-front")
+    result = project.runpytest("--eagle-contract", CONTRACT, "--eagle-shards", bad,
+                               "--eagle-sample", "2", "--junitxml=report.xml")
+    result.assert_outcomes(passed=4, failed=2)
+    cases = ET.parse(project.path / "report.xml").getroot().iter("testcase")
+    failed = {c.get("name"): c.find("failure") for c in cases if c.find("failure") is not None}
+    assert len(failed) == 2 and all(name.startswith("norms[rows_0-2000/") for name in failed)
+    for failure in failed.values():
+        assert "EC401" in failure.text and "looks like the embedding" in failure.text
+
+
+def test_xdist(project):
+    result = project.runpytest("--eagle-contract", CONTRACT, "--eagle-sample", "all", "-n", "2")
+    result.assert_outcomes(passed=12)
+
+
+def test_last_failed(project):
+    bad = str(project.path / "data" / "embed-in-front")
+    project.runpytest("--eagle-contract", CONTRACT, "--eagle-shards", bad, "--eagle-sample",
+                      "all").assert_outcomes(passed=8, failed=4)
+    result = project.runpytest("--eagle-contract", CONTRACT, "--eagle-shards", bad,
+                               "--eagle-sample", "all", "--lf")
+    result.assert_outcomes(failed=4)
+
+
+def test_sample_and_seed_choose_the_same_shards(project):
+    args = ("--eagle-contract", CONTRACT, "--eagle-sample", "2", "--collect-only", "-q")
+
+    def ids(seed):
+        lines = project.runpytest(*args, "--eagle-seed", seed).stdout.lines
+        return [line for line in lines if "::" in line]
+
+    first = ids("3")
+    assert len(first) == 6 and first == ids("3") and first != ids("4")
+
+
+def test_fixtures_and_marker_in_users_tests(project):
+    project.makepyfile(test_collate="""
+        import pytest
+        import torch
+
+        @pytest.mark.eagle_contract("contracts/demo.yaml")
+        def test_my_collate(eagle_shard, eagle_contract):
+            assert eagle_contract.name == "demo-tiny-llama-eagle3"
+            assert eagle_shard.fc_input.shape == (eagle_shard.input_ids.shape[0], 3 * 64)
+            assert eagle_shard.target.dtype == torch.bfloat16
+            assert eagle_shard.loss_mask.sum() > 0
+    """)
+    result = project.runpytest("-v", "--eagle-sample", "3", "test_collate.py")
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(["*test_my_collate[[]rows_0-2000/data_*.ckpt[]] PASSED*"])
+
+
+def test_fixture_skips_with_reason_when_shards_are_absent(project):
+    shutil.rmtree(project.path / "data")
+    project.makepyfile(test_collate="""
+        def test_my_collate(eagle_shard):
+            raise AssertionError("must not run")
+    """)
+    result = project.runpytest("-rs", "test_collate.py")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*eagle_shard: *does not exist*"])
+
+
+def test_plugin_can_be_disabled(project):
+    result = project.runpytest("-p", "no:eagle_contract", "--eagle-contract")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+
+
+def test_options_have_their_own_help_heading(pytester):
+    result = pytester.runpytest("--help")
+    result.stdout.fnmatch_lines(["EAGLE-3 contracts (pytest-eagle-contract):",
+                                 "  --eagle-contract*", "  --eagle-shards=PATH*",
+                                 "  --eagle-sample=N|all*", "  --eagle-seed=S*"])

@@ -29,7 +29,23 @@ _EXPORTS = {
     "infer_contract": "infer",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "RULES",
+    "Contract",
+    "ContractError",
+    "EagleContractError",
+    "EagleShard",
+    "Finding",
+    "Layer",
+    "Sample",
+    "UsageError",
+    "infer_contract",
+    "inspect_shard",
+    "load_contract",
+    "plan",
+    "read_sample",
+    "run_units",
+]
 
 if TYPE_CHECKING:
     from .contract import Contract, load_contract

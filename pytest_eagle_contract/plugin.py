@@ -20,8 +20,8 @@ if TYPE_CHECKING:
 
 CONTRACT_SUFFIXES = (".yaml", ".yml")
 DEFAULT_DIR = "contracts"
-_RUNNER = pytest.StashKey["Runner"]()
-_COLLECTED = pytest.StashKey[set[Path]]()
+_RUNNER: pytest.StashKey[Runner] = pytest.StashKey()
+_COLLECTED: pytest.StashKey[set[Path]] = pytest.StashKey()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -99,7 +99,7 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
     config = parent.config
     if not _active(config) or file_path.suffix not in CONTRACT_SUFFIXES:
         return None
-    explicit = file_path in parent.session._initialpaths  # noqa: SLF001 (yaml given as arg)
+    explicit = parent.session.isinitpath(file_path)  # a YAML file given as an argument
     if not explicit and file_path not in _configured_contracts(config):
         return None
     config.stash[_COLLECTED].add(file_path)

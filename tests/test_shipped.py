@@ -1,0 +1,42 @@
+"""The shipped contracts and the built-in demo, run as a user would."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from pytest_eagle_contract import synthetic
+from pytest_eagle_contract.writing import write_shard
+
+CONTRACTS = Path(__file__).parent.parent / "contracts"
+
+
+def test_demo_command_passes_good_and_catches_the_bug(tmp_path, cli):
+    start = time.perf_counter()
+    res = cli("demo", "--out", tmp_path / "demo", cwd=tmp_path)
+    took = time.perf_counter() - start
+    assert res.returncode == 0, res.stdout + res.stderr
+    out = res.stdout
+    assert "ok: 36 checks on 12 shard(s) passed" in out
+    assert "FAILED: 36 finding(s) [EC401]" in out
+    assert "hint: slot 0 looks like the embedding" in out
+    assert "the good set passed and the bug was caught" in out
+    assert took < 60
+
+
+def test_kimi_contract_passes_kimi_like_shards(tmp_path, cli):
+    for seed in range(2):
+        ids, mask, slots = synthetic.kimi_like_sample(seed=seed)
+        write_shard(tmp_path, "speculators-v1", seed, ids, mask, slots)
+    res = cli("check", CONTRACTS / "kimi-k2.5-eagle3.yaml", tmp_path, "--sample", "all")
+    assert res.returncode == 0, res.stdout
+    assert "on 2 shard(s) passed" in res.stdout
+
+
+def test_kimi_contract_catches_a_shifted_capture(tmp_path, cli):
+    medians = (37.1650, 174.3977, 111.3359, 150.0)  # embed dropped, all shifted by one
+    ids, mask, slots = synthetic.kimi_like_sample(seed=3, medians=medians)
+    write_shard(tmp_path, "speculators-v1", 0, ids, mask, slots)
+    res = cli("check", CONTRACTS / "kimi-k2.5-eagle3.yaml", tmp_path)
+    assert res.returncode == 1
+    assert "EC401" in res.stdout

@@ -18,6 +18,7 @@ EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 
 def _parser() -> argparse.ArgumentParser:
     from .formats import FORMAT_NAMES
+    from .resolve import ENGINES
 
     p = argparse.ArgumentParser(prog="eagle-contract", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -51,6 +52,25 @@ def _parser() -> argparse.ArgumentParser:
     chk.add_argument("--seed", type=int, default=0)
     chk.add_argument("--json", type=Path, metavar="REPORT", help="also write a JSON report here")
     chk.add_argument("-q", "--quiet", action="store_true", help="print only the summary")
+    chk.add_argument("--checks", default=None, metavar="LIST",
+                     help="comma-separated check families (default: layout,structure,values,"
+                          "norms)")
+    chk.add_argument("--serving-args", metavar="COMMAND",
+                     help="the engine's launch command line (overrides serving.launch)")
+
+    res = sub.add_parser("resolve", help="map an engine's aux layer ids to canonical layers")
+    res.add_argument("--engine", required=True, choices=ENGINES)
+    res.add_argument("--version", help="engine version (sglang: default the installed one, "
+                                       "else the newest in the table)")
+    res.add_argument("--arch", help="target architecture: HF class (DeepseekV3ForCausalLM) or "
+                                    "model_type (deepseek_v3)")
+    res.add_argument("--num-layers", type=int, required=True, help="target num_hidden_layers")
+    res.add_argument("--ids", type=int, nargs="*", default=None,
+                     help="the draft's aux layer ids (omit for the engine default)")
+    res.add_argument("--json", action="store_true", help="print one JSON object")
+    res.add_argument("--source", choices=("auto", "table"), default="auto",
+                     help="auto: the installed sglang's own methods when its version is asked "
+                          "for, else the built-in table; table: always the table")
 
     dem = sub.add_parser("demo", help="the built-in demo: a tiny transformer, a good shard set "
                                       "and one with a real bug, gated by a contract")
@@ -108,13 +128,16 @@ def _infer(args: argparse.Namespace) -> int:
 
 
 def _gate(contract_path: Path, paths: list[Path] | None, sample: str | None, seed: int,
-          quiet: bool = False, report: Path | None = None) -> int:
+          quiet: bool = False, report: Path | None = None, checks: str | None = None,
+          serving_args: str | None = None) -> int:
     from .contract import load_contract
-    from .planner import parse_sample, plan, run_units
+    from .planner import CHECKS, parse_sample, plan, run_units
     from .render import format_findings, summary, to_json
 
     contract = load_contract(contract_path)
-    outcome = run_units(plan(contract, paths or None, parse_sample(sample), seed))
+    families = [c.strip() for c in checks.split(",")] if checks else list(CHECKS)
+    units = plan(contract, paths or None, parse_sample(sample), seed, families)
+    outcome = run_units(units, serving_args)
     findings = outcome.findings
     if not quiet and findings:
         print(format_findings(findings) + "\n")
@@ -132,7 +155,39 @@ def _gate(contract_path: Path, paths: list[Path] | None, sample: str | None, see
 
 
 def _check(args: argparse.Namespace) -> int:
-    return _gate(args.contract, args.paths, args.sample, args.seed, args.quiet, args.json)
+    return _gate(args.contract, args.paths, args.sample, args.seed, args.quiet, args.json,
+                 args.checks, args.serving_args)
+
+
+def _resolve(args: argparse.Namespace) -> int:
+    from .render import to_json
+    from .resolve import Unservable, resolve
+
+    try:
+        res = resolve(args.engine, args.num_layers, args.ids, args.arch, args.version,
+                      use_installed=args.source == "auto")
+    except Unservable as exc:
+        if args.json:
+            print(to_json({"engine": args.engine, "version": args.version, "arch": args.arch,
+                           "refused": str(exc), "layers": None}))
+        print(f"eagle-contract resolve: {args.engine} would not serve this: {exc}",
+              file=sys.stderr)
+        return EXIT_USAGE
+    if args.json:
+        print(to_json(res.to_dict()))
+        return EXIT_OK
+    head = f"{res.engine} {res.version or ''} {res.arch or ''}".split()
+    print(" ".join(head) + f", L = {res.num_layers}, ids "
+          f"{'(default)' if res.ids is None else list(res.ids)}")
+    print(f"  {'pos':<5}{'id':<10}{'capture':<10}layer")
+    for i, p in enumerate(res.positions):
+        print(f"  {i:<5}{'-' if p.id is None else p.id!s:<10}{p.capture:<10}{p.layer}")
+    print(f"source: {res.source}")
+    for note in res.notes:
+        print(f"note: {note}")
+    for code, message in res.problems:
+        print(f"{code}: {message}")
+    return EXIT_OK
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -168,8 +223,8 @@ def _schema(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-_COMMANDS = {"inspect": _inspect, "infer": _infer, "check": _check, "demo": _demo,
-             "schema": _schema}
+_COMMANDS = {"inspect": _inspect, "infer": _infer, "check": _check, "resolve": _resolve,
+             "demo": _demo, "schema": _schema}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

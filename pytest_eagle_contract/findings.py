@@ -31,6 +31,24 @@ _RULES: tuple[Rule, ...] = (
     Rule("EC303", "loss-mask-empty", "loss_mask is all zero: the sample trains nothing"),
     Rule("EC304", "non-finite", "a hidden state holds NaN or Inf"),
     Rule("EC401", "norm-out-of-bounds", "a slot's median per-token L2 norm is outside its bounds"),
+    Rule("EC501", "layout-mismatch", "the trainer's fc input and the engine's aux layers differ"),
+    Rule("EC502", "aux-count", "the trainer and the engine use another number of aux states"),
+    Rule("EC503", "fc-width", "fc input width disagrees across contract, draft and engine"),
+    Rule("EC504", "serving-dtype", "shards are stored in another dtype than the engine serves"),
+    Rule("EC505", "target-norm", "the target slot is pre-norm where the trainer expects "
+                                 "post-norm, or the reverse"),
+    Rule("EC506", "unsorted-ids", "aux ids are not ascending: the engine sorts, a trainer "
+                                  "may not"),
+    Rule("EC507", "default-ids", "the engine will use its default aux ids, silently"),
+    Rule("EC508", "ignored-ids", "the draft config's ids sit where the engine does not read"),
+    Rule("EC509", "draft-vocab", "the draft's d2t / t2d vocabulary maps are inconsistent"),
+    Rule("EC510", "unservable", "the engine would not serve this case"),
+    Rule("EC511", "dropped-capture", "the engine silently captures fewer layers than asked"),
+    Rule("EC512", "serving-args", "a launch setting the engine silently changes"),
+    Rule("EC513", "missing-shards", "the contract's shard location holds no shard"),
+    Rule("EC514", "graph-default-ids", "CUDA-graph passes capture the default layers, "
+                                       "eager ones the draft's"),
+    Rule("EC515", "ids-disagree", "the contract's aux_layer_ids differ from the draft config"),
 )
 RULES: dict[str, Rule] = {rule.code: rule for rule in _RULES}
 
@@ -48,6 +66,7 @@ class Finding:
     contract: str = ""
     line: int | None = None
     hint: str = ""
+    details: str = ""
     severity: Severity = "error"
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 

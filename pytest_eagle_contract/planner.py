@@ -31,6 +31,9 @@ class Unit:
     check: str
     shard: Path | None = None
     label: str = ""
+    evidence: Path | None = None  # a sampled shard whose norms back the layout hints
+    evidence_label: str = ""
+    problem: str = ""  # why there are no shards (the ``shards`` unit)
 
     @property
     def name(self) -> str:
@@ -99,20 +102,49 @@ def shard_paths(contract: Contract, shards: Iterable[Path] | None, sample: Sampl
     return [(p, label) for p, label in labelled if p in keep]
 
 
+CONTRACT_CHECKS = ("layout",)
+CHECKS = (*CONTRACT_CHECKS, *SHARD_CHECKS)
+
+
 def plan(contract: Contract, shards: Iterable[Path] | None = None,
-         sample: Sampling = DEFAULT_SAMPLE, seed: int = 0) -> list[Unit]:
-    """All units of a contract, grouped by shard so each shard is read once."""
-    return [Unit(contract, check, path, label)
-            for path, label in shard_paths(contract, shards, sample, seed)
-            for check in SHARD_CHECKS]
+         sample: Sampling = DEFAULT_SAMPLE, seed: int = 0,
+         checks: Iterable[str] = CHECKS) -> list[Unit]:
+    """All units of a contract: ``layout`` first (when the contract has both sides), then
+    the shard checks grouped by shard so each shard is read once.
+
+    Shard paths given here that do not exist raise :class:`UsageError`; a contract whose
+    own ``training.shards`` holds nothing gets a failing ``shards`` unit instead, so the
+    contract-level checks still run.
+    """
+    wanted = set(checks)
+    unknown = wanted - set(CHECKS)
+    if unknown:
+        raise UsageError(f"unknown checks {sorted(unknown)}: choose from {', '.join(CHECKS)}")
+    found: list[tuple[Path, str]] = []
+    units: list[Unit] = []
+    if wanted & set(SHARD_CHECKS) or "layout" in wanted:
+        try:
+            found = shard_paths(contract, shards, sample, seed)
+        except UsageError as exc:
+            if shards:
+                raise
+            if wanted & set(SHARD_CHECKS) and contract.training is not None:
+                units.append(Unit(contract, "shards", problem=str(exc)))
+    if "layout" in wanted and contract.training and contract.serving:
+        first = found[0] if found else (None, "")
+        units.insert(0, Unit(contract, "layout", evidence=first[0], evidence_label=first[1]))
+    units += [Unit(contract, check, path, label) for path, label in found
+              for check in SHARD_CHECKS if check in wanted]
+    return units
 
 
 class Runner:
     """Runs units, keeping the last few shards read so a shard's checks share one read."""
 
-    def __init__(self, keep: int = 2) -> None:
+    def __init__(self, keep: int = 2, serving_args: str | None = None) -> None:
         self._cache: OrderedDict[tuple[Path, str, int], Shard] = OrderedDict()
         self._keep = keep
+        self._serving_args = serving_args
 
     def shard(self, contract: Contract, path: Path, label: str) -> Shard:
         assert contract.training is not None
@@ -129,7 +161,8 @@ class Runner:
     def run(self, unit: Unit) -> list[Finding]:
         """Findings of one unit, waived codes removed."""
         if unit.shard is None:
-            raise ValueError(f"unknown contract-level check {unit.check}")
+            findings = self._contract_level(unit)
+            return [f for f in findings if f.code not in unit.contract.waivers]
         shard = self.shard(unit.contract, unit.shard, unit.label)
         if shard.error is not None:
             findings = [Finding(shard.error.code, shard.error.message, file=unit.label,
@@ -139,6 +172,25 @@ class Runner:
         else:
             findings = SHARD_CHECKS[unit.check](unit.contract, shard)
         return [f for f in findings if f.code not in unit.contract.waivers]
+
+    def _contract_level(self, unit: Unit) -> list[Finding]:
+        from .layout import check_layout
+
+        contract = unit.contract
+        if unit.check == "shards":
+            return [Finding("EC513", unit.problem, contract=str(contract.path),
+                            line=contract.line_of("training.shards"),
+                            hint="fix training.shards, or pass the shard location "
+                                 "(eagle-contract check CONTRACT PATH, pytest --eagle-shards)")]
+        if unit.check != "layout":
+            raise ValueError(f"unknown contract-level check {unit.check}")
+        stats_of = None
+        if unit.evidence is not None:
+            shard = self.shard(contract, unit.evidence, unit.evidence_label)
+            if shard.sample is not None:
+                def stats_of(i: int) -> object:
+                    return shard.stats(i) if i < len(shard.slots) else None
+        return check_layout(contract, self._serving_args, stats_of)
 
 
 @dataclass(frozen=True)
@@ -163,6 +215,6 @@ class Outcome:
         return len({u.shard for u in self.units if u.shard is not None})
 
 
-def run_units(units: list[Unit]) -> Outcome:
-    runner = Runner()
+def run_units(units: list[Unit], serving_args: str | None = None) -> Outcome:
+    runner = Runner(serving_args=serving_args)
     return Outcome(units, [runner.run(unit) for unit in units])

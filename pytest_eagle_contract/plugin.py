@@ -38,6 +38,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="how many shards to sample per contract (default 10)")
     group.addoption("--eagle-seed", dest="eagle_seed", metavar="S", type=int, default=None,
                     help="seed of the shard sample (default 0)")
+    group.addoption("--eagle-serving-args", dest="eagle_serving_args", metavar="COMMAND",
+                    default=None, help="the engine's launch command line, linted and used by "
+                                       "the layout check (overrides serving.launch)")
     parser.addini("eagle_contract_paths", "contracts run by --eagle-contract without PATH",
                   type="paths", default=[])
     parser.addini("eagle_shards", "default for --eagle-shards", type="paths", default=[])
@@ -161,7 +164,8 @@ class ContractItem(pytest.Item):
         from .planner import Runner
 
         if _RUNNER not in self.config.stash:
-            self.config.stash[_RUNNER] = Runner()
+            self.config.stash[_RUNNER] = Runner(
+                serving_args=self.config.getoption("eagle_serving_args"))
         findings = self.config.stash[_RUNNER].run(self.unit)
         if any(f.severity == "error" for f in findings):
             raise ContractViolation(findings)
@@ -176,7 +180,9 @@ class ContractItem(pytest.Item):
 
     def reportinfo(self) -> tuple[Path, int, str]:
         contract: Contract = self.unit.contract
-        line = contract.line_of("training.slots") if self.unit.shard else 1
+        key = {"layout": "training.fc_input", "shards": "training.shards"}.get(
+            self.unit.check, "training.slots")
+        line = contract.line_of(key)
         return self.path, line - 1, f"{contract.name}::{self.unit.name}"
 
 

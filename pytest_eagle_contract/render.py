@@ -11,7 +11,8 @@ from .findings import Finding
 
 def format_finding(f: Finding) -> str:
     """One finding as a multi-line diagnostic."""
-    lines = [f"{f.code} {f.rule.name}: {f.message}"]
+    level = "" if f.severity == "error" else f"{f.severity}: "
+    lines = [f"{level}{f.code} {f.rule.name}: {f.message}"]
     where = []
     if f.contract:
         contract = display_path(f.contract)
@@ -22,6 +23,8 @@ def format_finding(f: Finding) -> str:
         where.append(f"slot {f.slot}")
     if where:
         lines.append("  --> " + ", ".join(where))
+    if f.details:
+        lines.extend("      " + line for line in f.details.splitlines())
     for label, value in (("expected", f.expected), ("found", f.found), ("hint", f.hint)):
         if value:
             lines.append(f"  {label:>8}: {value}")
@@ -32,8 +35,9 @@ def format_findings(findings: Sequence[Finding], shown: int = 3) -> str:
     """Diagnostics grouped: the same rule at the same place in many shards prints once,
     followed by the other shards' names and what they showed."""
     groups: dict[tuple[Any, ...], list[Finding]] = {}
-    for f in findings:
-        groups.setdefault((f.code, f.contract, f.line, f.slot, f.rule.name), []).append(f)
+    for n, f in enumerate(findings):
+        key = (f.code, f.contract, f.line, f.slot) if f.file else (n,)  # contract-level: alone
+        groups.setdefault(key, []).append(f)
     blocks = []
     for same in groups.values():
         text = format_finding(same[0])

@@ -97,8 +97,8 @@ CASES: dict[str, Callable[[Path], None]] = {
 }
 
 
-def test_every_rule_has_a_failing_case():
-    assert set(CASES) == set(RULES)
+def test_every_shard_rule_has_a_failing_case():
+    assert set(CASES) == {code for code in RULES if code < "EC500"}
 
 
 def _findings(tmp_path: Path, make: Callable[[Path], None] | None) -> list:

@@ -1,0 +1,72 @@
+"""Lint an SGLang launch command line for settings SGLang silently changes."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ArgProblem:
+    code: str
+    message: str
+    hint: str
+
+
+def parse_flags(command: str) -> dict[str, str]:
+    """``--name value`` and ``--name=value`` pairs; a bare flag maps to ``""``."""
+    words = shlex.split(command)
+    flags: dict[str, str] = {}
+    i = 0
+    while i < len(words):
+        word = words[i]
+        if word.startswith("--"):
+            if "=" in word:
+                name, value = word.split("=", 1)
+            elif i + 1 < len(words) and not words[i + 1].startswith("--"):
+                name, value = word, words[i + 1]
+                i += 1
+            else:
+                name, value = word, ""
+            flags[name[2:].replace("_", "-")] = value
+        i += 1
+    return flags
+
+
+def _int(flags: dict[str, str], name: str) -> int | None:
+    try:
+        return int(flags[name]) if name in flags else None
+    except ValueError:
+        return None
+
+
+def lint_sglang(command: str) -> list[ArgProblem]:
+    flags = parse_flags(command)
+    out = []
+    topk = _int(flags, "speculative-eagle-topk")
+    steps = _int(flags, "speculative-num-steps")
+    tokens = _int(flags, "speculative-num-draft-tokens")
+    if topk == 1 and steps is not None and tokens is not None and tokens != steps + 1:
+        out.append(ArgProblem(
+            "EC512",
+            f"--speculative-eagle-topk 1 makes SGLang reset --speculative-num-draft-tokens "
+            f"{tokens} to --speculative-num-steps + 1 = {steps + 1}, with only a warning",
+            f"set --speculative-num-steps {tokens - 1} to draft {tokens} tokens, or raise "
+            "--speculative-eagle-topk (srt/arg_groups/speculative_hook.py; older: "
+            "server_args.py)"))
+    algorithm = flags.get("speculative-algorithm", "").upper()
+    if algorithm == "EAGLE" and "speculative-draft-model-path" in flags:
+        out.append(ArgProblem(
+            "EC512", "--speculative-algorithm EAGLE captures no aux hidden states: an EAGLE-3 "
+            "draft then receives the last hidden state only",
+            "use --speculative-algorithm EAGLE3 for EAGLE-3 drafts"))
+    return out
+
+
+def served_dtype(command: str) -> str | None:
+    value = parse_flags(command).get("dtype")
+    aliases = {"bf16": "bfloat16", "half": "float16", "fp16": "float16", "float": "float32",
+               "fp32": "float32"}
+    if not value or value == "auto":
+        return None
+    return aliases.get(value, value)

@@ -22,8 +22,9 @@ from pytest_eagle_contract import sglang_table as table
 from pytest_eagle_contract.resolve import Unservable, _apply_rule
 
 WHEELS = os.environ.get("EAGLE_CONTRACT_SGLANG_WHEELS")
-pytestmark = pytest.mark.skipif(not WHEELS, reason="set EAGLE_CONTRACT_SGLANG_WHEELS to a "
-                                "folder of sglang wheels (tox -e sglang-releases)")
+if not WHEELS:
+    pytest.skip("set EAGLE_CONTRACT_SGLANG_WHEELS to a folder of sglang wheels "
+                "(tox -e sglang-releases)", allow_module_level=True)
 L = 61
 METHOD = "set_eagle3_layers_to_capture"
 ID_SETS = {"absent": None, "start-at-1": [1, 29, 57], "start-at-2": [2, 30, 58],

@@ -49,6 +49,9 @@ _RULES: tuple[Rule, ...] = (
     Rule("EC514", "graph-default-ids", "CUDA-graph passes capture the default layers, "
                                        "eager ones the draft's"),
     Rule("EC515", "ids-disagree", "the contract's aux_layer_ids differ from the draft config"),
+    # -- EC6xx: evidence of what each slot is (reference capture, weights) --
+    # -- EC7xx: serving capture (live SGLang, capture files) --
+    # -- EC8xx: contract sharpness (mutations) --
 )
 RULES: dict[str, Rule] = {rule.code: rule for rule in _RULES}
 

@@ -68,7 +68,7 @@ def norm_stats(x: torch.Tensor) -> NormStats:
 EMBED_RMS = 0.05  # per-element RMS below which a flat slot reads as an embedding
 EMBED_FLATNESS = 2.0
 EMBED_RELATIVE = 0.2  # and well below every other slot's median
-POST_NORM_FLATNESS = 1.03
+POST_NORM_FLATNESS = 1.08
 
 
 def guess(stats: NormStats, hidden_size: int, others: list[NormStats]) -> str | None:

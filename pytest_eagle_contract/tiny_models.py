@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
 GROWTH = 1.4  # per-layer scale of each block's MLP output projection
 BLOCK_SCALE = 40.0
+NORM_SPREAD = 0.05
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,7 @@ def tiny_target(spec: TinySpec = TinySpec()) -> Any:
         raise ValueError(f"unknown tiny arch {spec.arch!r}: llama, qwen3 or deepseek_v3")
     torch.manual_seed(spec.seed)
     model: Any = AutoModelForCausalLM.from_config(config).eval()  # type: ignore[no-untyped-call]
+    model.config.architectures = [type(model).__name__]
     with torch.no_grad():
         for k, layer in enumerate(model.model.layers):
             for name, param in layer.named_parameters():
@@ -58,6 +60,9 @@ def tiny_target(spec: TinySpec = TinySpec()) -> Any:
                     param.mul_(BLOCK_SCALE * GROWTH**k)
                 # Attention mixes tokens: kept small so each token's norm depends on the
                 # token, not on the sequence, and medians are stable from shard to shard.
+                elif name.endswith("norm.weight"):
+                    param.normal_(1.0, NORM_SPREAD)  # trained norms are not all ones
+        model.model.norm.weight.normal_(1.0, NORM_SPREAD)
     return model
 
 

@@ -57,6 +57,18 @@ def _parser() -> argparse.ArgumentParser:
                           "norms)")
     chk.add_argument("--serving-args", metavar="COMMAND",
                      help="the engine's launch command line (overrides serving.launch)")
+    chk.add_argument("--target-model", type=Path, metavar="DIR",
+                     help="HF model directory of the target (overrides target.model): adds the "
+                          "weight-based evidence checks")
+    chk.add_argument("--reference-capture", action=argparse.BooleanOptionalAction, default=None,
+                     help="run the target on each shard's tokens and identify every slot "
+                          "(default: target.reference_capture)")
+
+    idf = sub.add_parser("identify", help="name each slot's layer by running the target model")
+    idf.add_argument("path", type=Path)
+    idf.add_argument("--target-model", type=Path, required=True, metavar="DIR")
+    idf.add_argument("--format", choices=FORMAT_NAMES, default="auto")
+    idf.add_argument("--json", action="store_true", help="print one JSON object")
 
     res = sub.add_parser("resolve", help="map an engine's aux layer ids to canonical layers")
     res.add_argument("--engine", required=True, choices=ENGINES)
@@ -129,15 +141,16 @@ def _infer(args: argparse.Namespace) -> int:
 
 def _gate(contract_path: Path, paths: list[Path] | None, sample: str | None, seed: int,
           quiet: bool = False, report: Path | None = None, checks: str | None = None,
-          serving_args: str | None = None) -> int:
+          serving_args: str | None = None, target_model: Path | None = None,
+          reference: bool | None = None) -> int:
     from .contract import load_contract
     from .planner import CHECKS, parse_sample, plan, run_units
     from .render import format_findings, summary, to_json
 
     contract = load_contract(contract_path)
     families = [c.strip() for c in checks.split(",")] if checks else list(CHECKS)
-    units = plan(contract, paths or None, parse_sample(sample), seed, families)
-    outcome = run_units(units, serving_args)
+    units = plan(contract, paths or None, parse_sample(sample), seed, families, target_model)
+    outcome = run_units(units, serving_args, target_model, reference)
     findings = outcome.findings
     if not quiet and findings:
         print(format_findings(findings) + "\n")
@@ -156,7 +169,42 @@ def _gate(contract_path: Path, paths: list[Path] | None, sample: str | None, see
 
 def _check(args: argparse.Namespace) -> int:
     return _gate(args.contract, args.paths, args.sample, args.seed, args.quiet, args.json,
-                 args.checks, args.serving_args)
+                 args.checks, args.serving_args, args.target_model, args.reference_capture)
+
+
+def _identify(args: argparse.Namespace) -> int:
+    from .evidence import identify
+    from .reading import ShardReadError, read_sample
+    from .render import to_json
+    from .target_model import TargetModel
+
+    target = TargetModel.open(args.target_model)
+    try:
+        sample = read_sample(args.path, args.format)
+    except ShardReadError as exc:
+        print(f"{args.path}: {exc.code} {exc.message}", file=sys.stderr)
+        return EXIT_FINDINGS
+    slots, problems = sample.slots(target.hidden_size)
+    if problems or sample.input_ids is None:
+        print(f"{args.path}: " + ("; ".join(problems) or "no input ids"), file=sys.stderr)
+        return EXIT_FINDINGS
+    start = time.perf_counter()
+    found = identify([s.tensor for s in slots], sample.input_ids, target)
+    took = time.perf_counter() - start
+    if args.json:
+        print(to_json({"file": str(args.path), "target_model": str(args.target_model),
+                       "arch": target.arch, "seconds": round(took, 3),
+                       "slots": [{**i.to_dict(), "source": slots[i.slot].source}
+                                 for i in found]}))
+        return EXIT_OK
+    print(f"{args.path}: {len(slots)} slots, target {target.arch} ({target.num_layers} layers); "
+          f"reference capture in {took:.2f} s")
+    print(f"  {'slot':<6}{'layer':<14}{'cosine':>8}{'rel.err':>10}   runner-up")
+    for i in found:
+        r = i.runner_up
+        print(f"  {i.slot:<6}{i.best.layer!s:<14}{i.best.cosine:>8.4f}{i.best.rel_error:>10.3g}"
+              f"   {r.layer} (cosine {r.cosine:.4f}, rel.err {r.rel_error:.3g})")
+    return EXIT_OK
 
 
 def _resolve(args: argparse.Namespace) -> int:
@@ -224,7 +272,7 @@ def _schema(args: argparse.Namespace) -> int:
 
 
 _COMMANDS = {"inspect": _inspect, "infer": _infer, "check": _check, "resolve": _resolve,
-             "demo": _demo, "schema": _schema}
+             "identify": _identify, "demo": _demo, "schema": _schema}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -64,6 +64,8 @@ class TargetSpec:
     hidden_size: int
     vocab_size: int | None
     dtype: str
+    model: Path | None = None
+    reference_capture: bool = False
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,7 @@ class TrainingSpec:
     loss_mask_dtype: str
     allow_all_zero_loss_mask: bool
     extra_keys: frozenset[str]
+    teacher_agreement_min: float | None = None
 
 
 @dataclass(frozen=True)
@@ -237,7 +240,11 @@ def _build(data: dict[str, Any], path: Path, lines: dict[str, int]) -> Contract:
         hidden_size=t["hidden_size"],
         vocab_size=t.get("vocab_size"),
         dtype=t.get("dtype", _DTYPE_DEFAULT),
+        model=(base / t["model"]) if "model" in t else None,
+        reference_capture=t.get("reference_capture", False),
     )
+    if target.reference_capture and target.model is None:
+        problem("target.reference_capture", "reference_capture needs target.model")
     training = None
     if "training" in data:
         tr = data["training"]
@@ -281,7 +288,10 @@ def _build(data: dict[str, Any], path: Path, lines: dict[str, int]) -> Contract:
             loss_mask_dtype=tr.get("loss_mask", {}).get("dtype", "int64"),
             allow_all_zero_loss_mask=tr.get("loss_mask", {}).get("allow_all_zero", False),
             extra_keys=frozenset(tr.get("extra_keys", ())),
+            teacher_agreement_min=tr.get("teacher_agreement", {}).get("min"),
         )
+        if training.teacher_agreement_min is not None and target.model is None:
+            problem("training.teacher_agreement", "teacher_agreement needs target.model")
     serving = None
     if "serving" in data:
         sv = data["serving"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from . import sglang_table
 from .contract import Contract, ServingSpec, TrainingSpec
@@ -97,19 +98,24 @@ def _evidence_hint(index: int, training: TrainingSpec, hidden: int,
     return ""
 
 
-def _table(training: TrainingSpec, res: Resolution, fmt: str, engine: str) -> str:
+def _table(training: TrainingSpec, res: Resolution, fmt: str, engine: str,
+           fc_layers: list[Layer]) -> str:
     fc = [training.slots[i] for i in training.fc_input]
     rows = [("fc pos", f"training ({fmt})",
              f"serving ({engine}{', ' + res.arch if res.arch else ''})", "")]
     for pos in range(max(len(fc), len(res.positions))):
-        left = f"slot {fc[pos].index} = {fc[pos].layer}" if pos < len(fc) else "-"
+        left = "-"
+        if pos < len(fc):
+            left = f"slot {fc[pos].index} = {fc_layers[pos]}"
+            if fc_layers[pos] != fc[pos].layer:
+                left += f" (declared {fc[pos].layer})"
         if pos < len(res.positions):
             p = res.positions[pos]
             id_text = "default" if p.id is None else f"id {p.id}"
             right = f"{id_text} -> capture {p.capture} = {p.layer}"
         else:
             right = "-"
-        same = pos < len(fc) and pos < len(res.positions) and fc[pos].layer == res.layers[pos]
+        same = pos < len(fc) and pos < len(res.positions) and fc_layers[pos] == res.layers[pos]
         rows.append((str(pos), left, right, "ok" if same else "DIFFERS"))
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     return "\n".join(f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:<{widths[2]}}  {r[3]}"
@@ -117,8 +123,13 @@ def _table(training: TrainingSpec, res: Resolution, fmt: str, engine: str) -> st
 
 
 def check_layout(contract: Contract, serving_args: str | None = None,
-                 stats_of: Callable[[int], object] | None = None) -> list[Finding]:
-    """Findings of the training-vs-serving layout check (contract level)."""
+                 stats_of: Callable[[int], object] | None = None,
+                 identified: dict[int, Any] | None = None) -> list[Finding]:
+    """Findings of the training-vs-serving layout check (contract level).
+
+    ``identified`` (slot -> evidence.Identification from a reference capture) replaces the
+    declared layers on the training side; the report says which evidence it relied on.
+    """
     training, serving = contract.training, contract.serving
     if training is None or serving is None:
         return []
@@ -139,6 +150,14 @@ def check_layout(contract: Contract, serving_args: str | None = None,
 
     spans = _resolve_spans(serving, arch, L, ids)
     fc_layers = [training.slots[i].layer for i in training.fc_input]
+    evidence = "declared in the contract" + (", norm profile of a sampled shard"
+                                              if stats_of else "")
+    if identified:
+        fc_layers = [identified[i].best.layer if i in identified else layer
+                     for i, layer in zip(training.fc_input, fc_layers)]
+        evidence = "reference capture of the target on a sampled shard (" + ", ".join(
+            f"slot {i}: {identified[i].best.layer} cos {identified[i].best.cosine:.4f}"
+            for i in training.fc_input if i in identified) + ")"
     for span in spans:
         engine = f"{serving.engine} {span.label}" if serving.engine == "sglang" else serving.engine
         if span.resolution is None:
@@ -149,7 +168,7 @@ def check_layout(contract: Contract, serving_args: str | None = None,
         res = span.resolution
         for code, message in res.problems:
             report.add(code, f"{engine}: {message}", "serving")
-        _compare(report, training, res, fc_layers, engine, fmt, H, stats_of)
+        _compare(report, training, res, fc_layers, engine, fmt, H, stats_of, evidence)
         _fc_width(report, contract, draft, res, engine, span)
     _dtype(report, contract, serving, serving_args)
     _target_norm(report, training, fmt, L)
@@ -198,8 +217,8 @@ def _serving_ids(report: _Report, serving: ServingSpec,
 
 def _compare(report: _Report, training: TrainingSpec, res: Resolution, fc_layers: list[Layer],
              engine: str, fmt: str, hidden: int,
-             stats_of: Callable[[int], object] | None) -> None:
-    table = _table(training, res, fmt, engine)
+             stats_of: Callable[[int], object] | None, evidence: str) -> None:
+    table = _table(training, res, fmt, engine, fc_layers) + f"\ntraining side: {evidence}"
     if len(fc_layers) != len(res.layers):
         report.add("EC502", f"the trainer feeds the fc {len(fc_layers)} states, {engine} "
                    f"feeds it {len(res.layers)}", "training.fc_input",

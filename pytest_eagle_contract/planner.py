@@ -12,12 +12,16 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .checks import SHARD_CHECKS, Shard
 from .contract import Contract
 from .errors import UsageError
 from .findings import Finding
 from .formats import FORMATS, SHARD_GLOBS
+
+if TYPE_CHECKING:
+    from .target_model import TargetModel
 
 DEFAULT_SAMPLE = 10
 Sampling = int | None  # None: every shard
@@ -103,12 +107,13 @@ def shard_paths(contract: Contract, shards: Iterable[Path] | None, sample: Sampl
 
 
 CONTRACT_CHECKS = ("layout",)
-CHECKS = (*CONTRACT_CHECKS, *SHARD_CHECKS)
+EVIDENCE = "evidence"  # per shard, when a target model is given
+CHECKS = (*CONTRACT_CHECKS, *SHARD_CHECKS, EVIDENCE)
 
 
 def plan(contract: Contract, shards: Iterable[Path] | None = None,
          sample: Sampling = DEFAULT_SAMPLE, seed: int = 0,
-         checks: Iterable[str] = CHECKS) -> list[Unit]:
+         checks: Iterable[str] = CHECKS, target_model: Path | None = None) -> list[Unit]:
     """All units of a contract: ``layout`` first (when the contract has both sides), then
     the shard checks grouped by shard so each shard is read once.
 
@@ -117,34 +122,54 @@ def plan(contract: Contract, shards: Iterable[Path] | None = None,
     contract-level checks still run.
     """
     wanted = set(checks)
+    if target_model is None and contract.target.model is None:
+        wanted.discard(EVIDENCE)
     unknown = wanted - set(CHECKS)
     if unknown:
         raise UsageError(f"unknown checks {sorted(unknown)}: choose from {', '.join(CHECKS)}")
     found: list[tuple[Path, str]] = []
     units: list[Unit] = []
-    if wanted & set(SHARD_CHECKS) or "layout" in wanted:
+    if wanted:
         try:
             found = shard_paths(contract, shards, sample, seed)
         except UsageError as exc:
             if shards:
                 raise
-            if wanted & set(SHARD_CHECKS) and contract.training is not None:
+            if wanted - set(CONTRACT_CHECKS) and contract.training is not None:
                 units.append(Unit(contract, "shards", problem=str(exc)))
     if "layout" in wanted and contract.training and contract.serving:
         first = found[0] if found else (None, "")
         units.insert(0, Unit(contract, "layout", evidence=first[0], evidence_label=first[1]))
-    units += [Unit(contract, check, path, label) for path, label in found
-              for check in SHARD_CHECKS if check in wanted]
+    per_shard = [c for c in (*SHARD_CHECKS, EVIDENCE) if c in wanted]
+    units += [Unit(contract, check, path, label) for path, label in found for check in per_shard]
     return units
 
 
 class Runner:
     """Runs units, keeping the last few shards read so a shard's checks share one read."""
 
-    def __init__(self, keep: int = 2, serving_args: str | None = None) -> None:
+    def __init__(self, keep: int = 2, serving_args: str | None = None,
+                 target_model: Path | None = None, reference: bool | None = None) -> None:
         self._cache: OrderedDict[tuple[Path, str, int], Shard] = OrderedDict()
         self._keep = keep
         self._serving_args = serving_args
+        self._target_path = target_model
+        self._reference = reference
+        self._targets: dict[Path, TargetModel] = {}
+
+    def target(self, contract: Contract) -> TargetModel | None:
+        """The target model (override, else the contract's), opened once."""
+        path = self._target_path or contract.target.model
+        if path is None:
+            return None
+        if path not in self._targets:
+            from .target_model import TargetModel
+
+            self._targets[path] = TargetModel.open(path)
+        return self._targets[path]
+
+    def reference(self, contract: Contract) -> bool:
+        return contract.target.reference_capture if self._reference is None else self._reference
 
     def shard(self, contract: Contract, path: Path, label: str) -> Shard:
         assert contract.training is not None
@@ -169,6 +194,12 @@ class Runner:
                                 contract=str(unit.contract.path),
                                 line=unit.contract.line_of("training.shards"),
                                 hint=shard.error.hint)]
+        elif unit.check == EVIDENCE:
+            from .evidence import check_evidence
+
+            target = self.target(unit.contract)
+            assert target is not None
+            findings = check_evidence(unit.contract, shard, target, self.reference(unit.contract))
         else:
             findings = SHARD_CHECKS[unit.check](unit.contract, shard)
         return [f for f in findings if f.code not in unit.contract.waivers]
@@ -185,12 +216,21 @@ class Runner:
         if unit.check != "layout":
             raise ValueError(f"unknown contract-level check {unit.check}")
         stats_of = None
+        identified = None
         if unit.evidence is not None:
             shard = self.shard(contract, unit.evidence, unit.evidence_label)
             if shard.sample is not None:
                 def stats_of(i: int) -> object:
                     return shard.stats(i) if i < len(shard.slots) else None
-        return check_layout(contract, self._serving_args, stats_of)
+
+                target = self.target(contract)
+                ids = shard.sample.input_ids
+                if target is not None and self.reference(contract) and ids is not None:
+                    from .evidence import identify
+
+                    found = identify([s.tensor for s in shard.slots], ids, target)
+                    identified = {i.slot: i for i in found}
+        return check_layout(contract, self._serving_args, stats_of, identified)
 
 
 @dataclass(frozen=True)
@@ -215,6 +255,7 @@ class Outcome:
         return len({u.shard for u in self.units if u.shard is not None})
 
 
-def run_units(units: list[Unit], serving_args: str | None = None) -> Outcome:
-    runner = Runner(serving_args=serving_args)
+def run_units(units: list[Unit], serving_args: str | None = None,
+              target_model: Path | None = None, reference: bool | None = None) -> Outcome:
+    runner = Runner(serving_args=serving_args, target_model=target_model, reference=reference)
     return Outcome(units, [runner.run(unit) for unit in units])

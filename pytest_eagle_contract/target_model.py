@@ -102,8 +102,10 @@ class TargetModel:
     def module(self) -> Any:
         """The whole model, float32 on CPU, from local files only (reference capture)."""
         from transformers import AutoModelForCausalLM
+        from transformers.utils import logging
 
-        model = AutoModelForCausalLM.from_pretrained(  # type: ignore[no-untyped-call]
+        logging.disable_progress_bar()
+        model: Any = AutoModelForCausalLM.from_pretrained(
             str(self.path), local_files_only=True, dtype="float32")
         return model.eval()
 

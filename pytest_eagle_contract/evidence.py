@@ -1,0 +1,226 @@
+"""Evidence of what each slot really is, from the target's own weights and a reference run.
+
+- ``identify``: run the target (transformers, CPU) on the shard's input_ids, collect every
+  canonical layer and name, per slot, the best match and the runner-up.
+- weight checks, reading only the tensors they need: the embedding rows (EC601), the final
+  norm weight (EC602), lm_head (EC603).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .contract import Contract
+from .findings import Finding
+from .layers import Layer
+from .target_model import TargetModel
+
+if TYPE_CHECKING:
+    import torch
+
+    from .checks import Shard
+
+EMBED_RTOL = 1e-2  # a slot equals the embedding rows when its relative error is below this
+POST_NORM_TOL = 0.02  # |rms(y / w) - 1| below this, per token, marks a post-norm state
+
+
+@dataclass(frozen=True)
+class Match:
+    layer: Layer
+    cosine: float
+    rel_error: float
+
+
+@dataclass(frozen=True)
+class Identification:
+    """The canonical layer a stored slot matches best, and its runner-up."""
+
+    slot: int
+    best: Match
+    runner_up: Match
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"slot": self.slot, "layer": str(self.best.layer),
+                "cosine": round(self.best.cosine, 6), "rel_error": round(self.best.rel_error, 6),
+                "runner_up": {"layer": str(self.runner_up.layer),
+                              "cosine": round(self.runner_up.cosine, 6),
+                              "rel_error": round(self.runner_up.rel_error, 6)}}
+
+
+def _compare(x: torch.Tensor, y: torch.Tensor) -> Match:
+    import torch
+
+    cos = torch.nn.functional.cosine_similarity(x, y, dim=-1).mean()
+    rel = torch.linalg.vector_norm(x - y) / torch.linalg.vector_norm(y).clamp_min(1e-12)
+    return Match(Layer(0), float(cos), float(rel))
+
+
+def identify(slots: list[torch.Tensor], input_ids: torch.Tensor,
+             target: TargetModel) -> list[Identification]:
+    """Name every slot by a reference capture of the target on the shard's own tokens.
+
+    Ranked by relative L2 error (scale-aware, so a post-norm state is told from its
+    pre-norm input even where they point the same way); cosine is reported beside it.
+    """
+    from .tiny_models import capture_canonical
+
+    states = capture_canonical(target.module, input_ids.long())
+    out = []
+    for index, slot in enumerate(slots):
+        x = slot.float()
+        matches = []
+        for layer, state in states.items():
+            if state.shape != x.shape:
+                continue
+            m = _compare(x, state)
+            matches.append(Match(layer, m.cosine, m.rel_error))
+        matches.sort(key=lambda m: m.rel_error)
+        if len(matches) >= 2:
+            out.append(Identification(index, matches[0], matches[1]))
+    return out
+
+
+# -- weight-based checks -----------------------------------------------------------------
+
+
+def _finding(contract: Contract, shard: Shard, code: str, message: str, key: str, *,
+             slot: int | None = None, expected: str = "", found: str = "", hint: str = "",
+             ) -> Finding:
+    return Finding(code, message, expected=expected, found=found, file=shard.label, slot=slot,
+                   contract=str(contract.path), line=contract.line_of(key), hint=hint)
+
+
+def check_target_config(contract: Contract, target: TargetModel) -> list[str]:
+    """Differences between the contract's target section and the model's config.json."""
+    t = contract.target
+    out = []
+    for name, declared, actual in (("num_hidden_layers", t.num_hidden_layers, target.num_layers),
+                                   ("hidden_size", t.hidden_size, target.hidden_size),
+                                   ("vocab_size", t.vocab_size, target.vocab_size)):
+        if declared is not None and actual is not None and declared != actual:
+            out.append(f"target.{name} is {declared}, the model's config.json says {actual}")
+    return out
+
+
+def embedding_error(slot: torch.Tensor, rows: torch.Tensor) -> float:
+    import torch
+
+    expected = rows.to(slot.dtype).float()
+    diff = torch.linalg.vector_norm(slot.float() - expected)
+    return float(diff / torch.linalg.vector_norm(expected).clamp_min(1e-12))
+
+
+def post_norm_deviation(slot: torch.Tensor, weight: torch.Tensor) -> float:
+    """Median over tokens of |rms(y / w) - 1|: 0 for an RMSNorm output with weight w."""
+    import torch
+
+    w = weight.float()
+    keep = w.abs() > 1e-3 * float(w.abs().max())
+    ratio = slot.float()[:, keep] / w[keep]
+    rms = torch.sqrt((ratio * ratio).mean(dim=-1))
+    return float((rms - 1).abs().median())
+
+
+def teacher_agreement(state: torch.Tensor, post_norm: bool, target: TargetModel,
+                      input_ids: torch.Tensor, loss_mask: torch.Tensor | None,
+                      chunk: int = 256) -> tuple[int, int]:
+    """(agreements, response tokens): argmax(lm_head(final_norm[t])) == input_ids[t+1]."""
+    import torch
+
+    x = state.float()
+    w = target.final_norm_weight.float()
+    if not post_norm:
+        x = w * x * torch.rsqrt((x * x).mean(dim=-1, keepdim=True) + target.eps)
+    head = target.lm_head
+    ids = input_ids.long()
+    wanted = torch.ones(len(ids) - 1, dtype=torch.bool) if loss_mask is None else \
+        loss_mask[1:].bool()
+    positions = wanted.nonzero().flatten()
+    hits = 0
+    for start in range(0, len(positions), chunk):
+        pos = positions[start:start + chunk]
+        logits = x[pos] @ head.float().T
+        hits += int((logits.argmax(dim=-1) == ids[pos + 1]).sum())
+    return hits, len(positions)
+
+
+def check_evidence(contract: Contract, shard: Shard, target: TargetModel,
+                   reference: bool) -> list[Finding]:
+    """EC601-EC605 on one shard."""
+    training = contract.training
+    sample = shard.sample
+    assert training is not None and sample is not None
+    out: list[Finding] = []
+    for problem in check_target_config(contract, target):
+        out.append(_finding(contract, shard, "EC605", problem, "target",
+                            hint="point target.model at the checkpoint the shards came from"))
+    if out:
+        return out
+    ids, mask = sample.input_ids, sample.loss_mask
+    slots = [s for s in shard.slots if s.tensor.dim() == 2]
+    if ids is None or len(slots) != len(training.slots):
+        return out  # structure findings say why
+    rows = target.embedding[ids.long()]
+    weight = target.final_norm_weight
+    for slot, spec in zip(slots, training.slots):
+        key = f"training.slots[{slot.index}]"
+        err = embedding_error(slot.tensor, rows)
+        if spec.layer.is_embed and err > EMBED_RTOL:
+            out.append(_finding(contract, shard, "EC601", f"slot {slot.index} is declared embed "
+                                "but differs from embed_tokens.weight[input_ids]", key,
+                                slot=slot.index, expected="relative error 0",
+                                found=f"relative error {err:.3g}",
+                                hint="the slot holds a deeper layer"))
+        elif not spec.layer.is_embed and err <= EMBED_RTOL:
+            out.append(_finding(contract, shard, "EC601", f"slot {slot.index} is declared "
+                                f"{spec.layer} but equals embed_tokens.weight[input_ids]", key,
+                                slot=slot.index, expected=str(spec.layer),
+                                found=f"the embedding (relative error {err:.2g})",
+                                hint="an embedding slot where a residual layer belongs: the "
+                                     "capture took index 0, or put the embedding in front"))
+        dev = post_norm_deviation(slot.tensor, weight)
+        looks_post = dev < POST_NORM_TOL
+        profile = math.sqrt(target.hidden_size) * float(weight.float().pow(2).mean().sqrt())
+        if spec.layer.is_final_norm and not looks_post:
+            out.append(_finding(contract, shard, "EC602", f"slot {slot.index} is declared "
+                                "final_norm but is not the final RMSNorm's output", key,
+                                slot=slot.index, expected="rms(y / w) = 1 per token",
+                                found=f"median |rms(y / w) - 1| = {dev:.3g}",
+                                hint=f"a pre-norm state; post-norm per-token norms sit near "
+                                     f"sqrt(H)*rms(w) = {profile:.4g}"))
+        elif not spec.layer.is_final_norm and looks_post:
+            out.append(_finding(contract, shard, "EC602", f"slot {slot.index} is declared "
+                                f"{spec.layer} (pre-norm) but is the final RMSNorm's output",
+                                key, slot=slot.index, expected="a pre-norm state",
+                                found=f"median |rms(y / w) - 1| = {dev:.3g}",
+                                hint="the capture took the post-norm state; a trainer that "
+                                     "norms it again trains on the wrong target"))
+    minimum = training.teacher_agreement_min
+    if minimum is not None and training.target_slot is not None:
+        spec = training.slots[training.target_slot]
+        hits, total = teacher_agreement(slots[training.target_slot].tensor,
+                                        spec.layer.is_final_norm, target, ids, mask)
+        rate = hits / total if total else 0.0
+        if rate < minimum:
+            out.append(_finding(contract, shard, "EC603", f"teacher agreement {rate:.1%} "
+                                f"({hits} of {total} response tokens)",
+                                "training.teacher_agreement", slot=training.target_slot,
+                                expected=f">= {minimum:.1%}", found=f"{rate:.1%}",
+                                hint="the target slot is not the target's final state, or the "
+                                     "data was not generated by this target"))
+    if reference:
+        for ident in identify([s.tensor for s in slots], ids, target):
+            declared = training.slots[ident.slot].layer
+            if ident.best.layer != declared:
+                out.append(_finding(
+                    contract, shard, "EC604", f"slot {ident.slot} is declared {declared} but "
+                    f"is {ident.best.layer}", f"training.slots[{ident.slot}]", slot=ident.slot,
+                    expected=str(declared), found=f"{ident.best.layer} (cosine "
+                    f"{ident.best.cosine:.4f}, rel. error {ident.best.rel_error:.3g})",
+                    hint=f"runner-up {ident.runner_up.layer} (cosine "
+                         f"{ident.runner_up.cosine:.4f}, rel. error "
+                         f"{ident.runner_up.rel_error:.3g}); reference capture of the target "
+                         "on this shard's tokens"))
+    return out

@@ -11,7 +11,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from .errors import EagleContractError
+from .errors import EagleContractError, UsageError
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 
@@ -30,7 +30,11 @@ def _parser() -> argparse.ArgumentParser:
     ins.add_argument("--json", action="store_true", help="print one JSON object")
 
     inf = sub.add_parser("infer", help="draft a contract from shards you trust")
-    inf.add_argument("paths", type=Path, nargs="+", metavar="PATH")
+    inf.add_argument("paths", type=Path, nargs="*", metavar="PATH",
+                     help="shard files or directories (with --update: default training.shards)")
+    inf.add_argument("--update", type=Path, metavar="CONTRACT",
+                     help="re-measure CONTRACT's norm bounds and rewrite them in place, keeping "
+                          "comments and key order; exits 1 when anything changed")
     inf.add_argument("-o", "--output", type=Path, help="write here instead of stdout")
     inf.add_argument("--name", help="contract name (default: the output file's stem)")
     inf.add_argument("--format", choices=FORMAT_NAMES, default="auto")
@@ -113,6 +117,19 @@ def _inspect(args: argparse.Namespace) -> int:
 def _infer(args: argparse.Namespace) -> int:
     from .infer import infer_contract
     from .planner import parse_sample
+
+    if args.update is not None:
+        from .baseline import update_contract
+
+        changes = update_contract(args.update, args.paths or None, parse_sample(args.sample),
+                                  args.seed)
+        for change in changes:
+            print(f"{args.update}: {change}")
+        print(f"{len(changes)} bound(s) changed" if changes else "no bound changed: nothing "
+              "written")
+        return EXIT_FINDINGS if changes else EXIT_OK
+    if not args.paths:
+        raise UsageError("infer needs shard PATHs (or --update CONTRACT)")
 
     name = args.name or (args.output.stem if args.output else "drafted")
     import os

@@ -45,7 +45,7 @@ class _Observed:
     mask_dtype: str
 
 
-def _observe(paths: Sequence[Path], format: str, hidden_size: int | None) -> _Observed:
+def observe(paths: Sequence[Path], format: str, hidden_size: int | None) -> _Observed:
     medians: list[list[float]] = []
     dtypes: list[str] = []
     lengths: list[int] = []
@@ -85,7 +85,7 @@ def _observe(paths: Sequence[Path], format: str, hidden_size: int | None) -> _Ob
                      mask_dtype)
 
 
-def _bounds(values: list[float]) -> tuple[float, float]:
+def bounds_from(values: list[float]) -> tuple[float, float]:
     lo, hi = min(values), max(values)
     center = statistics.median(values)
     margin = max(MIN_MARGIN, (hi - lo) / center if center else MIN_MARGIN)
@@ -102,7 +102,7 @@ def infer_contract(paths: Sequence[Path], *, name: str, format: str = "auto",
     if not files:
         raise UsageError("no shard files found under " + ", ".join(map(str, paths)))
     files = choose(files, sample, seed)
-    obs = _observe(files, format, hidden_size)
+    obs = observe(files, format, hidden_size)
     n = len(obs.medians)
     if layers:
         named = [Layer.parse(x) for x in layers]
@@ -139,7 +139,7 @@ def infer_contract(paths: Sequence[Path], *, name: str, format: str = "auto",
         out.append(f"  shards: {shards_ref}")
     out.append("  slots:  # stored order; norm = bounds on the median per-token L2 norm")
     for i, (layer, dtype, values) in enumerate(zip(named, obs.dtypes, obs.medians)):
-        lo, hi = _bounds(values)
+        lo, hi = bounds_from(values)
         dtype_part = "" if dtype == obs.dtypes[0] else f", dtype: {dtype}"
         out.append(f"    - {{layer: {layer}{dtype_part}, norm: {{min: {lo:.6g}, max: {hi:.6g}}}}}"
                    f"  # slot {i}: medians {min(values):.6g}..{max(values):.6g}")
@@ -150,7 +150,7 @@ def infer_contract(paths: Sequence[Path], *, name: str, format: str = "auto",
     if obs.ids_dtype != "int64" or obs.mask_dtype != "int64":
         out += [f"  input_ids: {{dtype: {obs.ids_dtype}}}",
                 f"  loss_mask: {{dtype: {obs.mask_dtype}}}"]
-    overlaps = _overlaps([_bounds(v) for v in obs.medians])
+    overlaps = _overlaps([bounds_from(v) for v in obs.medians])
     for a, b in overlaps:
         out.append(f"# WARNING: the norm bounds of slots {a} and {b} overlap: a swap of these two "
                    "would pass; add evidence (issue: serving layout) or tighten them.")

@@ -38,6 +38,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="how many shards to sample per contract (default 10)")
     group.addoption("--eagle-seed", dest="eagle_seed", metavar="S", type=int, default=None,
                     help="seed of the shard sample (default 0)")
+    group.addoption("--eagle-contract-update", action="store_true", dest="eagle_update",
+                    help="re-measure each contract's norm bounds from its shards and rewrite "
+                         "them in place (comments kept); the run that changes them fails")
+    group.addoption("--eagle-target-model", dest="eagle_target_model", metavar="DIR",
+                    default=None, help="the target's HF model directory (overrides "
+                                       "target.model): adds the evidence check per shard")
+    group.addoption("--eagle-reference-capture", action="store_true", default=None,
+                    dest="eagle_reference",
+                    help="run the target on each shard's tokens and identify every slot")
     group.addoption("--eagle-serving-args", dest="eagle_serving_args", metavar="COMMAND",
                     default=None, help="the engine's launch command line, linted and used by "
                                        "the layout check (overrides serving.launch)")
@@ -143,11 +152,19 @@ class ContractFile(pytest.File):
         from .planner import plan
 
         sample, seed = _sampling(self.config)
+        shards = _shards_override(self.config) or None
+        changes: list[Any] = []
         try:
+            if self.config.getoption("eagle_update"):
+                from .baseline import update_contract
+
+                changes = update_contract(self.path, shards, sample, seed)
             contract = load_contract(self.path)
-            units = plan(contract, _shards_override(self.config) or None, sample, seed)
+            units = plan(contract, shards, sample, seed, target_model=_target_model(self.config))
         except EagleContractError as exc:
             raise self.CollectError(f"invalid contract or shards:\n{exc}") from None
+        if changes:
+            yield BaselineItem.from_parent(self, name="baseline", changes=changes)
         for unit in units:
             # The explicit nodeid parses as name + [params], as pytest's own parametrised
             # ids do, so --lf and --sw match the ids they stored.
@@ -165,7 +182,9 @@ class ContractItem(pytest.Item):
 
         if _RUNNER not in self.config.stash:
             self.config.stash[_RUNNER] = Runner(
-                serving_args=self.config.getoption("eagle_serving_args"))
+                serving_args=self.config.getoption("eagle_serving_args"),
+                target_model=_target_model(self.config),
+                reference=self.config.getoption("eagle_reference"))
         findings = self.config.stash[_RUNNER].run(self.unit)
         if any(f.severity == "error" for f in findings):
             raise ContractViolation(findings)
@@ -184,6 +203,32 @@ class ContractItem(pytest.Item):
             self.unit.check, "training.slots")
         line = contract.line_of(key)
         return self.path, line - 1, f"{contract.name}::{self.unit.name}"
+
+
+class BaselineItem(pytest.Item):
+    """Fails the run that rewrote a contract's bounds, listing what moved."""
+
+    def __init__(self, *, changes: list[Any], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.changes = changes
+
+    def runtest(self) -> None:
+        raise ContractViolation([])
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
+                     style: Any = None) -> str:
+        lines = [f"{self.path.name}: norm bounds re-measured and rewritten "
+                 "(--eagle-contract-update); review the diff and commit it:"]
+        lines += [f"  {change}" for change in self.changes]
+        return "\n".join(lines)
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.path, 0, f"{self.path.name}::baseline"
+
+
+def _target_model(config: pytest.Config) -> Path | None:
+    given = config.getoption("eagle_target_model")
+    return Path(given).resolve() if given else None
 
 
 # Fixtures for users' own tests ----------------------------------------------------------

@@ -104,7 +104,7 @@ class TargetModel:
         from transformers import AutoModelForCausalLM
         from transformers.utils import logging
 
-        logging.disable_progress_bar()
+        logging.disable_progress_bar()  # type: ignore[no-untyped-call]
         model: Any = AutoModelForCausalLM.from_pretrained(
             str(self.path), local_files_only=True, dtype="float32")
         return model.eval()

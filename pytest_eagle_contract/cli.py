@@ -10,8 +10,12 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .errors import EagleContractError, UsageError
+
+if TYPE_CHECKING:
+    from .planner import Runner
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 
@@ -67,6 +71,22 @@ def _parser() -> argparse.ArgumentParser:
     chk.add_argument("--reference-capture", action=argparse.BooleanOptionalAction, default=None,
                      help="run the target on each shard's tokens and identify every slot "
                           "(default: target.reference_capture)")
+
+    chk.add_argument("--captures", type=Path, action="append", metavar="DIR",
+                     help="verify shards against these capture files (eagle-contract record)")
+    chk.add_argument("--sglang-url", metavar="URL",
+                     help="verify shards against a live SGLang server")
+    chk.add_argument("--sglang-timeout", type=float, default=60.0, metavar="S")
+
+    rec = sub.add_parser("record", help="capture what SGLang feeds the draft, for shards' ids")
+    rec.add_argument("contract", type=Path)
+    rec.add_argument("paths", type=Path, nargs="*", metavar="PATH",
+                     help="shard files or directories (default: training.shards)")
+    rec.add_argument("--sglang-url", required=True, metavar="URL")
+    rec.add_argument("-o", "--out", type=Path, required=True, metavar="DIR")
+    rec.add_argument("--sample", default="all", help="N shards or 'all' (default: all)")
+    rec.add_argument("--seed", type=int, default=0)
+    rec.add_argument("--timeout", type=float, default=60.0, metavar="S")
 
     idf = sub.add_parser("identify", help="name each slot's layer by running the target model")
     idf.add_argument("path", type=Path)
@@ -158,16 +178,17 @@ def _infer(args: argparse.Namespace) -> int:
 
 def _gate(contract_path: Path, paths: list[Path] | None, sample: str | None, seed: int,
           quiet: bool = False, report: Path | None = None, checks: str | None = None,
-          serving_args: str | None = None, target_model: Path | None = None,
-          reference: bool | None = None) -> int:
+          target_model: Path | None = None, runner: Runner | None = None) -> int:
     from .contract import load_contract
     from .planner import CHECKS, parse_sample, plan, run_units
     from .render import format_findings, summary, to_json
 
     contract = load_contract(contract_path)
     families = [c.strip() for c in checks.split(",")] if checks else list(CHECKS)
-    units = plan(contract, paths or None, parse_sample(sample), seed, families, target_model)
-    outcome = run_units(units, serving_args, target_model, reference)
+    capture = runner is not None and runner.captures_enabled
+    units = plan(contract, paths or None, parse_sample(sample), seed, families, target_model,
+                 capture)
+    outcome = run_units(units, runner)
     findings = outcome.findings
     if not quiet and findings:
         print(format_findings(findings) + "\n")
@@ -185,8 +206,31 @@ def _gate(contract_path: Path, paths: list[Path] | None, sample: str | None, see
 
 
 def _check(args: argparse.Namespace) -> int:
+    from .planner import Runner
+
+    runner = Runner(serving_args=args.serving_args, target_model=args.target_model,
+                    reference=args.reference_capture, captures=args.captures or (),
+                    sglang_url=args.sglang_url, timeout=args.sglang_timeout)
     return _gate(args.contract, args.paths, args.sample, args.seed, args.quiet, args.json,
-                 args.checks, args.serving_args, args.target_model, args.reference_capture)
+                 args.checks, args.target_model, runner)
+
+
+def _record(args: argparse.Namespace) -> int:
+    from .capture import record
+    from .contract import load_contract
+    from .planner import parse_sample, shard_paths
+    from .sglang_client import CaptureError
+
+    contract = load_contract(args.contract)
+    paths = [p for p, _ in shard_paths(contract, args.paths or None, parse_sample(args.sample),
+                                       args.seed)]
+    try:
+        written = record(args.sglang_url, paths, contract, args.out, args.timeout)
+    except CaptureError as exc:
+        print(f"eagle-contract record: {exc.code} {exc}", file=sys.stderr)
+        return EXIT_FINDINGS
+    print(f"recorded {len(written)} capture file(s) in {args.out}")
+    return EXIT_OK
 
 
 def _identify(args: argparse.Namespace) -> int:
@@ -289,7 +333,7 @@ def _schema(args: argparse.Namespace) -> int:
 
 
 _COMMANDS = {"inspect": _inspect, "infer": _infer, "check": _check, "resolve": _resolve,
-             "identify": _identify, "demo": _demo, "schema": _schema}
+             "identify": _identify, "record": _record, "demo": _demo, "schema": _schema}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

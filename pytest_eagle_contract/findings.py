@@ -57,6 +57,17 @@ _RULES: tuple[Rule, ...] = (
     Rule("EC604", "slot-identity", "a reference capture finds another layer than declared"),
     Rule("EC605", "target-model", "the target model does not match the contract's target"),
     # -- EC7xx: serving capture (live SGLang, capture files) --
+    Rule("EC701", "capture-mismatch", "a shard's fc-input slot differs from the state the "
+                                      "server feeds the draft at that position"),
+    Rule("EC702", "aux-capture-off", "the server returned no aux states: hidden-state return "
+                                     "off, or the post-norm last layer"),
+    Rule("EC703", "capture-rows", "the server returned another number of prefill rows than "
+                                  "the shard has tokens"),
+    Rule("EC704", "capture-width", "the captured states are not n_aux * hidden_size wide"),
+    Rule("EC705", "server-unreachable", "the SGLang server cannot be reached or did not "
+                                        "answer /generate"),
+    Rule("EC706", "capture-missing", "no capture file holds this shard's input_ids"),
+    Rule("EC707", "capture-invalid", "a capture file is unreadable or inconsistent"),
     # -- EC8xx: contract sharpness (mutations) --
 )
 RULES: dict[str, Rule] = {rule.code: rule for rule in _RULES}

@@ -21,6 +21,7 @@ from .findings import Finding
 from .formats import FORMATS, SHARD_GLOBS
 
 if TYPE_CHECKING:
+    from .capture import CaptureIndex
     from .target_model import TargetModel
 
 DEFAULT_SAMPLE = 10
@@ -108,12 +109,14 @@ def shard_paths(contract: Contract, shards: Iterable[Path] | None, sample: Sampl
 
 CONTRACT_CHECKS = ("layout",)
 EVIDENCE = "evidence"  # per shard, when a target model is given
-CHECKS = (*CONTRACT_CHECKS, *SHARD_CHECKS, EVIDENCE)
+CAPTURE = "capture"  # per shard, when capture files or a live server are given
+CHECKS = (*CONTRACT_CHECKS, *SHARD_CHECKS, EVIDENCE, CAPTURE)
 
 
 def plan(contract: Contract, shards: Iterable[Path] | None = None,
          sample: Sampling = DEFAULT_SAMPLE, seed: int = 0,
-         checks: Iterable[str] = CHECKS, target_model: Path | None = None) -> list[Unit]:
+         checks: Iterable[str] = CHECKS, target_model: Path | None = None,
+         capture: bool = False) -> list[Unit]:
     """All units of a contract: ``layout`` first (when the contract has both sides), then
     the shard checks grouped by shard so each shard is read once.
 
@@ -124,6 +127,8 @@ def plan(contract: Contract, shards: Iterable[Path] | None = None,
     wanted = set(checks)
     if target_model is None and contract.target.model is None:
         wanted.discard(EVIDENCE)
+    if not capture:
+        wanted.discard(CAPTURE)
     unknown = wanted - set(CHECKS)
     if unknown:
         raise UsageError(f"unknown checks {sorted(unknown)}: choose from {', '.join(CHECKS)}")
@@ -140,7 +145,7 @@ def plan(contract: Contract, shards: Iterable[Path] | None = None,
     if "layout" in wanted and contract.training and contract.serving:
         first = found[0] if found else (None, "")
         units.insert(0, Unit(contract, "layout", evidence=first[0], evidence_label=first[1]))
-    per_shard = [c for c in (*SHARD_CHECKS, EVIDENCE) if c in wanted]
+    per_shard = [c for c in (*SHARD_CHECKS, EVIDENCE, CAPTURE) if c in wanted]
     units += [Unit(contract, check, path, label) for path, label in found for check in per_shard]
     return units
 
@@ -149,13 +154,32 @@ class Runner:
     """Runs units, keeping the last few shards read so a shard's checks share one read."""
 
     def __init__(self, keep: int = 2, serving_args: str | None = None,
-                 target_model: Path | None = None, reference: bool | None = None) -> None:
+                 target_model: Path | None = None, reference: bool | None = None,
+                 captures: Sequence[Path] = (), sglang_url: str | None = None,
+                 timeout: float = 60.0) -> None:
         self._cache: OrderedDict[tuple[Path, str, int], Shard] = OrderedDict()
         self._keep = keep
         self._serving_args = serving_args
         self._target_path = target_model
         self._reference = reference
         self._targets: dict[Path, TargetModel] = {}
+        self._capture_dirs = list(captures)
+        self._captures: CaptureIndex | None = None
+        self._sglang_url = sglang_url
+        self._timeout = timeout
+        self._reported_broken = False  # broken capture files are reported once per run
+
+    @property
+    def captures_enabled(self) -> bool:
+        return bool(self._capture_dirs or self._sglang_url)
+
+    def captures(self) -> CaptureIndex:
+        """The capture files, indexed once per run."""
+        if self._captures is None:
+            from .capture import load_captures
+
+            self._captures = load_captures(self._capture_dirs)
+        return self._captures
 
     def target(self, contract: Contract) -> TargetModel | None:
         """The target model (override, else the contract's), opened once."""
@@ -194,6 +218,18 @@ class Runner:
                                 contract=str(unit.contract.path),
                                 line=unit.contract.line_of("training.shards"),
                                 hint=shard.error.hint)]
+        elif unit.check == CAPTURE:
+            from .capture import verify_against_capture, verify_live
+
+            if self._sglang_url:
+                findings = verify_live(unit.contract, shard, self._sglang_url, self._timeout)
+            else:
+                index = self.captures()
+                findings = [Finding("EC707", problem, file=unit.label,
+                                    contract=str(unit.contract.path))
+                            for problem in index.problems if not self._reported_broken]
+                self._reported_broken = True
+                findings += verify_against_capture(unit.contract, shard, index)
         elif unit.check == EVIDENCE:
             from .evidence import check_evidence
 
@@ -255,7 +291,6 @@ class Outcome:
         return len({u.shard for u in self.units if u.shard is not None})
 
 
-def run_units(units: list[Unit], serving_args: str | None = None,
-              target_model: Path | None = None, reference: bool | None = None) -> Outcome:
-    runner = Runner(serving_args=serving_args, target_model=target_model, reference=reference)
+def run_units(units: list[Unit], runner: Runner | None = None) -> Outcome:
+    runner = runner or Runner()
     return Outcome(units, [runner.run(unit) for unit in units])

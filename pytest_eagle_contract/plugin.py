@@ -47,6 +47,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--eagle-reference-capture", action="store_true", default=None,
                     dest="eagle_reference",
                     help="run the target on each shard's tokens and identify every slot")
+    group.addoption("--eagle-captures", action="append", dest="eagle_captures", metavar="DIR",
+                    default=None, help="verify shards against these capture files "
+                                       "(eagle-contract record); repeatable")
+    group.addoption("--eagle-sglang-url", dest="eagle_sglang_url", metavar="URL", default=None,
+                    help="verify shards against a live SGLang server")
+    group.addoption("--eagle-sglang-timeout", dest="eagle_sglang_timeout", metavar="S",
+                    type=float, default=60.0, help="seconds per request to the server")
+    group.addoption("--eagle-sglang-skip-unreachable", action="store_true",
+                    dest="eagle_sglang_skip",
+                    help="skip (with the reason), instead of fail, when the server is down")
     group.addoption("--eagle-serving-args", dest="eagle_serving_args", metavar="COMMAND",
                     default=None, help="the engine's launch command line, linted and used by "
                                        "the layout check (overrides serving.launch)")
@@ -96,8 +106,8 @@ def _configured_contracts(config: pytest.Config) -> list[Path]:
     """Contracts for a run with no contract argument: ini, else <rootdir>/contracts/."""
     listed = [Path(p) for p in config.getini("eagle_contract_paths")]
     if not listed:
-        folder = config.rootpath / DEFAULT_DIR
-        listed = [folder] if folder.is_dir() else []
+        folders = (config.rootpath / DEFAULT_DIR, config.invocation_params.dir / DEFAULT_DIR)
+        listed = next(([f] for f in folders if f.is_dir()), [])
     out: list[Path] = []
     for path in listed:
         if path.is_dir():
@@ -160,7 +170,8 @@ class ContractFile(pytest.File):
 
                 changes = update_contract(self.path, shards, sample, seed)
             contract = load_contract(self.path)
-            units = plan(contract, shards, sample, seed, target_model=_target_model(self.config))
+            units = plan(contract, shards, sample, seed, target_model=_target_model(self.config),
+                         capture=_runner(self.config).captures_enabled)
         except EagleContractError as exc:
             raise self.CollectError(f"invalid contract or shards:\n{exc}") from None
         if changes:
@@ -178,15 +189,12 @@ class ContractItem(pytest.Item):
         self.unit = unit
 
     def runtest(self) -> None:
-        from .planner import Runner
-
-        if _RUNNER not in self.config.stash:
-            self.config.stash[_RUNNER] = Runner(
-                serving_args=self.config.getoption("eagle_serving_args"),
-                target_model=_target_model(self.config),
-                reference=self.config.getoption("eagle_reference"))
-        findings = self.config.stash[_RUNNER].run(self.unit)
-        if any(f.severity == "error" for f in findings):
+        findings = _runner(self.config).run(self.unit)
+        errors = [f for f in findings if f.severity == "error"]
+        if errors and self.config.getoption("eagle_sglang_skip") and all(
+                f.code == "EC705" for f in errors):
+            pytest.skip(errors[0].message)
+        if errors:
             raise ContractViolation(findings)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
@@ -199,8 +207,8 @@ class ContractItem(pytest.Item):
 
     def reportinfo(self) -> tuple[Path, int, str]:
         contract: Contract = self.unit.contract
-        key = {"layout": "training.fc_input", "shards": "training.shards"}.get(
-            self.unit.check, "training.slots")
+        key = {"layout": "training.fc_input", "shards": "training.shards",
+               "capture": "training.fc_input"}.get(self.unit.check, "training.slots")
         line = contract.line_of(key)
         return self.path, line - 1, f"{contract.name}::{self.unit.name}"
 
@@ -226,6 +234,23 @@ class BaselineItem(pytest.Item):
         return self.path, 0, f"{self.path.name}::baseline"
 
 
+def _runner(config: pytest.Config) -> Runner:
+    """One runner per session: shards read once, the target model and captures opened once."""
+    if _RUNNER not in config.stash:
+        from .planner import Runner
+
+        dirs = [Path(d).resolve() for d in (config.getoption("eagle_captures") or [])]
+        for d in dirs:
+            if not d.exists():
+                raise pytest.UsageError(f"--eagle-captures: {d} does not exist")
+        config.stash[_RUNNER] = Runner(
+            serving_args=config.getoption("eagle_serving_args"),
+            target_model=_target_model(config), reference=config.getoption("eagle_reference"),
+            captures=dirs, sglang_url=config.getoption("eagle_sglang_url"),
+            timeout=config.getoption("eagle_sglang_timeout"))
+    return config.stash[_RUNNER]
+
+
 def _target_model(config: pytest.Config) -> Path | None:
     given = config.getoption("eagle_target_model")
     return Path(given).resolve() if given else None
@@ -245,9 +270,9 @@ def _marked_contract(node: Any, config: pytest.Config) -> Path:
     configured = _configured_contracts(config)
     if len(configured) == 1:
         return configured[0]
-    raise pytest.UsageError(
-        f"{node.nodeid}: mark the test with @pytest.mark.eagle_contract('contracts/x.yaml') "
-        f"to choose a contract ({len(configured)} configured)")
+    pytest.fail(f"{node.nodeid}: mark the test with @pytest.mark.eagle_contract("
+                f"'contracts/x.yaml') to choose a contract ({len(configured)} configured)",
+                pytrace=False)
 
 
 def _load(path: Path) -> Contract:
@@ -289,3 +314,24 @@ def eagle_shard(request: pytest.FixtureRequest) -> Any:
 
     contract, path = request.param
     return EagleShard.read(contract, path)
+
+
+@pytest.fixture
+def eagle_capture(request: pytest.FixtureRequest, eagle_shard: Any) -> Any:
+    """The server's aux states [T, n_aux * H] for this test's ``eagle_shard``: live when
+    --eagle-sglang-url is given, else from --eagle-captures, else skipped with the reason."""
+    from .capture import NoCapture, aux_for_shard
+    from .sglang_client import CaptureError
+
+    config = request.config
+    dirs = [Path(d) for d in (config.getoption("eagle_captures") or [])]
+    try:
+        return aux_for_shard(eagle_shard.contract, eagle_shard.path,
+                             url=config.getoption("eagle_sglang_url"), captures=dirs or None,
+                             timeout=config.getoption("eagle_sglang_timeout"))
+    except NoCapture as exc:
+        pytest.skip(f"eagle_capture: {exc}")
+    except CaptureError as exc:
+        if exc.code == "EC705" and config.getoption("eagle_sglang_skip"):
+            pytest.skip(f"eagle_capture: {exc.message}")
+        raise

@@ -1,0 +1,92 @@
+"""Capture from outside: `eagle-contract record` / `check --captures` and the plugin options,
+against the SGLang stand-in (tests/sglang_standin.py; not SGLang, which needs a GPU)."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+
+import pytest
+import torch
+from sglang_standin import Launch, SGLangStandin
+
+from pytest_eagle_contract.demo import SPEC, shipped_contract, write_demo_shards
+from pytest_eagle_contract.layers import Layer
+from pytest_eagle_contract.planner import discover
+from pytest_eagle_contract.reading import read_sample
+from pytest_eagle_contract.tiny_models import capture_canonical, tiny_target
+from pytest_eagle_contract.writing import write_shard
+
+
+@pytest.fixture(scope="module")
+def sets(tmp_path_factory):
+    root = tmp_path_factory.mktemp("capture-cli")
+    good, _ = write_demo_shards(root, shards=3)
+    model = tiny_target(SPEC)
+    for i, path in enumerate(discover(good)):
+        sample = read_sample(path, "specforge")
+        states = capture_canonical(model, sample.input_ids)
+        write_shard(root / "shifted", "specforge", i, sample.input_ids, sample.loss_mask,
+                    [states[x].to(torch.bfloat16) for x in (Layer(3), Layer(5), Layer(6),
+                                                            Layer(-1))])
+    return root
+
+
+@pytest.fixture(scope="module")
+def captures(sets):
+    from conftest import run_cli
+
+    with SGLangStandin(Launch(mode="aux", layer_ids=[1, 3, 4])) as url:
+        res = run_cli("record", shipped_contract(), sets / "good", "--sglang-url", url,
+                      "-o", sets / "captures")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "recorded 3 capture file(s)" in res.stdout
+    return sets / "captures"
+
+
+def test_check_against_capture_files(sets, captures, cli):
+    good = cli("check", shipped_contract(), sets / "good", "--captures", captures,
+               "--checks", "capture", "--sample", "all")
+    assert good.returncode == 0, good.stdout
+    assert "ok: 3 checks on 3 shard(s)" in good.stdout
+    bad = cli("check", shipped_contract(), sets / "shifted", "--captures", captures,
+              "--checks", "capture", "--sample", "all")
+    assert bad.returncode == 1
+    assert "EC701 capture-mismatch" in bad.stdout
+    assert "slot 1 equals server position 2 = residual:5" in bad.stdout
+
+
+def test_record_from_a_server_that_is_down(sets, cli, tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    res = cli("record", shipped_contract(), sets / "good", "--sglang-url",
+              f"http://127.0.0.1:{port}", "-o", tmp_path / "c", "--timeout", "2")
+    assert res.returncode == 1 and "EC705" in res.stderr
+
+
+def test_plugin_items_and_fixture_from_recorded_files(pytester, sets, captures):
+    shutil.copytree(sets / "shifted", pytester.path / "shifted")
+    (pytester.path / "contracts").mkdir()
+    text = shipped_contract().read_text().replace("../eagle-demo/good", str(sets / "good"))
+    (pytester.path / "contracts" / "demo.yaml").write_text(text)
+    pytester.makepyfile(test_fc="""
+        import torch
+
+        def test_fc_input_is_what_the_server_feeds(eagle_shard, eagle_capture):
+            a, b = eagle_shard.fc_input.float(), eagle_capture.float()
+            assert a.shape == b.shape
+            assert ((a - b).norm() / b.norm()) < 0.03
+    """)
+    args = ("--eagle-captures", str(captures), "--eagle-sample", "all")
+    ok = pytester.runpytest("--eagle-contract", "contracts/demo.yaml", *args, "-k", "capture")
+    ok.assert_outcomes(passed=3)
+    bad = pytester.runpytest("--eagle-contract", "contracts/demo.yaml", *args, "-k", "capture",
+                             "--eagle-shards", str(pytester.path / "shifted"))
+    bad.assert_outcomes(failed=3)
+    bad.stdout.fnmatch_lines(["*EC701 capture-mismatch*"])
+    fixture = pytester.runpytest("test_fc.py", *args)
+    fixture.assert_outcomes(passed=3)
+    skipped = pytester.runpytest("test_fc.py", "-rs")
+    skipped.assert_outcomes(skipped=3)
+    skipped.stdout.fnmatch_lines(["*eagle_capture: *"])

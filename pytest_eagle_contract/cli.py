@@ -6,6 +6,7 @@ Exit codes: 0 everything holds, 1 findings, 2 invalid contract or arguments.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from collections.abc import Sequence
@@ -72,6 +73,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="run the target on each shard's tokens and identify every slot "
                           "(default: target.reference_capture)")
 
+    chk.add_argument("--sharpness", action="store_true",
+                     help="run the sharpness self-test: every class of real pipeline bug, "
+                          "mutated into a shard the contract accepts, must be caught")
     chk.add_argument("--captures", type=Path, action="append", metavar="DIR",
                      help="verify shards against these capture files (eagle-contract record)")
     chk.add_argument("--sglang-url", metavar="URL",
@@ -208,11 +212,37 @@ def _gate(contract_path: Path, paths: list[Path] | None, sample: str | None, see
 def _check(args: argparse.Namespace) -> int:
     from .planner import Runner
 
+    if args.sharpness:
+        return _sharpness(args.contract, args.quiet, args.json)
     runner = Runner(serving_args=args.serving_args, target_model=args.target_model,
                     reference=args.reference_capture, captures=args.captures or (),
                     sglang_url=args.sglang_url, timeout=args.sglang_timeout)
     return _gate(args.contract, args.paths, args.sample, args.seed, args.quiet, args.json,
                  args.checks, args.target_model, runner)
+
+
+def _sharpness(contract_path: Path, quiet: bool, report: Path | None) -> int:
+    from .contract import load_contract
+    from .render import format_findings, to_json
+    from .sharpness import format_sharpness_table, sharpness
+
+    contract = load_contract(contract_path)
+    start = time.perf_counter()
+    result = sharpness(contract)
+    took = time.perf_counter() - start
+    print(format_sharpness_table(result.rows))
+    if result.findings and not quiet:
+        print("\n" + format_findings(result.findings))
+    applicable = [r for r in result.rows if r.caught is not None]
+    caught = sum(bool(r.caught) for r in applicable)
+    print(f"\n{'sharp' if result.sharp else 'NOT SHARP'}: {caught} of {len(applicable)} "
+          f"mutation classes caught ({took:.2f} s)")
+    if report:
+        report.write_text(to_json({
+            "contract": str(contract.path), "sharp": result.sharp,
+            "rows": [dataclasses.asdict(r) for r in result.rows],
+            "findings": [f.to_dict() for f in result.findings]}) + "\n", "utf-8")
+    return EXIT_OK if result.sharp else EXIT_FINDINGS
 
 
 def _record(args: argparse.Namespace) -> int:

@@ -69,6 +69,8 @@ _RULES: tuple[Rule, ...] = (
     Rule("EC706", "capture-missing", "no capture file holds this shard's input_ids"),
     Rule("EC707", "capture-invalid", "a capture file is unreadable or inconsistent"),
     # -- EC8xx: contract sharpness (mutations) --
+    Rule("EC801", "not-sharp", "a class of pipeline bug passes the contract"),
+    Rule("EC802", "baseline-fails", "a shard built to the contract's own description fails it"),
 )
 RULES: dict[str, Rule] = {rule.code: rule for rule in _RULES}
 

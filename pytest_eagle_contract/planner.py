@@ -110,6 +110,7 @@ def shard_paths(contract: Contract, shards: Iterable[Path] | None, sample: Sampl
 CONTRACT_CHECKS = ("layout",)
 EVIDENCE = "evidence"  # per shard, when a target model is given
 CAPTURE = "capture"  # per shard, when capture files or a live server are given
+SHARPNESS = "sharpness"  # contract level: the plugin runs it; `check --sharpness` on request
 CHECKS = (*CONTRACT_CHECKS, *SHARD_CHECKS, EVIDENCE, CAPTURE)
 
 
@@ -129,7 +130,7 @@ def plan(contract: Contract, shards: Iterable[Path] | None = None,
         wanted.discard(EVIDENCE)
     if not capture:
         wanted.discard(CAPTURE)
-    unknown = wanted - set(CHECKS)
+    unknown = wanted - {*CHECKS, SHARPNESS}
     if unknown:
         raise UsageError(f"unknown checks {sorted(unknown)}: choose from {', '.join(CHECKS)}")
     found: list[tuple[Path, str]] = []
@@ -140,11 +141,14 @@ def plan(contract: Contract, shards: Iterable[Path] | None = None,
         except UsageError as exc:
             if shards:
                 raise
-            if wanted - set(CONTRACT_CHECKS) and contract.training is not None:
+            if wanted - {*CONTRACT_CHECKS, SHARPNESS} and contract.training is not None:
                 units.append(Unit(contract, "shards", problem=str(exc)))
     if "layout" in wanted and contract.training and contract.serving:
         first = found[0] if found else (None, "")
         units.insert(0, Unit(contract, "layout", evidence=first[0], evidence_label=first[1]))
+    if SHARPNESS in wanted and contract.training is not None:
+        units.insert(1 if units and units[0].check == "layout" else 0,
+                     Unit(contract, SHARPNESS))
     per_shard = [c for c in (*SHARD_CHECKS, EVIDENCE, CAPTURE) if c in wanted]
     units += [Unit(contract, check, path, label) for path, label in found for check in per_shard]
     return units
@@ -249,6 +253,10 @@ class Runner:
                             line=contract.line_of("training.shards"),
                             hint="fix training.shards, or pass the shard location "
                                  "(eagle-contract check CONTRACT PATH, pytest --eagle-shards)")]
+        if unit.check == SHARPNESS:
+            from .sharpness import check_sharpness
+
+            return check_sharpness(contract)
         if unit.check != "layout":
             raise ValueError(f"unknown contract-level check {unit.check}")
         stats_of = None

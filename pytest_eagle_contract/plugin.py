@@ -159,7 +159,7 @@ class ContractFile(pytest.File):
     def collect(self) -> Iterator[pytest.Item]:
         from .contract import load_contract
         from .errors import EagleContractError
-        from .planner import plan
+        from .planner import CHECKS, SHARPNESS, plan
 
         sample, seed = _sampling(self.config)
         shards = _shards_override(self.config) or None
@@ -170,7 +170,8 @@ class ContractFile(pytest.File):
 
                 changes = update_contract(self.path, shards, sample, seed)
             contract = load_contract(self.path)
-            units = plan(contract, shards, sample, seed, target_model=_target_model(self.config),
+            units = plan(contract, shards, sample, seed, (*CHECKS, SHARPNESS),
+                         target_model=_target_model(self.config),
                          capture=_runner(self.config).captures_enabled)
         except EagleContractError as exc:
             raise self.CollectError(f"invalid contract or shards:\n{exc}") from None
@@ -208,7 +209,8 @@ class ContractItem(pytest.Item):
     def reportinfo(self) -> tuple[Path, int, str]:
         contract: Contract = self.unit.contract
         key = {"layout": "training.fc_input", "shards": "training.shards",
-               "capture": "training.fc_input"}.get(self.unit.check, "training.slots")
+               "capture": "training.fc_input", "sharpness": "training.slots"}.get(
+                   self.unit.check, "training.slots")
         line = contract.line_of(key)
         return self.path, line - 1, f"{contract.name}::{self.unit.name}"
 

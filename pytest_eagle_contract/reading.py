@@ -101,7 +101,8 @@ class Sample:
             if not isinstance(value, torch.Tensor):
                 problems.append(f"{key} is {type(value).__name__}, not a tensor")
                 continue
-            tensor = _squeeze_batch(value)
+            # a batch dimension of 1 leads [1, T, k, H] (stacked) or [1, T, W] (the others)
+            tensor = _squeeze_batch(value, 4 if packing == "stacked" else 3)
             if packing == "stacked":
                 if tensor.dim() != 3:
                     problems.append(f"{key} has shape {list(value.shape)}, expected [T, k, H]")
@@ -139,8 +140,8 @@ def _describe(value: Any) -> dict[str, Any]:
     return {"type": type(value).__name__}
 
 
-def _squeeze_batch(t: torch.Tensor) -> torch.Tensor:
-    return t[0] if t.dim() == 3 and t.shape[0] == 1 else t
+def _squeeze_batch(t: torch.Tensor, batched_dims: int = 3) -> torch.Tensor:
+    return t[0] if t.dim() == batched_dims and t.shape[0] == 1 else t
 
 
 def _flat_1d(t: Any) -> torch.Tensor | None:

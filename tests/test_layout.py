@@ -179,7 +179,7 @@ def test_kimi_real_bug_fails_with_side_by_side_table_and_evidence(tmp_path, cli)
 
 def fixed_kimi(tmp_path: Path, version: str = ">=0.5.13") -> Path:
     text = (CONTRACTS / "kimi-k2.5-eagle3.yaml").read_text()
-    text = text.replace("{layer: embed,       norm: {median: 1.04,   rtol: 0.5}}",
+    text = text.replace("{layer: embed,       norm: {median: 1.04,   rtol: 0.2}}",
                         "{layer: residual:2}")
     text = text.replace("layer: residual:3,", "layer: residual:30,")
     text = text.replace("layer: residual:31,", "layer: residual:58,")

@@ -33,10 +33,11 @@ def project(pytester, demo_shards):
 
 def test_good_shards_pass(project):
     result = project.runpytest("--eagle-contract", CONTRACT, "--eagle-sample", "all", "-v")
-    result.assert_outcomes(passed=13)
+    result.assert_outcomes(passed=14)
     result.stdout.fnmatch_lines([
         "eagle-contract: sample all, seed 0",
         "contracts/demo.yaml::layout PASSED*",
+        "contracts/demo.yaml::sharpness PASSED*",
         "contracts/demo.yaml::structure[[]rows_0-2000/data_0.ckpt[]] PASSED*",
         "contracts/demo.yaml::norms[[]rows_0-2000/data_3.ckpt[]] PASSED*",
     ])
@@ -44,14 +45,14 @@ def test_good_shards_pass(project):
 
 def test_no_path_runs_contracts_dir_beside_users_tests(project):
     result = project.runpytest("--eagle-contract", "--eagle-sample", "2")
-    result.assert_outcomes(passed=1 + 2 * 3 + 1)
+    result.assert_outcomes(passed=2 + 2 * 3 + 1)
 
 
 def test_ini_contract_paths(project):
     (project.path / "contracts").rename(project.path / "gates")
     project.makeini("[pytest]\neagle_contract_paths = gates/demo.yaml\neagle_sample = 1\n")
     result = project.runpytest("--eagle-contract")
-    result.assert_outcomes(passed=1 + 3 + 1)
+    result.assert_outcomes(passed=2 + 3 + 1)
 
 
 def test_off_by_default(project):
@@ -63,7 +64,7 @@ def test_embedding_in_front_fails_with_a_diagnosis_not_a_traceback(project):
     result = project.runpytest("--eagle-contract", CONTRACT, "--eagle-shards",
                                str(project.path / "data" / "embed-in-front"), "--eagle-sample",
                                "all")
-    result.assert_outcomes(passed=9, failed=4)
+    result.assert_outcomes(passed=10, failed=4)
     result.stdout.fnmatch_lines([
         "*_ demo-tiny-llama-eagle3::norms[[]rows_0-2000/data_0.ckpt[]] _*",
         "EC401 norm-out-of-bounds: slot 0 (aux_hidden_state[[]..., 0:64[]]) has median*",
@@ -79,7 +80,7 @@ def test_corrupt_shard_fails_its_items_and_the_run_goes_on(project):
     shard = project.path / "data" / "good" / "rows_0-2000" / "data_1.ckpt"
     shard.write_bytes(shard.read_bytes()[:500])
     result = project.runpytest("--eagle-contract", CONTRACT, "--eagle-sample", "all")
-    result.assert_outcomes(passed=10, failed=3)
+    result.assert_outcomes(passed=11, failed=3)
     result.stdout.fnmatch_lines(["EC002 truncated-file: *", "*shard rows_0-2000/data_1.ckpt*"])
 
 
@@ -117,7 +118,7 @@ def test_junitxml(project):
     bad = str(project.path / "data" / "embed-in-front")
     result = project.runpytest("--eagle-contract", CONTRACT, "--eagle-shards", bad,
                                "--eagle-sample", "2", "--junitxml=report.xml")
-    result.assert_outcomes(passed=5, failed=2)
+    result.assert_outcomes(passed=6, failed=2)
     cases = ET.parse(project.path / "report.xml").getroot().iter("testcase")
     failed = {c.get("name"): c.find("failure") for c in cases if c.find("failure") is not None}
     assert len(failed) == 2 and all(name.startswith("norms[rows_0-2000/") for name in failed)
@@ -127,13 +128,13 @@ def test_junitxml(project):
 
 def test_xdist(project):
     result = project.runpytest("--eagle-contract", CONTRACT, "--eagle-sample", "all", "-n", "2")
-    result.assert_outcomes(passed=13)
+    result.assert_outcomes(passed=14)
 
 
 def test_last_failed(project):
     bad = str(project.path / "data" / "embed-in-front")
     project.runpytest("--eagle-contract", CONTRACT, "--eagle-shards", bad, "--eagle-sample",
-                      "all").assert_outcomes(passed=9, failed=4)
+                      "all").assert_outcomes(passed=10, failed=4)
     result = project.runpytest("--eagle-contract", CONTRACT, "--eagle-shards", bad,
                                "--eagle-sample", "all", "--lf")
     result.assert_outcomes(failed=4)
@@ -147,7 +148,7 @@ def test_sample_and_seed_choose_the_same_shards(project):
         return [line for line in lines if "::" in line]
 
     first = ids("3")
-    assert len(first) == 7 and first == ids("3") and first != ids("4")
+    assert len(first) == 8 and first == ids("3") and first != ids("4")
 
 
 def test_fixtures_and_marker_in_users_tests(project):

@@ -27,6 +27,11 @@ _EXPORTS = {
     "run_units": "planner",
     "inspect_shard": "inspection",
     "infer_contract": "infer",
+    "resolve": "resolve",
+    "Resolution": "resolve",
+    "check_layout": "layout",
+    "identify": "evidence",
+    "TargetModel": "target_model",
 }
 
 __all__ = [
@@ -37,26 +42,35 @@ __all__ = [
     "EagleShard",
     "Finding",
     "Layer",
+    "Resolution",
     "Sample",
+    "TargetModel",
     "UsageError",
+    "check_layout",
+    "identify",
     "infer_contract",
     "inspect_shard",
     "load_contract",
     "plan",
     "read_sample",
+    "resolve",
     "run_units",
 ]
 
 if TYPE_CHECKING:
     from .contract import Contract, load_contract
     from .errors import ContractError, EagleContractError, UsageError
+    from .evidence import identify
     from .findings import RULES, Finding
     from .infer import infer_contract
     from .inspection import inspect_shard
     from .layers import Layer
+    from .layout import check_layout
     from .planner import plan, run_units
     from .reading import Sample, read_sample
+    from .resolve import Resolution, resolve
     from .shard import EagleShard
+    from .target_model import TargetModel
 
 
 def __getattr__(name: str) -> Any:

@@ -336,20 +336,27 @@ def _demo(args: argparse.Namespace) -> int:
     spec = demo.SPEC
     print(f"demo: a tiny {spec.arch} target ({spec.num_layers} layers, H={spec.hidden_size}, "
           "random weights, no download); shards captured the way SGLang feeds the draft")
-    good, buggy = demo.write_demo_shards(args.out)
+    good, buggy = demo.write_demo_shards(args.out, save_target=True)
+    from .planner import Runner
     from .render import display_path
 
     contract = Path(display_path(str(demo.shipped_contract())))
+    target = args.out / "target"
     print(f"  {good}: fc input cat({', '.join(map(str, demo.GOOD[:-1]))}), target final_norm")
     print(f"  {buggy}: the real bug, fc input cat({', '.join(map(str, demo.BUGGY[:-1]))})")
+    print(f"  {target}: the target's weights, for the evidence checks")
     results = {}
-    for label, shards in (("good", good), ("embed-in-front", buggy)):
-        print(f"\n== eagle-contract check {contract.name} {shards} ==")
-        results[label] = _gate(contract, [shards], "all", 0)
+    runs = (("good", good, None), ("embed-in-front", buggy, None),
+            ("embed-in-front + weights", buggy, target))
+    for label, shards, model in runs:
+        extra = f" --target-model {model} --reference-capture" if model else ""
+        print(f"\n== eagle-contract check {contract} {shards}{extra} ==")
+        runner = Runner(target_model=model, reference=True) if model else None
+        results[label] = _gate(contract, [shards], "all", 0, target_model=model, runner=runner)
     took = time.perf_counter() - start
-    ok = results == {"good": EXIT_OK, "embed-in-front": EXIT_FINDINGS}
-    verdict = ("the good set passed and the bug was caught" if ok
-               else f"UNEXPECTED: exit codes {results}")
+    ok = set(results.values()) == {EXIT_OK, EXIT_FINDINGS} and results["good"] == EXIT_OK
+    verdict = ("the good set passed and the bug was caught, by its norms and, with the "
+               "target's weights, by name" if ok else f"UNEXPECTED: exit codes {results}")
     print(f"\ndemo: {verdict} ({took:.1f} s). The same gate in pytest:\n"
           f"  pytest --eagle-contract {contract} --eagle-shards {buggy}")
     return EXIT_OK if ok else EXIT_FINDINGS

@@ -25,14 +25,20 @@ SHARDS = 12
 CONTRACT_NAME = "demo-tiny-llama-eagle3.yaml"
 
 
-def write_demo_shards(out: Path, shards: int = SHARDS) -> tuple[Path, Path]:
-    """Write the good and the buggy SpecForge shard sets under ``out``; deterministic."""
+def write_demo_shards(out: Path, shards: int = SHARDS, save_target: bool = False,
+                      ) -> tuple[Path, Path]:
+    """Write the good and the buggy SpecForge shard sets under ``out``; deterministic.
+
+    With ``save_target`` the tiny target is saved too, as an HF directory ``out/target``.
+    """
     import torch
 
     from .tiny_models import capture_canonical, tiny_target
     from .writing import write_shard
 
     model = tiny_target(SPEC)
+    if save_target:
+        model.save_pretrained(out / "target")
     good, buggy = out / "good", out / "embed-in-front"
     g = torch.Generator().manual_seed(SPEC.seed + 1)
     for i in range(shards):

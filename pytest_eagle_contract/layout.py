@@ -92,7 +92,6 @@ def _evidence_hint(index: int, training: TrainingSpec, hidden: int,
             if words == "embedding-like":
                 return (f"slot {index} looks like the embedding: median norm "
                         f"{stats.median:.3g} (small and flat)")
-            return f"slot {index} measures median norm {stats.median:.4g}"
     if declared.is_embed:
         return f"slot {index} is declared as the embedding"
     return ""

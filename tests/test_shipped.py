@@ -21,6 +21,11 @@ def test_demo_command_passes_good_and_catches_the_bug(tmp_path, cli):
     assert "FAILED: 36 finding(s) [EC401]" in out
     assert "hint: slot 0 looks like the embedding" in out
     assert "the good set passed and the bug was caught" in out
+    # with the target's weights (saved by the demo) the bug is named, not only measured
+    assert "EC601 embed-identity: slot 0 is declared residual:2 but equals" in out
+    assert "EC604 slot-identity: slot 0 is declared residual:2 but is embed" in out
+    assert "training side: reference capture of the target on a sampled shard" in out
+    assert "slot 0 = embed (declared residual:2)" in out
     assert took < 60
 
 

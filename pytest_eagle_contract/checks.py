@@ -135,6 +135,18 @@ def check_structure(contract: Contract, shard: Shard) -> list[Finding]:
                              expected=reference, found=length,
                              hint="a generator truncated one and not the other "
                                   "(e.g. prompts cut to max_model_len - 1, mask left whole)"))
+        row = sample.dataset_row
+        if row is not None and ids is not None:
+            row_ids = row.get("input_ids")
+            if row_ids is None or not (row_ids.shape == ids.shape and bool((row_ids == ids).all())):
+                add(_finding(contract, shard, "EC206", f"token_ids differ from input_ids of row "
+                             f"{row['row']} of the dataset in {row['dataset']}",
+                             key="training.format",
+                             expected="the same ids (the trainer skips the sample otherwise)",
+                             found="no such row" if row_ids is None else
+                             f"{int(ids.numel())} token ids vs {int(row_ids.numel())} row ids",
+                             hint="hs_{i} must be the capture of dataset row i; the files were "
+                                  "renumbered or the dataset regenerated"))
         if not spec.min_length <= reference <= spec.max_length:
             add(_finding(contract, shard, "EC205", f"sequence of {reference} tokens",
                          key="training.sequence",

@@ -26,6 +26,7 @@ _RULES: tuple[Rule, ...] = (
     Rule("EC203", "width-mismatch", "a hidden state is not n_slots * hidden_size wide"),
     Rule("EC204", "slot-count", "the shard holds another number of slots than the contract"),
     Rule("EC205", "sequence-length", "the sequence is shorter or longer than the contract allows"),
+    Rule("EC206", "dataset-row", "a shard's token ids differ from its dataset row's input_ids"),
     Rule("EC301", "token-out-of-vocab", "an input id lies outside [0, vocab_size)"),
     Rule("EC302", "loss-mask-values", "loss_mask holds values other than 0 and 1"),
     Rule("EC303", "loss-mask-empty", "loss_mask is all zero: the sample trains nothing"),

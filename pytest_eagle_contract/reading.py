@@ -63,7 +63,15 @@ class Sample:
     @property
     def loss_mask(self) -> torch.Tensor | None:
         key = self.format.mask_key
-        return _flat_1d(self.tensors.get(key)) if key else None
+        mask = _flat_1d(self.tensors.get(key)) if key else None
+        if mask is None and self.dataset_row is not None:
+            mask = self.dataset_row.get("loss_mask")  # current speculators: the Arrow row
+        return mask
+
+    @property
+    def dataset_row(self) -> dict[str, Any] | None:
+        row: dict[str, Any] | None = self.metadata.get("dataset_row")
+        return row
 
     def describe(self) -> dict[str, dict[str, Any]]:
         """key -> {dtype, shape}; a list key shows its entries."""
@@ -256,4 +264,10 @@ def read_sample(path: str | Path, format: str = "auto") -> Sample:
                              "name the format in the contract: training.format")
     fmt = FORMATS[fmt_name]
     metadata = _sidecar(path) if fmt.name == "speculators-v1" else {}
+    if fmt.name == "speculators" and "loss_mask" not in tensors:
+        from .arrow_rows import dataset_row
+
+        row = dataset_row(path)
+        if row is not None:
+            metadata["dataset_row"] = row
     return Sample(path, fmt, dict(tensors), metadata)

@@ -86,3 +86,24 @@ def write_data_config(root: Path, layer_ids: Sequence[int], hidden_size: int) ->
         "format": {"file_pattern": "data_{idx}.pt"},
     }, indent=2), "utf-8")
     return path
+
+
+def write_speculators_dataset(root: Path, rows: Sequence[tuple[torch.Tensor, torch.Tensor]],
+                              ) -> Path:
+    """The Arrow dataset current speculators keeps beside ``hidden_states/``: columns
+    ``input_ids``, ``loss_mask``, ``seq_len``, in ``datasets.save_to_disk``'s layout (one IPC
+    stream file plus ``state.json``). Row i belongs to ``hidden_states/hs_{i}.safetensors``."""
+    import pyarrow as pa
+
+    root.mkdir(parents=True, exist_ok=True)
+    table = pa.table({
+        "input_ids": [ids.tolist() for ids, _ in rows],
+        "loss_mask": [mask.tolist() for _, mask in rows],
+        "seq_len": [len(ids) for ids, _ in rows],
+    })
+    name = "data-00000-of-00001.arrow"
+    with pa.OSFile(str(root / name), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    (root / "state.json").write_text(json.dumps({"_data_files": [{"filename": name}],
+                                                 "_format_type": "torch"}), "utf-8")
+    return root / name

@@ -98,7 +98,8 @@ CASES: dict[str, Callable[[Path], None]] = {
 
 
 def test_every_shard_rule_has_a_failing_case():
-    assert set(CASES) == {code for code in RULES if code < "EC500"}
+    # EC206 needs the current speculators layout: tests/test_arrow_rows.py
+    assert set(CASES) | {"EC206"} == {code for code in RULES if code < "EC500"}
 
 
 def _findings(tmp_path: Path, make: Callable[[Path], None] | None) -> list:

@@ -1,0 +1,69 @@
+"""Current speculators: input_ids and loss_mask come from the Arrow dataset beside
+``hidden_states/`` (row i for ``hs_{i}.safetensors``), read with pyarrow."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("pyarrow")
+
+from pytest_eagle_contract.contract import load_contract
+from pytest_eagle_contract.planner import plan, run_units
+from pytest_eagle_contract.synthetic import states_with_norms
+from pytest_eagle_contract.writing import save, write_speculators_dataset
+
+H, T = 32, 30
+CONTRACT = f"""\
+contract: speculators-current
+version: 1
+target: {{num_hidden_layers: 8, hidden_size: {H}, vocab_size: 100}}
+training:
+  format: speculators
+  shards: data/hidden_states
+  slots: [{{layer: residual:2}}, {{layer: residual:4}}, {{layer: residual:5}},
+          {{layer: residual:8}}]
+"""
+ROW_CODES = {"EC202", "EC206", "EC303"}
+
+
+def make(tmp_path, edit=None):
+    g = torch.Generator().manual_seed(0)
+    rows = []
+    for i in range(3):
+        ids = torch.randint(0, 100, (T,), generator=g)
+        mask = torch.ones(T, dtype=torch.long)
+        mask[:10] = 0
+        states = torch.stack([states_with_norms(T, H, m, 0.1, g, torch.bfloat16)
+                              for m in (1.0, 2.0, 3.0, 4.0)], dim=1)
+        save(tmp_path / "data" / "hidden_states" / f"hs_{i}.safetensors",
+             {"hidden_states": states, "token_ids": ids})
+        rows.append((ids, mask))
+    if edit:
+        edit(rows)
+    write_speculators_dataset(tmp_path / "data", rows)
+    (tmp_path / "c.yaml").write_text(CONTRACT)
+    contract = load_contract(tmp_path / "c.yaml")
+    outcome = run_units(plan(contract, sample=None, checks=("structure", "values")))
+    return {(f.file, f.code) for f in outcome.findings}
+
+
+def test_mask_from_the_dataset_passes(tmp_path):
+    assert make(tmp_path) == set()
+
+
+@pytest.mark.parametrize(("edit", "code"), [
+    (lambda rows: rows.__setitem__(1, (rows[1][0], torch.ones(T + 7, dtype=torch.long))),
+     "EC202"),
+    (lambda rows: rows.__setitem__(1, (rows[1][0], torch.zeros(T, dtype=torch.long))), "EC303"),
+    (lambda rows: rows.append(rows.pop(0)), "EC206"),  # rows renumbered
+])
+def test_dataset_row_problems(tmp_path, edit, code):
+    found = make(tmp_path, edit)
+    assert ("hs_1.safetensors", code) in found, found
+
+
+def test_inspect_shows_the_mask(tmp_path, cli):
+    make(tmp_path)
+    res = cli("inspect", tmp_path / "data" / "hidden_states" / "hs_0.safetensors")
+    assert res.returncode == 0 and f"loss_mask: {T} entries, {T - 10} of them 1" in res.stdout

@@ -201,3 +201,18 @@ def test_layout_uses_identified_layers_and_says_so(tmp_path, target, cli):
     assert "slot 0 = embed (declared residual:2)" in res.stdout
     off = cli("check", tmp_path / "c.yaml", "--checks", "layout", "--no-reference-capture")
     assert off.returncode == 0, off.stdout  # declared layers alone agree with serving
+
+
+def test_sharded_checkpoint_reads_only_the_named_tensors(tmp_path, target):
+    """A sharded HF checkpoint (model.safetensors.index.json) is read through its index."""
+    from pytest_eagle_contract.target_model import TargetModel
+
+    model = tiny_target(TinySpec(num_layers=L))
+    model.save_pretrained(tmp_path / "sharded", max_shard_size="100KB")
+    assert (tmp_path / "sharded" / "model.safetensors.index.json").is_file()
+    assert len(list((tmp_path / "sharded").glob("*.safetensors"))) > 1
+    sharded, single = TargetModel.open(tmp_path / "sharded"), TargetModel.open(target[0])
+    assert torch.equal(sharded.embedding, single.embedding)
+    assert torch.equal(sharded.final_norm_weight, single.final_norm_weight)
+    assert torch.equal(sharded.lm_head, single.lm_head)
+    assert (sharded.num_layers, sharded.hidden_size, sharded.arch) == (L, H, "LlamaForCausalLM")

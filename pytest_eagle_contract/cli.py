@@ -171,6 +171,7 @@ def _infer(args: argparse.Namespace) -> int:
         num_layers=args.num_layers, hidden_size=args.hidden_size, vocab_size=args.vocab_size,
         arch=args.arch, sample=parse_sample(args.sample), seed=args.seed, shards_ref=shards_ref,
         schema_ref=schema_ref)
+    _validate_drafted(text, args.output)
     if args.output is None:
         sys.stdout.write(text)
     else:
@@ -180,6 +181,25 @@ def _infer(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _validate_drafted(text: str, output: Path | None) -> None:
+    """A drafted contract must load: never write one that `check` would refuse."""
+    import tempfile
+
+    from .contract import load_contract
+
+    folder = output.resolve().parent if output is not None else Path.cwd()
+    if not folder.is_dir():
+        folder = Path(tempfile.gettempdir())
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", dir=folder) as f:
+        f.write(text)
+        f.flush()
+        try:
+            load_contract(f.name)
+        except EagleContractError as exc:
+            text = str(exc).replace(f.name, str(output or "<stdout>"))
+            raise UsageError(f"the drafted contract would be invalid:\n{text}") from None
+
+
 def _gate(contract_path: Path, paths: list[Path] | None, sample: str | None, seed: int,
           quiet: bool = False, report: Path | None = None, checks: str | None = None,
           target_model: Path | None = None, runner: Runner | None = None) -> int:
@@ -187,11 +207,25 @@ def _gate(contract_path: Path, paths: list[Path] | None, sample: str | None, see
     from .planner import CHECKS, parse_sample, plan, run_units
     from .render import format_findings, summary, to_json
 
+    if report is not None and not report.parent.is_dir():
+        raise UsageError(f"--json: folder {report.parent} does not exist")
     contract = load_contract(contract_path)
-    families = [c.strip() for c in checks.split(",")] if checks else list(CHECKS)
+    families = [c.strip() for c in checks.split(",") if c.strip()] if checks else list(CHECKS)
+    if not families:
+        raise UsageError("--checks is empty: name at least one check")
     capture = runner is not None and runner.captures_enabled
+    has_target = target_model is not None or contract.target.model is not None
+    if checks and "evidence" in families and not has_target:
+        raise UsageError("--checks evidence needs --target-model (or target.model)")
+    if checks and "capture" in families and not capture:
+        raise UsageError("--checks capture needs --captures DIR or --sglang-url URL")
+    if runner is not None and runner.wants_reference and not has_target:
+        raise UsageError("--reference-capture needs --target-model (or target.model)")
     units = plan(contract, paths or None, parse_sample(sample), seed, families, target_model,
                  capture)
+    if not units:
+        raise UsageError(f"{contract_path}: nothing to check (no training or serving section, "
+                         "or no check of those asked for applies)")
     outcome = run_units(units, runner)
     findings = outcome.findings
     if not quiet and findings:
@@ -213,6 +247,9 @@ def _check(args: argparse.Namespace) -> int:
     from .planner import Runner
 
     if args.sharpness:
+        if args.paths or args.checks or args.target_model or args.captures or args.sglang_url:
+            raise UsageError("--sharpness tests the contract alone: it takes no shard PATH, "
+                             "--checks, --target-model or capture options")
         return _sharpness(args.contract, args.quiet, args.json)
     runner = Runner(serving_args=args.serving_args, target_model=args.target_model,
                     reference=args.reference_capture, captures=args.captures or (),
@@ -227,6 +264,8 @@ def _sharpness(contract_path: Path, quiet: bool, report: Path | None) -> int:
     from .sharpness import format_sharpness_table, sharpness
 
     contract = load_contract(contract_path)
+    if contract.training is None:
+        raise UsageError(f"{contract_path}: no training section: nothing to mutate")
     start = time.perf_counter()
     result = sharpness(contract)
     took = time.perf_counter() - start
@@ -257,7 +296,8 @@ def _record(args: argparse.Namespace) -> int:
     try:
         written = record(args.sglang_url, paths, contract, args.out, args.timeout)
     except CaptureError as exc:
-        print(f"eagle-contract record: {exc.code} {exc}", file=sys.stderr)
+        text = str(exc) if str(exc).startswith(exc.code) else f"{exc.code} {exc}"
+        print(f"eagle-contract record: {text}", file=sys.stderr)
         return EXIT_FINDINGS
     print(f"recorded {len(written)} capture file(s) in {args.out}")
     return EXIT_OK
@@ -275,10 +315,18 @@ def _identify(args: argparse.Namespace) -> int:
     except ShardReadError as exc:
         print(f"{args.path}: {exc.code} {exc.message}", file=sys.stderr)
         return EXIT_FINDINGS
+    from .evidence import vocabulary_problem, width_problem
+
     slots, problems = sample.slots(target.hidden_size)
-    if problems or sample.input_ids is None:
-        print(f"{args.path}: " + ("; ".join(problems) or "no input ids"), file=sys.stderr)
+    if sample.input_ids is None:
+        problems.append("no input ids")
+    else:
+        problems += [p for p in (vocabulary_problem(sample.input_ids, target),
+                                 width_problem(slots, target)) if p]
+    if problems:
+        print(f"{args.path}: EC605 " + "; ".join(problems), file=sys.stderr)
         return EXIT_FINDINGS
+    assert sample.input_ids is not None
     start = time.perf_counter()
     found = identify([s.tensor for s in slots], sample.input_ids, target)
     took = time.perf_counter() - start

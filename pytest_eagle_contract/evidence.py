@@ -82,6 +82,22 @@ def identify(slots: list[torch.Tensor], input_ids: torch.Tensor,
     return out
 
 
+def vocabulary_problem(input_ids: torch.Tensor, target: TargetModel) -> str:
+    rows = int(target.embedding.shape[0])
+    if input_ids.numel() and (int(input_ids.min()) < 0 or int(input_ids.max()) >= rows):
+        return (f"input ids span [{int(input_ids.min())}, {int(input_ids.max())}], the target "
+                f"model's embedding has {rows} rows")
+    return ""
+
+
+def width_problem(slots: list[Any], target: TargetModel) -> str:
+    for slot in slots:
+        if slot.tensor.shape[-1] != target.hidden_size:
+            return (f"slot {slot.index} ({slot.source}) is {slot.tensor.shape[-1]} wide, the "
+                    f"target model's hidden_size is {target.hidden_size}")
+    return ""
+
+
 # -- weight-based checks -----------------------------------------------------------------
 
 
@@ -162,6 +178,10 @@ def check_evidence(contract: Contract, shard: Shard, target: TargetModel,
     slots = [s for s in shard.slots if s.tensor.dim() == 2]
     if ids is None or len(slots) != len(training.slots):
         return out  # structure findings say why
+    problem = vocabulary_problem(ids, target) or width_problem(slots, target)
+    if problem:
+        return [_finding(contract, shard, "EC605", problem, "target",
+                         hint="the shard does not come from this target model")]
     rows = target.embedding[ids.long()]
     weight = target.final_norm_weight
     for slot, spec in zip(slots, training.slots):

@@ -105,7 +105,10 @@ def infer_contract(paths: Sequence[Path], *, name: str, format: str = "auto",
     obs = observe(files, format, hidden_size)
     n = len(obs.medians)
     if layers:
-        named = [Layer.parse(x) for x in layers]
+        try:
+            named = [Layer.parse(x) for x in layers]
+        except ValueError as exc:
+            raise UsageError(f"--layers: {exc}") from None
     elif obs.metadata.get("hidden_states", {}).get("layer_ids") or num_layers:
         named = default_layers(obs.format, num_layers or 0, obs.metadata)
     else:

@@ -130,13 +130,13 @@ def check_layout(contract: Contract, serving_args: str | None = None,
     declared layers on the training side; the report says which evidence it relied on.
     """
     training, serving = contract.training, contract.serving
-    if training is None or serving is None:
+    if serving is None:
         return []
     report = _Report(contract)
     target = contract.target
     L, H = target.num_hidden_layers, target.hidden_size
     arch = serving.arch or target.arch
-    fmt = training.format
+    fmt = training.format if training is not None else "auto"
 
     draft: DraftConfig | None = None
     if serving.draft_config is not None:
@@ -148,6 +148,16 @@ def check_layout(contract: Contract, serving_args: str | None = None,
     ids = _serving_ids(report, serving, draft)
 
     spans = _resolve_spans(serving, arch, L, ids)
+    if training is None:  # serving side alone: what the engine would do, and the launch line
+        for span in spans:
+            engine = f"{serving.engine} {span.label}"
+            if span.resolution is None:
+                report.add("EC510", f"{engine} would not serve this: {span.refused}", "serving")
+                continue
+            for code, message in span.resolution.problems:
+                report.add(code, f"{engine}: {message}", "serving")
+        _lint_launch(report, serving, serving_args)
+        return report.findings
     fc_layers = [training.slots[i].layer for i in training.fc_input]
     evidence = "declared in the contract" + (", norm profile of a sampled shard"
                                               if stats_of else "")
@@ -178,11 +188,15 @@ def check_layout(contract: Contract, serving_args: str | None = None,
             report.add("EC509", f"draft vocabulary maps: {weights.d2t_problem}",
                        "serving.draft_config", hint="regenerate d2t/t2d from the same token "
                        "frequencies, with the target's vocab_size")
+    _lint_launch(report, serving, serving_args)
+    return report.findings
+
+
+def _lint_launch(report: _Report, serving: ServingSpec, serving_args: str | None) -> None:
     command = serving_args or serving.launch
     if command and serving.engine == "sglang":
         for problem in lint_sglang(command):
             report.add(problem.code, problem.message, "serving.launch", hint=problem.hint)
-    return report.findings
 
 
 def _serving_ids(report: _Report, serving: ServingSpec,

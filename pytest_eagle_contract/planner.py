@@ -143,7 +143,7 @@ def plan(contract: Contract, shards: Iterable[Path] | None = None,
                 raise
             if wanted - {*CONTRACT_CHECKS, SHARPNESS} and contract.training is not None:
                 units.append(Unit(contract, "shards", problem=str(exc)))
-    if "layout" in wanted and contract.training and contract.serving:
+    if "layout" in wanted and contract.serving:
         first = found[0] if found else (None, "")
         units.insert(0, Unit(contract, "layout", evidence=first[0], evidence_label=first[1]))
     if SHARPNESS in wanted and contract.training is not None:
@@ -172,6 +172,10 @@ class Runner:
         self._sglang_url = sglang_url
         self._timeout = timeout
         self._reported_broken = False  # broken capture files are reported once per run
+
+    @property
+    def wants_reference(self) -> bool:
+        return bool(self._reference)
 
     @property
     def captures_enabled(self) -> bool:

@@ -72,6 +72,19 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "eagle_contract(path): the contract the eagle_contract and eagle_shard "
                    "fixtures of this test use")
     config.stash[_COLLECTED] = set()
+    if _active(config):  # bad options are usage errors now, not a traceback per item later
+        from .errors import EagleContractError
+
+        try:
+            _sampling(config)
+            _runner(config)
+            model = _target_model(config)
+            if model is not None:
+                from .target_model import TargetModel
+
+                TargetModel.open(model)
+        except EagleContractError as exc:
+            raise pytest.UsageError(f"--eagle-contract: {exc}") from None
 
 
 def _active(config: pytest.Config) -> bool:
@@ -190,7 +203,12 @@ class ContractItem(pytest.Item):
         self.unit = unit
 
     def runtest(self) -> None:
-        findings = _runner(self.config).run(self.unit)
+        from .errors import EagleContractError
+
+        try:
+            findings = _runner(self.config).run(self.unit)
+        except EagleContractError as exc:  # a bad input named by the run, not a bug
+            pytest.fail(str(exc), pytrace=False)
         errors = [f for f in findings if f.severity == "error"]
         if errors and self.config.getoption("eagle_sglang_skip") and all(
                 f.code == "EC705" for f in errors):

@@ -159,8 +159,8 @@ def _flat_1d(t: Any) -> torch.Tensor | None:
     return out
 
 
-_UNSAFE_MARKERS = ("Unsupported global", "Unsupported operand", "Unsupported class",
-                   "not an allowed global", "GLOBAL")
+_UNSAFE_MARKERS = ("Unsupported global", "Unsupported class", "not an allowed global",
+                   "GLOBAL")
 _CULPRIT = re.compile(r"(?:GLOBAL|global:?)\s+([\w.]+)")
 
 
@@ -168,6 +168,7 @@ def _torch_load(path: Path) -> Any:
     import torch
 
     def load(source: Any, mmap: bool) -> Any:
+        retry = False
         try:
             return torch.load(source, map_location="cpu", weights_only=True, mmap=mmap)
         except pickle.UnpicklingError as exc:
@@ -187,12 +188,20 @@ def _torch_load(path: Path) -> Any:
         except RuntimeError as exc:
             text = str(exc)
             if mmap and "mmap" in text:
-                return load(source, False)
-            if any(m in text for m in ("zip archive", "PytorchStreamReader", "unexpected EOF")):
+                retry = True  # a legacy (non-zip) torch file: load it without mmap
+            elif any(m in text for m in ("zip archive", "PytorchStreamReader", "unexpected EOF")):
                 raise ShardReadError("EC002", f"truncated or corrupt zip container: "
                                      f"{_first_line(text)}",
                                      "the file was probably cut short while writing") from None
-            raise ShardReadError("EC001", f"torch.load failed: {_first_line(text)}") from None
+            else:
+                raise ShardReadError("EC001", f"torch.load failed: {_first_line(text)}") \
+                    from None
+        except Exception as exc:  # garbage makes the unpickler fail in many ways
+            raise ShardReadError("EC001", f"not a torch file ({type(exc).__name__}: "
+                                 f"{_first_line(str(exc))})",
+                                 "point training.shards at shard files, or set "
+                                 "training.format") from None
+        return load(source, False) if retry else None
 
     if path.name.endswith(".gz"):
         try:
@@ -257,6 +266,9 @@ def read_sample(path: str | Path, format: str = "auto") -> Sample:
         raise ShardReadError("EC001", f"cannot read: {exc.strerror or exc}") from None
     if not isinstance(tensors, dict):
         raise ShardReadError("EC001", f"holds a {type(tensors).__name__}, not a dict of tensors",
+                             "a shard is a dict of named tensors")
+    if not any(hasattr(v, "shape") or isinstance(v, (list, tuple)) for v in tensors.values()):
+        raise ShardReadError("EC001", f"holds no tensors (keys {sorted(map(str, tensors))})",
                              "a shard is a dict of named tensors")
     fmt_name = format if format != "auto" else guess_from_keys(name_guess, set(tensors))
     if fmt_name is None:

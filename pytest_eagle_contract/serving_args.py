@@ -41,7 +41,11 @@ def _int(flags: dict[str, str], name: str) -> int | None:
 
 
 def lint_sglang(command: str) -> list[ArgProblem]:
-    flags = parse_flags(command)
+    try:
+        flags = parse_flags(command)
+    except ValueError as exc:
+        return [ArgProblem("EC512", f"the launch command cannot be parsed: {exc}",
+                           "quote it as a shell would")]
     out = []
     topk = _int(flags, "speculative-eagle-topk")
     steps = _int(flags, "speculative-num-steps")
@@ -64,7 +68,10 @@ def lint_sglang(command: str) -> list[ArgProblem]:
 
 
 def served_dtype(command: str) -> str | None:
-    value = parse_flags(command).get("dtype")
+    try:
+        value = parse_flags(command).get("dtype")
+    except ValueError:
+        return None  # lint_sglang reports the unparsable line
     aliases = {"bf16": "bfloat16", "half": "float16", "fp16": "float16", "float": "float32",
                "fp32": "float32"}
     if not value or value == "auto":

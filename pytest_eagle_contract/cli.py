@@ -380,6 +380,8 @@ def _resolve(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from . import demo
 
+    if args.out.exists() and not args.out.is_dir():
+        raise UsageError(f"--out {args.out} is a file, not a folder")
     start = time.perf_counter()
     spec = demo.SPEC
     print(f"demo: a tiny {spec.arch} target ({spec.num_layers} layers, H={spec.hidden_size}, "

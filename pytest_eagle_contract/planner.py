@@ -187,6 +187,9 @@ class Runner:
             from .capture import load_captures
 
             self._captures = load_captures(self._capture_dirs)
+            if not len(self._captures) and not self._captures.problems:
+                raise UsageError("no capture files under " + ", ".join(
+                    map(str, self._capture_dirs)) + ": record them with eagle-contract record")
         return self._captures
 
     def target(self, contract: Contract) -> TargetModel | None:

@@ -131,6 +131,8 @@ def resolve_sglang(arch: str, num_layers: int, ids: Sequence[int] | None,
         version = installed_sglang() or table.NEWEST
         notes.append(f"no version given: sglang {version} assumed")
     v = table.parse_version(version)
+    if not v:
+        raise EagleContractError(f"{version!r} is not an sglang version (e.g. 0.5.14)")
     if v < table.parse_version(table.FIRST_EAGLE3):
         raise Unservable(f"sglang {version} has no EAGLE-3 (first in {table.FIRST_EAGLE3})")
     if v > table.parse_version(table.NEWEST) and table.parse_version(

@@ -129,3 +129,15 @@ def test_plugin_bad_options_are_usage_errors(pytester, demo_dir, args, words):
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"*{words}*"])
     assert "Traceback" not in result.stdout.str() + result.stderr.str()
+
+
+def test_small_usage_errors(tmp_path, demo_dir, cli):
+    res = cli("resolve", "--engine", "sglang", "--version", "notaversion", "--arch", "llama",
+              "--num-layers", "32")
+    assert res.returncode == 2 and "'notaversion' is not an sglang version" in res.stderr
+    (tmp_path / "empty").mkdir()
+    res = cli("check", CONTRACT, demo_dir / "good", "--captures", tmp_path / "empty")
+    assert res.returncode == 2 and "no capture files under" in res.stderr
+    (tmp_path / "afile").write_text("x")
+    res = cli("demo", "--out", tmp_path / "afile")
+    assert res.returncode == 2 and "is a file, not a folder" in res.stderr

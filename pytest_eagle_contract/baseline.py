@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .contract import Contract, NormBounds, load_contract
+from .contract import Contract, NormBounds, load_contract, parse_contract
 from .errors import UsageError
 from .infer import bounds_from, observe
 from .planner import Sampling, shard_paths
@@ -98,16 +98,7 @@ def update_contract(path: Path, shards: Iterable[Path] | None = None, sample: Sa
                if not _same(spec.norm, bounds)]
     if changes:
         text = rewrite(path.read_text("utf-8"), new)
-        _check_loads(path, text)
+        parse_contract(text, path)  # never leave a contract that would not load
         path.write_text(text, "utf-8")
     return changes
 
-
-def _check_loads(path: Path, text: str) -> None:
-    """Refuse to write a rewrite that would not load (never leave a broken contract)."""
-    import tempfile
-
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", dir=path.parent, delete=True) as f:
-        f.write(text)
-        f.flush()
-        load_contract(f.name)

@@ -183,21 +183,12 @@ def _infer(args: argparse.Namespace) -> int:
 
 def _validate_drafted(text: str, output: Path | None) -> None:
     """A drafted contract must load: never write one that `check` would refuse."""
-    import tempfile
+    from .contract import parse_contract
 
-    from .contract import load_contract
-
-    folder = output.resolve().parent if output is not None else Path.cwd()
-    if not folder.is_dir():
-        folder = Path(tempfile.gettempdir())
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", dir=folder) as f:
-        f.write(text)
-        f.flush()
-        try:
-            load_contract(f.name)
-        except EagleContractError as exc:
-            text = str(exc).replace(f.name, str(output or "<stdout>"))
-            raise UsageError(f"the drafted contract would be invalid:\n{text}") from None
+    try:
+        parse_contract(text, output or Path("<stdout>"))
+    except EagleContractError as exc:
+        raise UsageError(f"the drafted contract would be invalid:\n{exc}") from None
 
 
 def _gate(contract_path: Path, paths: list[Path] | None, sample: str | None, seed: int,

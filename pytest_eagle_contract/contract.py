@@ -213,11 +213,19 @@ _DTYPE_DEFAULT = "bfloat16"
 def load_contract(path: str | Path) -> Contract:
     """Read, validate and type a contract file. Raises :class:`ContractError`."""
     path = Path(path)
-    file = str(path)
     try:
         text = path.read_text("utf-8")
     except OSError as exc:
-        raise ContractError.single(file, f"cannot read contract: {exc.strerror or exc}") from None
+        raise ContractError.single(str(path), f"cannot read contract: {exc.strerror or exc}") \
+            from None
+    return parse_contract(text, path)
+
+
+def parse_contract(text: str, path: str | Path) -> Contract:
+    """Validate and type contract ``text`` as if it were the file ``path`` (relative paths
+    in it resolve against ``path``'s folder; errors name ``path``)."""
+    path = Path(path)
+    file = str(path)
     data, lines = _compose(text, file)
     problems = _schema_problems(data, lines, file)
     if problems:

@@ -18,17 +18,21 @@ from .stats import norm_stats
 MIN_MARGIN = 0.05  # bounds reach at least 5 % beyond the observed medians
 
 
-def default_layers(format: str, num_layers: int, metadata: dict[str, Any]) -> list[Layer]:
-    """The layers each trainer's own defaults capture (see docs/layers.md), by format."""
-    L = num_layers
-    if format == "specforge":
-        # SpecForge aux ids [1, L//2-1, L-4] through SGLang's +1, then the post-norm target.
-        return [Layer(2), Layer(L // 2), Layer(L - 3), Layer(-1)]
+def default_layers(format: str, num_layers: int, metadata: dict[str, Any],
+                   arch: str | None = None) -> list[Layer]:
+    """The layers each trainer's own defaults capture, by format: the resolvers' answer
+    (docs/layers.md) plus the target slot where the format stores one apart."""
+    from .resolve import resolve
+
     if format == "speculators-v1":
-        ids = metadata.get("hidden_states", {}).get("layer_ids") or [2, L // 2, L - 3, L - 1]
-        return [Layer(int(i) + 1) for i in ids]  # captured after layer i = residual:i+1
+        ids = metadata.get("hidden_states", {}).get("layer_ids")
+        L = num_layers or (max(ids) + 1 if ids else 0)
+        return list(resolve("speculators-v1", L, ids).layers)
     if format == "speculators":
-        return [Layer(2), Layer(L // 2), Layer(L - 3), Layer(L)]
+        return list(resolve("speculators", num_layers).layers)
+    if format == "specforge":  # aux through SGLang, then the post-norm hidden_state
+        return [*resolve("specforge", num_layers, None, arch or "LlamaForCausalLM").layers,
+                Layer(-1)]
     return [Layer(-1)]
 
 
@@ -110,7 +114,7 @@ def infer_contract(paths: Sequence[Path], *, name: str, format: str = "auto",
         except ValueError as exc:
             raise UsageError(f"--layers: {exc}") from None
     elif obs.metadata.get("hidden_states", {}).get("layer_ids") or num_layers:
-        named = default_layers(obs.format, num_layers or 0, obs.metadata)
+        named = default_layers(obs.format, num_layers or 0, obs.metadata, arch)
     else:
         raise UsageError("cannot name the slots' layers: pass --layers (one per slot, e.g. "
                          "residual:2 residual:16 residual:29 final_norm) or --num-layers for "

@@ -13,7 +13,7 @@ from typing import Any
 
 from . import sglang_table
 from .contract import Contract, ServingSpec, TrainingSpec
-from .draft import DraftConfig, read_draft_config, read_draft_weights
+from .draft import DraftConfig, DraftWeights, read_draft_config, read_draft_weights
 from .errors import EagleContractError
 from .findings import Finding, Severity
 from .layers import Layer
@@ -146,6 +146,8 @@ def check_layout(contract: Contract, serving_args: str | None = None,
             report.add("EC510", str(exc), "serving.draft_config")
             return report.findings
     ids = _serving_ids(report, serving, draft)
+    weights = (read_draft_weights(draft.path.parent, target.vocab_size, draft.draft_vocab_size)
+               if draft is not None and draft.path.parent.is_dir() else None)
 
     spans = _resolve_spans(serving, arch, L, ids)
     if training is None:  # serving side alone: what the engine would do, and the launch line
@@ -178,16 +180,14 @@ def check_layout(contract: Contract, serving_args: str | None = None,
         for code, message in res.problems:
             report.add(code, f"{engine}: {message}", "serving")
         _compare(report, training, res, fc_layers, engine, fmt, H, stats_of, evidence)
-        _fc_width(report, contract, draft, res, engine, span)
+        _fc_width(report, contract, draft, weights, res, engine, span)
     _dtype(report, contract, serving, serving_args)
     _target_norm(report, training, fmt, L)
     _unsorted(report, training, ids, serving.engine)
-    if draft is not None and draft.path.parent.is_dir():
-        weights = read_draft_weights(draft.path.parent, target.vocab_size, draft.draft_vocab_size)
-        if weights is not None and weights.d2t_problem:
-            report.add("EC509", f"draft vocabulary maps: {weights.d2t_problem}",
-                       "serving.draft_config", hint="regenerate d2t/t2d from the same token "
-                       "frequencies, with the target's vocab_size")
+    if weights is not None and weights.d2t_problem:
+        report.add("EC509", f"draft vocabulary maps: {weights.d2t_problem}",
+                   "serving.draft_config", hint="regenerate d2t/t2d from the same token "
+                   "frequencies, with the target's vocab_size")
     _lint_launch(report, serving, serving_args)
     return report.findings
 
@@ -271,8 +271,8 @@ def _pattern_hints(trained: list[Layer], served: list[Layer]) -> list[str]:
     return out
 
 
-def _fc_width(report: _Report, contract: Contract, draft: DraftConfig | None, res: Resolution,
-              engine: str, span: Span) -> None:
+def _fc_width(report: _Report, contract: Contract, draft: DraftConfig | None,
+              weights: DraftWeights | None, res: Resolution, engine: str, span: Span) -> None:
     training = contract.training
     assert training is not None
     H = contract.target.hidden_size
@@ -285,10 +285,8 @@ def _fc_width(report: _Report, contract: Contract, draft: DraftConfig | None, re
         widths[f"{engine} draft fc (n_aux {n_aux} x {hidden})"] = n_aux * hidden
         if draft.target_hidden_size is not None and draft.target_hidden_size != H:
             widths["draft config target_hidden_size x n_aux"] = draft.target_hidden_size * n_aux
-        if draft.path.parent.is_dir():
-            weights = read_draft_weights(draft.path.parent, None, None)
-            if weights is not None and weights.fc_shape is not None:
-                widths[f"fc.weight {list(weights.fc_shape)}"] = weights.fc_shape[-1]
+        if weights is not None and weights.fc_shape is not None:
+            widths[f"fc.weight {list(weights.fc_shape)}"] = weights.fc_shape[-1]
     if len(set(widths.values())) > 1:
         report.add("EC503", "the fc input width disagrees", "target.hidden_size",
                    details="\n".join(f"{v:>8}  {k}" for k, v in widths.items()),

@@ -195,8 +195,10 @@ class Runner:
     def target(self, contract: Contract) -> TargetModel | None:
         """The target model (override, else the contract's), opened once."""
         path = self._target_path or contract.target.model
-        if path is None:
-            return None
+        return None if path is None else self.open_target(path)
+
+    def open_target(self, path: Path) -> TargetModel:
+        """A target model directory, opened (config and tensor index) once per run."""
         if path not in self._targets:
             from .target_model import TargetModel
 

@@ -77,12 +77,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
         try:
             _sampling(config)
-            _runner(config)
             model = _target_model(config)
             if model is not None:
-                from .target_model import TargetModel
-
-                TargetModel.open(model)
+                _runner(config).open_target(model)  # kept: the items reuse it
+            else:
+                _runner(config)
         except EagleContractError as exc:
             raise pytest.UsageError(f"--eagle-contract: {exc}") from None
 

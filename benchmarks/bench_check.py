@@ -32,8 +32,8 @@ for path in sys.argv[1:]:
 
 
 def make_shards(root: Path, n: int) -> list[Path]:
-    from pytest_eagle_contract import synthetic
-    from pytest_eagle_contract.writing import write_shard
+    from pytest_eagle_contract.shards import synthetic
+    from pytest_eagle_contract.shards.writing import write_shard
 
     paths = []
     for i in range(n):
@@ -81,7 +81,7 @@ def main() -> None:
 
     import torch
 
-    from pytest_eagle_contract.contract import load_contract
+    from pytest_eagle_contract.contract.model import load_contract
     from pytest_eagle_contract.planner import Runner, plan
 
     def read() -> None:

@@ -12,26 +12,26 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "Contract": "contract",
-    "load_contract": "contract",
+    "Contract": "contract.model",
+    "load_contract": "contract.model",
     "ContractError": "errors",
     "EagleContractError": "errors",
     "UsageError": "errors",
     "Finding": "findings",
     "RULES": "findings",
     "Layer": "layers",
-    "Sample": "reading",
-    "read_sample": "reading",
-    "EagleShard": "shard",
+    "Sample": "shards.reading",
+    "read_sample": "shards.reading",
+    "EagleShard": "shards.eagle_shard",
     "plan": "planner",
     "run_units": "planner",
-    "inspect_shard": "inspection",
-    "infer_contract": "infer",
-    "resolve": "resolve",
-    "Resolution": "resolve",
-    "check_layout": "layout",
-    "identify": "evidence",
-    "TargetModel": "target_model",
+    "inspect_shard": "shards.inspection",
+    "infer_contract": "contract.infer",
+    "resolve": "engines.resolve",
+    "Resolution": "engines.resolve",
+    "check_layout": "checks.layout",
+    "identify": "checks.evidence",
+    "TargetModel": "models.target",
 }
 
 __all__ = [
@@ -58,19 +58,19 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from .contract import Contract, load_contract
+    from .checks.evidence import identify
+    from .checks.layout import check_layout
+    from .contract.infer import infer_contract
+    from .contract.model import Contract, load_contract
+    from .engines.resolve import Resolution, resolve
     from .errors import ContractError, EagleContractError, UsageError
-    from .evidence import identify
     from .findings import RULES, Finding
-    from .infer import infer_contract
-    from .inspection import inspect_shard
     from .layers import Layer
-    from .layout import check_layout
+    from .models.target import TargetModel
     from .planner import plan, run_units
-    from .reading import Sample, read_sample
-    from .resolve import Resolution, resolve
-    from .shard import EagleShard
-    from .target_model import TargetModel
+    from .shards.eagle_shard import EagleShard
+    from .shards.inspection import inspect_shard
+    from .shards.reading import Sample, read_sample
 
 
 def __getattr__(name: str) -> Any:

@@ -14,15 +14,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .checks import SHARD_CHECKS, Shard
-from .contract import Contract
+from .checks.shard_checks import SHARD_CHECKS, Shard
+from .contract.model import Contract
 from .errors import UsageError
 from .findings import Finding
-from .formats import FORMATS, SHARD_GLOBS
+from .shards.formats import FORMATS, SHARD_GLOBS
 
 if TYPE_CHECKING:
-    from .capture import CaptureIndex
-    from .target_model import TargetModel
+    from .capture.core import CaptureIndex
+    from .models.target import TargetModel
 
 DEFAULT_SAMPLE = 10
 Sampling = int | None  # None: every shard
@@ -184,7 +184,7 @@ class Runner:
     def captures(self) -> CaptureIndex:
         """The capture files, indexed once per run."""
         if self._captures is None:
-            from .capture import load_captures
+            from .capture.core import load_captures
 
             self._captures = load_captures(self._capture_dirs)
             if not len(self._captures) and not self._captures.problems:
@@ -200,7 +200,7 @@ class Runner:
     def open_target(self, path: Path) -> TargetModel:
         """A target model directory, opened (config and tensor index) once per run."""
         if path not in self._targets:
-            from .target_model import TargetModel
+            from .models.target import TargetModel
 
             self._targets[path] = TargetModel.open(path)
         return self._targets[path]
@@ -232,7 +232,7 @@ class Runner:
                                 line=unit.contract.line_of("training.shards"),
                                 hint=shard.error.hint)]
         elif unit.check == CAPTURE:
-            from .capture import verify_against_capture, verify_live
+            from .capture.core import verify_against_capture, verify_live
 
             if self._sglang_url:
                 findings = verify_live(unit.contract, shard, self._sglang_url, self._timeout)
@@ -244,7 +244,7 @@ class Runner:
                 self._reported_broken = True
                 findings += verify_against_capture(unit.contract, shard, index)
         elif unit.check == EVIDENCE:
-            from .evidence import check_evidence
+            from .checks.evidence import check_evidence
 
             target = self.target(unit.contract)
             assert target is not None
@@ -254,7 +254,7 @@ class Runner:
         return [f for f in findings if f.code not in unit.contract.waivers]
 
     def _contract_level(self, unit: Unit) -> list[Finding]:
-        from .layout import check_layout
+        from .checks.layout import check_layout
 
         contract = unit.contract
         if unit.check == "shards":
@@ -263,7 +263,7 @@ class Runner:
                             hint="fix training.shards, or pass the shard location "
                                  "(eagle-contract check CONTRACT PATH, pytest --eagle-shards)")]
         if unit.check == SHARPNESS:
-            from .sharpness import check_sharpness
+            from .sharpness.selftest import check_sharpness
 
             return check_sharpness(contract)
         if unit.check != "layout":
@@ -279,7 +279,7 @@ class Runner:
                 target = self.target(contract)
                 ids = shard.sample.input_ids
                 if target is not None and self.reference(contract) and ids is not None:
-                    from .evidence import identify
+                    from .checks.evidence import identify
 
                     found = identify([s.tensor for s in shard.slots], ids, target)
                     identified = {i.slot: i for i in found}

@@ -4,7 +4,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pytest_eagle_contract.sglang_table import RELEASES
+from pytest_eagle_contract.engines.sglang_table import RELEASES
 
 target = Path(sys.argv[1])
 target.mkdir(parents=True, exist_ok=True)

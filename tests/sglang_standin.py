@@ -16,7 +16,7 @@ endpoints the capture client uses, in SGLang 0.5.23's wire format (read from its
 - ``GET /server_info`` (server args + ``version``), ``GET /model_info``
   (``architectures``), ``GET /health``.
 
-The states come from a tiny random-weight Llama (``pytest_eagle_contract.tiny_models``),
+The states come from a tiny random-weight Llama (``pytest_eagle_contract.models.tiny``),
 captured with SGLang's convention: ``LlamaForCausalLM.set_eagle3_layers_to_capture`` maps
 each id k to capture index k + 1 (the default, without ids, is ``[2, L//2, L-3]``, no +1);
 ``LlamaModel.forward`` captures the residual stream entering layer i when
@@ -41,7 +41,7 @@ from typing import Any
 
 import torch
 
-from pytest_eagle_contract.tiny_models import TinySpec, tiny_target
+from pytest_eagle_contract.models.tiny import TinySpec, tiny_target
 
 SPEC = TinySpec()  # the demo's tiny Llama: L=8, H=64
 ARCH = "LlamaForCausalLM"

@@ -1,8 +1,8 @@
 """Shard sets from a tiny real transformer, good and with each real pipeline bug.
 
 The target is a random-weight Llama (8 layers, H=64, vocab 512) built by
-``pytest_eagle_contract.tiny_models``; its states are captured per canonical layer and
-written in each format's exact layout by ``pytest_eagle_contract.writing``.
+``pytest_eagle_contract.models.tiny``; its states are captured per canonical layer and
+written in each format's exact layout by ``pytest_eagle_contract.shards.writing``.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from pathlib import Path
 import torch
 
 from pytest_eagle_contract.layers import Layer
-from pytest_eagle_contract.tiny_models import TinySpec, capture_canonical, tiny_target
-from pytest_eagle_contract.writing import save, shard_dict, shard_name, write_data_config
+from pytest_eagle_contract.models.tiny import TinySpec, capture_canonical, tiny_target
+from pytest_eagle_contract.shards.writing import save, shard_dict, shard_name, write_data_config
 
 SPEC = TinySpec()
 L, H, VOCAB = SPEC.num_layers, SPEC.hidden_size, SPEC.vocab_size

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from pytest_eagle_contract import demo
+from pytest_eagle_contract.shells import demo
 
 CONTRACT = demo.shipped_contract()
 
@@ -88,7 +88,7 @@ def test_infer_refuses_bad_layer_names_and_invalid_drafts(demo_dir, tmp_path, cl
 def test_evidence_on_a_shard_of_another_vocabulary_is_ec605(demo_dir, tmp_path, cli):
     import torch
 
-    from pytest_eagle_contract.writing import save
+    from pytest_eagle_contract.shards.writing import save
 
     data = torch.load(demo_dir / "good/rows_0-2000/data_0.ckpt", weights_only=True)
     data["input_ids"] = data["input_ids"] + 10_000
@@ -105,7 +105,7 @@ def test_evidence_on_a_shard_of_another_vocabulary_is_ec605(demo_dir, tmp_path, 
 def test_identify_refuses_another_hidden_size(demo_dir, tmp_path, cli):
     import torch
 
-    from pytest_eagle_contract.writing import save
+    from pytest_eagle_contract.shards.writing import save
 
     data = torch.load(demo_dir / "good/rows_0-2000/data_0.ckpt", weights_only=True)
     data["aux_hidden_state"] = data["aux_hidden_state"].repeat(1, 1, 2)

@@ -7,7 +7,7 @@ import shutil
 import pytest
 import yaml
 
-from pytest_eagle_contract import demo
+from pytest_eagle_contract.shells import demo
 
 
 @pytest.fixture(scope="module")

@@ -14,16 +14,16 @@ import pytest
 import torch
 from sglang_standin import Launch, SGLangStandin
 
-from pytest_eagle_contract import capture as cap
-from pytest_eagle_contract.checks import Shard
-from pytest_eagle_contract.contract import Contract, load_contract
-from pytest_eagle_contract.demo import SPEC, shipped_contract, write_demo_shards
+from pytest_eagle_contract.capture import core as cap
+from pytest_eagle_contract.capture.sglang_client import CaptureError, capture, server_info
+from pytest_eagle_contract.checks.shard_checks import Shard
+from pytest_eagle_contract.contract.model import Contract, load_contract
 from pytest_eagle_contract.layers import Layer
+from pytest_eagle_contract.models.tiny import capture_canonical, tiny_target
 from pytest_eagle_contract.planner import discover
-from pytest_eagle_contract.reading import read_sample
-from pytest_eagle_contract.sglang_client import CaptureError, capture, server_info
-from pytest_eagle_contract.tiny_models import capture_canonical, tiny_target
-from pytest_eagle_contract.writing import write_shard
+from pytest_eagle_contract.shards.reading import read_sample
+from pytest_eagle_contract.shards.writing import write_shard
+from pytest_eagle_contract.shells.demo import SPEC, shipped_contract, write_demo_shards
 
 SHIFTED = [Layer(3), Layer(5), Layer(6), Layer(-1)]  # one layer deeper than the server feeds
 H, N_AUX = SPEC.hidden_size, 3

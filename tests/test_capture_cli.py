@@ -10,12 +10,12 @@ import pytest
 import torch
 from sglang_standin import Launch, SGLangStandin
 
-from pytest_eagle_contract.demo import SPEC, shipped_contract, write_demo_shards
 from pytest_eagle_contract.layers import Layer
+from pytest_eagle_contract.models.tiny import capture_canonical, tiny_target
 from pytest_eagle_contract.planner import discover
-from pytest_eagle_contract.reading import read_sample
-from pytest_eagle_contract.tiny_models import capture_canonical, tiny_target
-from pytest_eagle_contract.writing import write_shard
+from pytest_eagle_contract.shards.reading import read_sample
+from pytest_eagle_contract.shards.writing import write_shard
+from pytest_eagle_contract.shells.demo import SPEC, shipped_contract, write_demo_shards
 
 
 @pytest.fixture(scope="module")

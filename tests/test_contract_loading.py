@@ -7,7 +7,7 @@ import json
 import pytest
 from jsonschema import Draft202012Validator
 
-from pytest_eagle_contract.contract import load_contract, schema, schema_path
+from pytest_eagle_contract.contract.model import load_contract, schema, schema_path
 from pytest_eagle_contract.errors import ContractError
 
 VALID = """\

@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from pytest_eagle_contract.cli import _COMMANDS
-from pytest_eagle_contract.contract import schema
+from pytest_eagle_contract.contract.model import schema
 from pytest_eagle_contract.findings import RULES
+from pytest_eagle_contract.shells.cli import _COMMANDS
 
 DOCS = Path(__file__).parent.parent / "docs"
 

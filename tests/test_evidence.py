@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from pytest_eagle_contract.layers import Layer
-from pytest_eagle_contract.tiny_models import TinySpec, capture_canonical, tiny_target
-from pytest_eagle_contract.writing import shard_name, write_data_config, write_shard
+from pytest_eagle_contract.models.tiny import TinySpec, capture_canonical, tiny_target
+from pytest_eagle_contract.shards.writing import shard_name, write_data_config, write_shard
 
 L, H, VOCAB = 10, 64, 512
 POST, PRE = Layer(-1), Layer(L)
@@ -77,9 +77,9 @@ _MODELS: dict = {}
 
 
 def _identify(shard: Path, model_dir: Path):
-    from pytest_eagle_contract.evidence import identify
-    from pytest_eagle_contract.reading import read_sample
-    from pytest_eagle_contract.target_model import TargetModel
+    from pytest_eagle_contract.checks.evidence import identify
+    from pytest_eagle_contract.models.target import TargetModel
+    from pytest_eagle_contract.shards.reading import read_sample
 
     if model_dir not in _MODELS:
         _MODELS[model_dir] = TargetModel.open(model_dir)
@@ -129,7 +129,7 @@ def gate(tmp_path, target, written, declared_s0="residual:2", declared_target="f
     write(tmp_path / "shards", "speculators-v1", written, target)
     (tmp_path / "c.yaml").write_text(CONTRACT.format(L=L, H=hidden, ref=ref, s0=declared_s0,
                                                      target=declared_target))
-    from pytest_eagle_contract.contract import load_contract
+    from pytest_eagle_contract.contract.model import load_contract
     from pytest_eagle_contract.planner import plan, run_units
 
     contract = load_contract(tmp_path / "c.yaml")
@@ -170,8 +170,8 @@ def test_weight_rule_fails(tmp_path, target, written, s0, tgt, ref, code, words)
 
 
 def test_teacher_agreement_passes_on_model_generated_data(tmp_path, target):
-    from pytest_eagle_contract.evidence import teacher_agreement
-    from pytest_eagle_contract.target_model import TargetModel
+    from pytest_eagle_contract.checks.evidence import teacher_agreement
+    from pytest_eagle_contract.models.target import TargetModel
 
     _, ids, mask, states = target
     model = TargetModel.open(target[0])
@@ -205,7 +205,7 @@ def test_layout_uses_identified_layers_and_says_so(tmp_path, target, cli):
 
 def test_sharded_checkpoint_reads_only_the_named_tensors(tmp_path, target):
     """A sharded HF checkpoint (model.safetensors.index.json) is read through its index."""
-    from pytest_eagle_contract.target_model import TargetModel
+    from pytest_eagle_contract.models.target import TargetModel
 
     model = tiny_target(TinySpec(num_layers=L))
     model.save_pretrained(tmp_path / "sharded", max_shard_size="100KB")

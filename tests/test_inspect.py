@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from pytest_eagle_contract import synthetic
-from pytest_eagle_contract.writing import write_shard
+from pytest_eagle_contract.shards import synthetic
+from pytest_eagle_contract.shards.writing import write_shard
 
 
 @pytest.fixture(scope="module")

@@ -11,11 +11,11 @@ from safetensors.torch import save_file
 from test_evidence import EVIDENCE_CODES
 from test_rules import CASES as SHARD_CASES
 
-from pytest_eagle_contract import synthetic
-from pytest_eagle_contract.contract import load_contract
+from pytest_eagle_contract.checks.layout import check_layout
+from pytest_eagle_contract.contract.model import load_contract
 from pytest_eagle_contract.findings import RULES
-from pytest_eagle_contract.layout import check_layout
-from pytest_eagle_contract.writing import write_shard
+from pytest_eagle_contract.shards import synthetic
+from pytest_eagle_contract.shards.writing import write_shard
 
 CONTRACTS = Path(__file__).parent.parent / "contracts"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_eagle_contract import demo
+from pytest_eagle_contract.shells import demo
 
 CONTRACT = "contracts/demo.yaml"
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from pytest_eagle_contract.checks import SHARD_CHECKS
-from pytest_eagle_contract.contract import load_contract
+from pytest_eagle_contract.checks.shard_checks import SHARD_CHECKS
+from pytest_eagle_contract.contract.model import load_contract
 from pytest_eagle_contract.findings import RULES
 from pytest_eagle_contract.planner import Runner, plan
-from pytest_eagle_contract.synthetic import states_with_norms
+from pytest_eagle_contract.shards.synthetic import states_with_norms
 
 H, T, VOCAB = 32, 40, 100
 MEDIANS = (0.5, 4.0, 9.0)

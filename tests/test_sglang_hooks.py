@@ -20,14 +20,14 @@ import pytest
 import torch
 from torch import nn
 
-from pytest_eagle_contract import capture as cap
-from pytest_eagle_contract.checks import Shard
-from pytest_eagle_contract.contract import load_contract
-from pytest_eagle_contract.demo import SPEC, shipped_contract
+from pytest_eagle_contract.capture import core as cap
+from pytest_eagle_contract.capture.sglang_hooks import capture_fc_input
+from pytest_eagle_contract.checks.shard_checks import Shard
+from pytest_eagle_contract.contract.model import load_contract
 from pytest_eagle_contract.layers import Layer
-from pytest_eagle_contract.sglang_hooks import capture_fc_input
-from pytest_eagle_contract.tiny_models import capture_canonical, tiny_target
-from pytest_eagle_contract.writing import write_shard
+from pytest_eagle_contract.models.tiny import capture_canonical, tiny_target
+from pytest_eagle_contract.shards.writing import write_shard
+from pytest_eagle_contract.shells.demo import SPEC, shipped_contract
 
 H, N_AUX, VOCAB = SPEC.hidden_size, 3, SPEC.vocab_size
 DRAFT_H = H  # an EAGLE-3 draft of a Llama has the target's width
@@ -79,7 +79,7 @@ def models() -> tuple[Wrapper, Wrapper]:
 
 def register(model: nn.Module, specs: list[dict[str, Any]]) -> None:
     """hook_manager.register_forward_hooks, as SGLang 0.5.14 to 0.5.23 ship it."""
-    from pytest_eagle_contract.sglang_hooks import capture_fc_input as factory
+    from pytest_eagle_contract.capture.sglang_hooks import capture_fc_input as factory
 
     names = dict(model.named_modules())
     for spec in specs:

@@ -18,8 +18,8 @@ from typing import Any, Optional
 
 import pytest
 
-from pytest_eagle_contract import sglang_table as table
-from pytest_eagle_contract.resolve import Unservable, _apply_rule
+from pytest_eagle_contract.engines import sglang_table as table
+from pytest_eagle_contract.engines.resolve import Unservable, _apply_rule
 
 WHEELS = os.environ.get("EAGLE_CONTRACT_SGLANG_WHEELS")
 if not WHEELS:
@@ -135,7 +135,7 @@ def test_kimi_vl_has_no_method_in_any_release():
 
 
 def test_resolve_refuses_releases_before_eagle3():
-    from pytest_eagle_contract.resolve import resolve
+    from pytest_eagle_contract.engines.resolve import resolve
 
     with pytest.raises(Unservable):
         resolve("sglang", L, [2, 30, 58], "LlamaForCausalLM", "0.4.4", use_installed=False)

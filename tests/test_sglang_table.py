@@ -10,7 +10,7 @@ import pytest
 sglang = pytest.importorskip("sglang")
 
 from pytest_eagle_contract import sglang_table as table  # noqa: E402
-from pytest_eagle_contract.resolve import Unservable, installed_sglang, resolve  # noqa: E402
+from pytest_eagle_contract.engines.resolve import Unservable, installed_sglang, resolve  # noqa: E402
 
 VERSION = installed_sglang()
 L = 61

@@ -9,17 +9,17 @@ from dataclasses import replace
 
 import pytest
 
-from pytest_eagle_contract.contract import NormBounds, load_contract
-from pytest_eagle_contract.demo import shipped_contract
+from pytest_eagle_contract.contract.model import NormBounds, load_contract
 from pytest_eagle_contract.render import format_findings
-from pytest_eagle_contract.sharpness import (
+from pytest_eagle_contract.sharpness.selftest import (
     check_sharpness,
     format_sharpness_table,
     sharpness,
     sharpness_table,
     witness,
 )
-from pytest_eagle_contract.strategies import KINDS, find_mutation
+from pytest_eagle_contract.sharpness.strategies import KINDS, find_mutation
+from pytest_eagle_contract.shells.demo import shipped_contract
 
 DEMO = shipped_contract()
 KIMI = DEMO.parent / "kimi-k2.5-eagle3.yaml"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from pytest_eagle_contract import synthetic
-from pytest_eagle_contract.writing import write_shard
+from pytest_eagle_contract.shards import synthetic
+from pytest_eagle_contract.shards.writing import write_shard
 
 CONTRACTS = Path(__file__).parent.parent / "contracts"
 

@@ -11,15 +11,13 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pytest_eagle_contract import strategies
-from pytest_eagle_contract.contract import load_contract
-from pytest_eagle_contract.demo import shipped_contract
-from pytest_eagle_contract.infer import infer_contract
-from pytest_eagle_contract.layout import check_layout
+from pytest_eagle_contract.checks.layout import check_layout
+from pytest_eagle_contract.contract.infer import infer_contract
+from pytest_eagle_contract.contract.model import load_contract
 from pytest_eagle_contract.planner import Runner, plan
-from pytest_eagle_contract.sharpness import sharpness
-from pytest_eagle_contract.stats import norm_stats
-from pytest_eagle_contract.strategies import (
+from pytest_eagle_contract.sharpness import strategies
+from pytest_eagle_contract.sharpness.selftest import sharpness
+from pytest_eagle_contract.sharpness.strategies import (
     PROFILE,
     Recipe,
     SlotRecipe,
@@ -31,6 +29,8 @@ from pytest_eagle_contract.strategies import (
     recipes,
     shards,
 )
+from pytest_eagle_contract.shells.demo import shipped_contract
+from pytest_eagle_contract.stats import norm_stats
 
 KIMI = shipped_contract().parent / "kimi-k2.5-eagle3.yaml"
 FEW = settings(max_examples=25, suppress_health_check=[HealthCheck.too_slow,
@@ -340,8 +340,8 @@ def test_saved_records_read_back_the_same(drafted, tmp_path, fmt):
 def test_a_failing_example_prints_its_reproduction(pytester):
     pytester.makepyfile(test_user=textwrap.dedent(f"""
         from hypothesis import given
-        from pytest_eagle_contract.contract import load_contract
-        from pytest_eagle_contract.strategies import shards
+        from pytest_eagle_contract.contract.model import load_contract
+        from pytest_eagle_contract.sharpness.strategies import shards
 
         contract = load_contract({str(shipped_contract())!r})
 

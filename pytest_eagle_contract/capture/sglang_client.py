@@ -18,7 +18,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .errors import EagleContractError
+from ..errors import EagleContractError
 
 if TYPE_CHECKING:
     import torch

@@ -13,7 +13,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import EagleContractError
+from ..errors import EagleContractError
 
 if TYPE_CHECKING:
     import torch

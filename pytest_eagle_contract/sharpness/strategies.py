@@ -2,8 +2,8 @@
 strategies over both (docs/sharpness.md).
 
     from hypothesis import given
-    from pytest_eagle_contract.contract import load_contract
-    from pytest_eagle_contract.strategies import check_record, shards
+    from pytest_eagle_contract.contract.model import load_contract
+    from pytest_eagle_contract.sharpness.strategies import check_record, shards
 
     contract = load_contract("contracts/run7.yaml")
 
@@ -26,9 +26,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from .contract import Contract, NormBounds, SlotSpec, TrainingSpec
-from .findings import Finding
-from .formats import FORMATS, guess_from_keys, guess_from_name
+from ..contract.model import Contract, NormBounds, SlotSpec, TrainingSpec
+from ..findings import Finding
+from ..shards.formats import FORMATS, guess_from_keys, guess_from_name
 
 if TYPE_CHECKING:
     import torch
@@ -136,13 +136,13 @@ class ShardRecord:
         return _layout(self.format, self.input_ids, self.loss_mask, self.slots)
 
     def file_name(self, index: int = 0) -> str:
-        from .writing import shard_name
+        from ..shards.writing import shard_name
 
         return shard_name(self.format, index)
 
     def save(self, path: str | Path) -> Path:
         """Write the record as its format's generator would (by the file's suffix)."""
-        from .writing import save
+        from ..shards.writing import save
 
         return save(Path(path), self.to_dict())
 
@@ -158,7 +158,7 @@ class ShardRecord:
 
 def _layout(format: str, ids: torch.Tensor, mask: torch.Tensor,
             slots: Sequence[torch.Tensor]) -> dict[str, Any]:
-    from .writing import shard_dict
+    from ..shards.writing import shard_dict
 
     if format == "specforge" and len(slots) < 2:
         out: dict[str, Any] = {"input_ids": ids, "loss_mask": mask}
@@ -328,8 +328,8 @@ def check_record(contract: Contract, record: ShardRecord,
     """The contract's shard checks on ``record``, in memory (no file written), read as the
     file would be: ``training.format``, or the format its keys say for ``auto``. Waived
     codes are left out, as in a run."""
-    from .checks import SHARD_CHECKS, Shard
-    from .reading import Sample
+    from ..checks.shard_checks import SHARD_CHECKS, Shard
+    from ..shards.reading import Sample
 
     spec = _training(contract)
     data = record.to_dict()
@@ -727,8 +727,8 @@ def _serving_ids(contract: Contract) -> tuple[int, ...] | None:
     if serving is None:
         return None
     if serving.draft_config is not None:
-        from .draft import read_draft_config
-        from .errors import EagleContractError
+        from ..errors import EagleContractError
+        from ..models.draft import read_draft_config
 
         try:
             return read_draft_config(serving.draft_config).ids_for(serving.engine)

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
 
-from .errors import EagleContractError
+from ..errors import EagleContractError
 
 
 class _InnerModel(SimpleNamespace):

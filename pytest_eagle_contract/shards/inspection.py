@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..stats import GUESS_WORDS, guess, norm_stats
 from .reading import read_sample
-from .stats import GUESS_WORDS, guess, norm_stats
 
 
 def inspect_shard(path: str | Path, format: str = "auto",

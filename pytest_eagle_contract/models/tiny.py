@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .layers import Layer
+from ..layers import Layer
 
 if TYPE_CHECKING:
     import torch

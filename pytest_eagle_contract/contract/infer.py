@@ -8,12 +8,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .contract import schema_path
-from .errors import UsageError
-from .layers import Layer
-from .planner import Sampling, choose, discover
-from .reading import ShardReadError, read_sample
-from .stats import norm_stats
+from ..errors import UsageError
+from ..layers import Layer
+from ..planner import Sampling, choose, discover
+from ..shards.reading import ShardReadError, read_sample
+from ..stats import norm_stats
+from .model import schema_path
 
 MIN_MARGIN = 0.05  # bounds reach at least 5 % beyond the observed medians
 
@@ -22,7 +22,7 @@ def default_layers(format: str, num_layers: int, metadata: dict[str, Any],
                    arch: str | None = None) -> list[Layer]:
     """The layers each trainer's own defaults capture, by format: the resolvers' answer
     (docs/layers.md) plus the target slot where the format stores one apart."""
-    from .resolve import resolve
+    from ..engines.resolve import resolve
 
     if format == "speculators-v1":
         ids = metadata.get("hidden_states", {}).get("layer_ids")

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .contract import Contract, NormBounds, load_contract, parse_contract
-from .errors import UsageError
+from ..errors import UsageError
+from ..planner import Sampling, shard_paths
 from .infer import bounds_from, observe
-from .planner import Sampling, shard_paths
+from .model import Contract, NormBounds, load_contract, parse_contract
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,9 @@ import importlib.util
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ..errors import EagleContractError
+from ..layers import Layer
 from . import sglang_table as table
-from .errors import EagleContractError
-from .layers import Layer
 
 ENGINES = ("sglang", "vllm", "specforge", "speculators-v1", "speculators", "eagle", "hf")
 SPECFORGE_SGLANG = "0.5.14"  # the sglang SpecForge pins for prepare_hidden_states.py
@@ -96,7 +96,7 @@ def _sglang_capture(arch: str, version: str, num_layers: int, ids: Sequence[int]
         raise Unservable(_absent(arch, version))
     installed = installed_sglang() if use_installed else None
     if installed is not None and table.parse_version(installed) == table.parse_version(version):
-        from ._sglang_native import native_layers_to_capture
+        from .sglang_native import native_layers_to_capture
 
         capture = native_layers_to_capture(arch, num_layers, ids)
         return capture, row, (f"installed sglang {installed}: its own "

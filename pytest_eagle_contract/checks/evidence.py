@@ -12,15 +12,15 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .contract import Contract
-from .findings import Finding
-from .layers import Layer
-from .target_model import TargetModel
+from ..contract.model import Contract
+from ..findings import Finding
+from ..layers import Layer
+from ..models.target import TargetModel
 
 if TYPE_CHECKING:
     import torch
 
-    from .checks import Shard
+    from .shard_checks import Shard
 
 EMBED_RTOL = 1e-2  # a slot equals the embedding rows when its relative error is below this
 POST_NORM_TOL = 0.02  # |rms(y / w) - 1| below this, per token, marks a post-norm state
@@ -64,7 +64,7 @@ def identify(slots: list[torch.Tensor], input_ids: torch.Tensor,
     Ranked by relative L2 error (scale-aware, so a post-norm state is told from its
     pre-norm input even where they point the same way); cosine is reported beside it.
     """
-    from .tiny_models import capture_canonical
+    from ..models.tiny import capture_canonical
 
     states = capture_canonical(target.module, input_ids.long())
     out = []

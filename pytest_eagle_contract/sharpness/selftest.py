@@ -16,8 +16,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .contract import Contract
-from .findings import Finding
+from ..contract.model import Contract
+from ..findings import Finding
 from .strategies import (
     KINDS,
     Fresh,
@@ -155,7 +155,7 @@ class _Records:
 def _run(contract: Contract, mutation: Mutation, records: _Records,
          layout_codes: tuple[str, ...]) -> CaseResult | None:
     if mutation.level == "contract":
-        from .layout import check_layout
+        from ..checks.layout import check_layout
 
         found = check_layout(mutation.apply_contract(contract))
         codes = tuple(c for c in _errors([f for f in found if f.code not in contract.waivers])
@@ -250,7 +250,7 @@ def sharpness(contract: Contract) -> SharpnessReport:
         return SharpnessReport(contract, [], empty, [finding])
     layout_codes: tuple[str, ...] = ()
     if contract.serving is not None:
-        from .layout import check_layout
+        from ..checks.layout import check_layout
 
         layout_codes = _errors([f for f in check_layout(contract)
                                 if f.code not in contract.waivers])

@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from .contract import Contract, SlotSpec, TrainingSpec
-from .findings import Finding
-from .reading import Sample, ShardReadError, Slot, dtype_name, read_sample
-from .stats import NormStats, guess, norm_stats
+from ..contract.model import Contract, SlotSpec, TrainingSpec
+from ..findings import Finding
+from ..shards.reading import Sample, ShardReadError, Slot, dtype_name, read_sample
+from ..stats import NormStats, guess, norm_stats
 
 
 @dataclass

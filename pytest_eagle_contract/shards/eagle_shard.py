@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .contract import Contract
+from ..contract.model import Contract
 from .reading import Sample, read_sample
 
 if TYPE_CHECKING:

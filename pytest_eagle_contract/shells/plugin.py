@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from .contract import Contract
-    from .findings import Finding
-    from .planner import Runner, Sampling, Unit
+    from ..contract.model import Contract
+    from ..findings import Finding
+    from ..planner import Runner, Sampling, Unit
 
 CONTRACT_SUFFIXES = (".yaml", ".yml")
 DEFAULT_DIR = "contracts"
@@ -73,7 +73,7 @@ def pytest_configure(config: pytest.Config) -> None:
                    "fixtures of this test use")
     config.stash[_COLLECTED] = set()
     if _active(config):  # bad options are usage errors now, not a traceback per item later
-        from .errors import EagleContractError
+        from ..errors import EagleContractError
 
         try:
             _sampling(config)
@@ -100,7 +100,7 @@ def pytest_report_header(config: pytest.Config) -> str | None:
 
 
 def _sampling(config: pytest.Config) -> tuple[Sampling, int]:
-    from .planner import parse_sample
+    from ..planner import parse_sample
 
     sample = config.getoption("eagle_sample") or config.getini("eagle_sample")
     seed = config.getoption("eagle_seed")
@@ -169,16 +169,16 @@ class ContractFile(pytest.File):
     """A contract YAML file: one item per (check, sampled shard)."""
 
     def collect(self) -> Iterator[pytest.Item]:
-        from .contract import load_contract
-        from .errors import EagleContractError
-        from .planner import CHECKS, SHARPNESS, plan
+        from ..contract.model import load_contract
+        from ..errors import EagleContractError
+        from ..planner import CHECKS, SHARPNESS, plan
 
         sample, seed = _sampling(self.config)
         shards = _shards_override(self.config) or None
         changes: list[Any] = []
         try:
             if self.config.getoption("eagle_update"):
-                from .baseline import update_contract
+                from ..contract.baseline import update_contract
 
                 changes = update_contract(self.path, shards, sample, seed)
             contract = load_contract(self.path)
@@ -202,7 +202,7 @@ class ContractItem(pytest.Item):
         self.unit = unit
 
     def runtest(self) -> None:
-        from .errors import EagleContractError
+        from ..errors import EagleContractError
 
         try:
             findings = _runner(self.config).run(self.unit)
@@ -218,7 +218,7 @@ class ContractItem(pytest.Item):
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
                      style: Any = None) -> str | Any:
         if isinstance(excinfo.value, ContractViolation):
-            from .render import format_findings, unique
+            from ..render import format_findings, unique
 
             return format_findings(unique(excinfo.value.findings))
         return super().repr_failure(excinfo, style=style)
@@ -256,7 +256,7 @@ class BaselineItem(pytest.Item):
 def _runner(config: pytest.Config) -> Runner:
     """One runner per session: shards read once, the target model and captures opened once."""
     if _RUNNER not in config.stash:
-        from .planner import Runner
+        from ..planner import Runner
 
         dirs = [Path(d).resolve() for d in (config.getoption("eagle_captures") or [])]
         for d in dirs:
@@ -295,7 +295,7 @@ def _marked_contract(node: Any, config: pytest.Config) -> Path:
 
 
 def _load(path: Path) -> Contract:
-    from .contract import load_contract
+    from ..contract.model import load_contract
 
     return load_contract(path)
 
@@ -309,8 +309,8 @@ def eagle_contract(request: pytest.FixtureRequest) -> Contract:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "eagle_shard" not in metafunc.fixturenames:
         return
-    from .errors import EagleContractError
-    from .planner import shard_paths
+    from ..errors import EagleContractError
+    from ..planner import shard_paths
 
     config = metafunc.config
     try:
@@ -329,7 +329,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.fixture
 def eagle_shard(request: pytest.FixtureRequest) -> Any:
     """One sampled shard of the test's contract, read: an :class:`EagleShard`."""
-    from .shard import EagleShard
+    from ..shards.eagle_shard import EagleShard
 
     contract, path = request.param
     return EagleShard.read(contract, path)
@@ -339,8 +339,8 @@ def eagle_shard(request: pytest.FixtureRequest) -> Any:
 def eagle_capture(request: pytest.FixtureRequest, eagle_shard: Any) -> Any:
     """The server's aux states [T, n_aux * H] for this test's ``eagle_shard``: live when
     --eagle-sglang-url is given, else from --eagle-captures, else skipped with the reason."""
-    from .capture import NoCapture, aux_for_shard
-    from .sglang_client import CaptureError
+    from ..capture.core import NoCapture, aux_for_shard
+    from ..capture.sglang_client import CaptureError
 
     config = request.config
     dirs = [Path(d) for d in (config.getoption("eagle_captures") or [])]

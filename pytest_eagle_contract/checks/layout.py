@@ -11,15 +11,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import sglang_table
-from .contract import Contract, ServingSpec, TrainingSpec
-from .draft import DraftConfig, DraftWeights, read_draft_config, read_draft_weights
-from .errors import EagleContractError
-from .findings import Finding, Severity
-from .layers import Layer
-from .resolve import Resolution, Unservable, resolve, sglang_versions
-from .serving_args import lint_sglang, served_dtype
-from .stats import guess
+from ..contract.model import Contract, ServingSpec, TrainingSpec
+from ..engines import sglang_table
+from ..engines.resolve import Resolution, Unservable, resolve, sglang_versions
+from ..engines.sglang_launch import lint_sglang, served_dtype
+from ..errors import EagleContractError
+from ..findings import Finding, Severity
+from ..layers import Layer
+from ..models.draft import DraftConfig, DraftWeights, read_draft_config, read_draft_weights
+from ..stats import guess
 
 EXPECTS_POST_NORM = {"specforge": True, "eagle-legacy": True, "speculators-v1": False,
                      "speculators": False}
@@ -82,7 +82,7 @@ def _evidence_hint(index: int, training: TrainingSpec, hidden: int,
                    stats_of: Callable[[int], object] | None) -> str:
     declared = training.slots[index].layer
     if stats_of is not None:
-        from .stats import NormStats
+        from ..stats import NormStats
 
         measured = [stats_of(i) for i in range(len(training.slots))]
         stats = measured[index]

@@ -13,17 +13,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .errors import EagleContractError, UsageError
+from ..errors import EagleContractError, UsageError
 
 if TYPE_CHECKING:
-    from .planner import Runner
+    from ..planner import Runner
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 
 
 def _parser() -> argparse.ArgumentParser:
-    from .formats import FORMAT_NAMES
-    from .resolve import ENGINES
+    from ..engines.resolve import ENGINES
+    from ..shards.formats import FORMAT_NAMES
 
     p = argparse.ArgumentParser(prog="eagle-contract", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -123,9 +123,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    from .inspection import format_report, inspect_shard
-    from .reading import ShardReadError
-    from .render import to_json
+    from ..render import to_json
+    from ..shards.inspection import format_report, inspect_shard
+    from ..shards.reading import ShardReadError
 
     try:
         report = inspect_shard(args.path, args.format, args.hidden_size)
@@ -139,11 +139,11 @@ def _inspect(args: argparse.Namespace) -> int:
 
 
 def _infer(args: argparse.Namespace) -> int:
-    from .infer import infer_contract
-    from .planner import parse_sample
+    from ..contract.infer import infer_contract
+    from ..planner import parse_sample
 
     if args.update is not None:
-        from .baseline import update_contract
+        from ..contract.baseline import update_contract
 
         changes = update_contract(args.update, args.paths or None, parse_sample(args.sample),
                                   args.seed)
@@ -158,7 +158,7 @@ def _infer(args: argparse.Namespace) -> int:
     name = args.name or (args.output.stem if args.output else "drafted")
     import os
 
-    from .contract import schema_path
+    from ..contract.model import schema_path
 
     shards_ref = schema_ref = None
     if args.output is not None:
@@ -183,7 +183,7 @@ def _infer(args: argparse.Namespace) -> int:
 
 def _validate_drafted(text: str, output: Path | None) -> None:
     """A drafted contract must load: never write one that `check` would refuse."""
-    from .contract import parse_contract
+    from ..contract.model import parse_contract
 
     try:
         parse_contract(text, output or Path("<stdout>"))
@@ -194,9 +194,9 @@ def _validate_drafted(text: str, output: Path | None) -> None:
 def _gate(contract_path: Path, paths: list[Path] | None, sample: str | None, seed: int,
           quiet: bool = False, report: Path | None = None, checks: str | None = None,
           target_model: Path | None = None, runner: Runner | None = None) -> int:
-    from .contract import load_contract
-    from .planner import CHECKS, parse_sample, plan, run_units
-    from .render import format_findings, summary, to_json
+    from ..contract.model import load_contract
+    from ..planner import CHECKS, parse_sample, plan, run_units
+    from ..render import format_findings, summary, to_json
 
     if report is not None and not report.parent.is_dir():
         raise UsageError(f"--json: folder {report.parent} does not exist")
@@ -235,7 +235,7 @@ def _gate(contract_path: Path, paths: list[Path] | None, sample: str | None, see
 
 
 def _check(args: argparse.Namespace) -> int:
-    from .planner import Runner
+    from ..planner import Runner
 
     if args.sharpness:
         if args.paths or args.checks or args.target_model or args.captures or args.sglang_url:
@@ -250,9 +250,9 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _sharpness(contract_path: Path, quiet: bool, report: Path | None) -> int:
-    from .contract import load_contract
-    from .render import format_findings, to_json
-    from .sharpness import format_sharpness_table, sharpness
+    from ..contract.model import load_contract
+    from ..render import format_findings, to_json
+    from ..sharpness.selftest import format_sharpness_table, sharpness
 
     contract = load_contract(contract_path)
     if contract.training is None:
@@ -276,10 +276,10 @@ def _sharpness(contract_path: Path, quiet: bool, report: Path | None) -> int:
 
 
 def _record(args: argparse.Namespace) -> int:
-    from .capture import record
-    from .contract import load_contract
-    from .planner import parse_sample, shard_paths
-    from .sglang_client import CaptureError
+    from ..capture.core import record
+    from ..capture.sglang_client import CaptureError
+    from ..contract.model import load_contract
+    from ..planner import parse_sample, shard_paths
 
     contract = load_contract(args.contract)
     paths = [p for p, _ in shard_paths(contract, args.paths or None, parse_sample(args.sample),
@@ -295,10 +295,10 @@ def _record(args: argparse.Namespace) -> int:
 
 
 def _identify(args: argparse.Namespace) -> int:
-    from .evidence import identify
-    from .reading import ShardReadError, read_sample
-    from .render import to_json
-    from .target_model import TargetModel
+    from ..checks.evidence import identify
+    from ..models.target import TargetModel
+    from ..render import to_json
+    from ..shards.reading import ShardReadError, read_sample
 
     target = TargetModel.open(args.target_model)
     try:
@@ -306,7 +306,7 @@ def _identify(args: argparse.Namespace) -> int:
     except ShardReadError as exc:
         print(f"{args.path}: {exc.code} {exc.message}", file=sys.stderr)
         return EXIT_FINDINGS
-    from .evidence import vocabulary_problem, width_problem
+    from ..checks.evidence import vocabulary_problem, width_problem
 
     slots, problems = sample.slots(target.hidden_size)
     if sample.input_ids is None:
@@ -338,8 +338,8 @@ def _identify(args: argparse.Namespace) -> int:
 
 
 def _resolve(args: argparse.Namespace) -> int:
-    from .render import to_json
-    from .resolve import Unservable, resolve
+    from ..engines.resolve import Unservable, resolve
+    from ..render import to_json
 
     try:
         res = resolve(args.engine, args.num_layers, args.ids, args.arch, args.version,
@@ -378,8 +378,8 @@ def _demo(args: argparse.Namespace) -> int:
     print(f"demo: a tiny {spec.arch} target ({spec.num_layers} layers, H={spec.hidden_size}, "
           "random weights, no download); shards captured the way SGLang feeds the draft")
     good, buggy = demo.write_demo_shards(args.out, save_target=True)
-    from .planner import Runner
-    from .render import display_path
+    from ..planner import Runner
+    from ..render import display_path
 
     contract = Path(display_path(str(demo.shipped_contract())))
     target = args.out / "target"
@@ -404,7 +404,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _schema(args: argparse.Namespace) -> int:
-    from .contract import schema_path
+    from ..contract.model import schema_path
 
     print(schema_path() if args.path else schema_path().read_text("utf-8"), end="\n")
     return EXIT_OK

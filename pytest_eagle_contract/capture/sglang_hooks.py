@@ -9,12 +9,12 @@ target's and the draft's embedding; their input is the batch's input ids)::
 
     --forward-hooks '[{"name": "eagle-capture",
       "target_modules": ["model.fc", "*embed_tokens"],
-      "hook_factory": "pytest_eagle_contract.sglang_hooks:capture_fc_input",
+      "hook_factory": "pytest_eagle_contract.capture.sglang_hooks:capture_fc_input",
       "config": {"dir": "/tmp/eagle-captures", "arch": "LlamaForCausalLM",
                  "layer_ids": [1, 3, 4]}}]'
 
 Each eager pass through ``fc`` writes one capture file (the layout of
-``pytest_eagle_contract.capture``), so ``eagle-contract check --captures DIR`` reads them
+``pytest_eagle_contract.capture.core``), so ``eagle-contract check --captures DIR`` reads them
 directly. The draft embeds its input ids shifted by one (``cat(input_ids[1:], next)``);
 the target embeds the sequence as sent. The hooks (one per model runner, sharing what
 they saw per ``dir``) pair the two and store the target's ids, which are the shard's;
@@ -122,7 +122,7 @@ class FcInputRecorder:
         return None
 
     def _write(self, ids: torch.Tensor, aux: torch.Tensor) -> Path:
-        from .capture import CaptureMeta, write_capture
+        from .core import CaptureMeta, write_capture
 
         width = int(aux.shape[-1])
         n_aux = self.n_aux or (width // int(self.hidden_size) if self.hidden_size else None)

@@ -15,8 +15,8 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-from .layers import Layer
-from .tiny_models import TinySpec
+from ..layers import Layer
+from ..models.tiny import TinySpec
 
 SPEC = TinySpec(arch="llama", num_layers=8, hidden_size=64, vocab_size=512, seed=0)
 GOOD = [Layer(2), Layer(4), Layer(5), Layer(-1)]
@@ -33,8 +33,8 @@ def write_demo_shards(out: Path, shards: int = SHARDS, save_target: bool = False
     """
     import torch
 
-    from .tiny_models import capture_canonical, tiny_target
-    from .writing import write_shard
+    from ..models.tiny import capture_canonical, tiny_target
+    from ..shards.writing import write_shard
 
     model = tiny_target(SPEC)
     if save_target:
@@ -55,7 +55,7 @@ def write_demo_shards(out: Path, shards: int = SHARDS, save_target: bool = False
 
 def shipped_contract() -> Path:
     """contracts/demo-tiny-llama-eagle3.yaml, from the checkout or the installed package."""
-    local = Path(__file__).resolve().parent.parent / "contracts" / CONTRACT_NAME
+    local = Path(__file__).resolve().parents[2] / "contracts" / CONTRACT_NAME
     if local.is_file():
         return local
     return Path(str(resources.files(__package__).joinpath("contracts", CONTRACT_NAME)))

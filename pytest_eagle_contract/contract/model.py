@@ -13,9 +13,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from .errors import ContractError, ContractProblem
-from .findings import RULES
-from .layers import Layer
+from ..errors import ContractError, ContractProblem
+from ..findings import RULES
+from ..layers import Layer
 
 SCHEMA_FILE = "contract-v1.schema.json"
 DEFAULT_SEQUENCE_MAX = 1 << 20

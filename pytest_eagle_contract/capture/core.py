@@ -24,15 +24,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .contract import Contract
-from .errors import EagleContractError
-from .findings import Finding
-from .layers import Layer
+from ..contract.model import Contract
+from ..errors import EagleContractError
+from ..findings import Finding
+from ..layers import Layer
 
 if TYPE_CHECKING:
     import torch
 
-    from .checks import Shard
+    from ..checks.shard_checks import Shard
     from .sglang_client import ServerInfo
 
 META_KEY = "eagle_contract_capture"
@@ -252,7 +252,7 @@ def serving_ids(contract: Contract, info: ServerInfo | None) -> tuple[int, ...] 
     if serving is None:
         return None
     if serving.draft_config is not None:
-        from .draft import read_draft_config
+        from ..models.draft import read_draft_config
 
         try:
             ids = read_draft_config(serving.draft_config).ids_for("sglang")
@@ -270,7 +270,7 @@ def resolve_layers(contract: Contract, arch: str | None, version: str | None,
     Without a version (a forward-hook file written where sglang's version was not known),
     every release ``serving.version`` covers is tried; they must agree.
     """
-    from .resolve import resolve, sglang_versions
+    from ..engines.resolve import resolve, sglang_versions
 
     serving = contract.serving
     arch = arch or (serving.arch if serving else None) or contract.target.arch
@@ -301,11 +301,11 @@ def record(url: str, shard_paths: Iterable[Path], contract: Contract, out_dir: P
            timeout: float = 60.0) -> list[Path]:
     """Capture what the server feeds the draft for each shard's input_ids; one file each.
 
-    Raises :class:`~pytest_eagle_contract.sglang_client.CaptureError` (EC702-EC705) at the
+    Raises :class:`~pytest_eagle_contract.capture.sglang_client.CaptureError` (EC702-EC705) at the
     first shard the server cannot answer, and :class:`EagleContractError` for an
     unreadable shard.
     """
-    from .reading import ShardReadError, read_sample
+    from ..shards.reading import ShardReadError, read_sample
     from .sglang_client import capture, server_info
 
     info = server_info(url, timeout=min(timeout, 10.0))
@@ -553,10 +553,10 @@ def aux_for_shard(contract: Contract, path: Path, url: str | None = None,
     """The server's aux states ``[T, n_aux * H]`` for the shard at ``path``.
 
     Live from ``url`` when given (errors raise
-    :class:`~pytest_eagle_contract.sglang_client.CaptureError`), else from the capture
+    :class:`~pytest_eagle_contract.capture.sglang_client.CaptureError`), else from the capture
     files under ``captures``; raises :class:`NoCapture` with the reason when neither has it.
     """
-    from .reading import ShardReadError, read_sample
+    from ..shards.reading import ShardReadError, read_sample
     from .sglang_client import capture
 
     fmt = contract.training.format if contract.training else "auto"

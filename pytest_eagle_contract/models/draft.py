@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import EagleContractError
+from ..errors import EagleContractError
 
 IDS_KEY = "eagle_aux_hidden_state_layer_ids"
 

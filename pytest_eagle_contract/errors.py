@@ -1,16 +1,29 @@
-"""The exceptions pytest-eagle-contract raises.
+"""Every exception pytest-eagle-contract raises, and the one shape of "a coded problem".
 
     EagleContractError            base of everything below
      ├── ContractError            the contract file is invalid (exit code 2); carries every problem
-     └── UsageError               bad arguments or paths given to the CLI or plugin (exit code 2)
+     ├── UsageError               bad arguments or paths given to the CLI or plugin (exit code 2)
+     └── CodedError               a problem with a rule code, raised where it is met and turned
+          │                       into a Finding by the check that called (never a traceback)
+          ├── ShardReadError      a shard cannot be read (EC001-EC003)
+          ├── Unservable          the engine would not serve this case (EC510)
+          ├── CaptureError        the server gave no usable capture (EC702-EC705)
+          ├── CaptureFileError    a capture file is unreadable or inconsistent (EC707)
+          └── NoCapture           no capture of a shard exists (EC706)
 
 Problems found *in the data* are never exceptions: they are :class:`Finding` objects.
+A :class:`Problem` is a coded problem that is not raised (a launch-line lint, a resolver
+note): the same three fields as :class:`CodedError`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
+
+if TYPE_CHECKING:
+    from .findings import RuleCode
 
 
 class EagleContractError(Exception):
@@ -48,3 +61,71 @@ class ContractError(EagleContractError):
 
 class UsageError(EagleContractError):
     """The command line or plugin options ask for something impossible."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A coded problem that is reported, not raised."""
+
+    code: RuleCode
+    message: str
+    hint: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.code} {self.message}"
+
+
+class CodedError(EagleContractError):
+    """A problem with a rule code, a message and a hint that says what to change."""
+
+    def __init__(self, code: RuleCode, message: str, hint: str = "") -> None:
+        super().__init__(message)
+        self.code: RuleCode = code
+        self.message = message
+        self.hint = hint
+
+    @property
+    def problem(self) -> Problem:
+        return Problem(self.code, self.message, self.hint)
+
+
+class _OneCode(CodedError):
+    """A coded error whose class fixes the code."""
+
+    rule: ClassVar[RuleCode]
+
+    def __init__(self, message: str, hint: str = "") -> None:
+        super().__init__(self.rule, message, hint)
+
+
+class ShardReadError(CodedError):
+    """A shard cannot be read: EC001 unreadable, EC002 truncated, EC003 unsafe."""
+
+
+class CaptureError(CodedError):
+    """The server gave no usable capture (EC702-EC705)."""
+
+    def __str__(self) -> str:
+        return f"{self.code} {self.message}" + (f"\n  hint: {self.hint}" if self.hint else "")
+
+
+class ServerUnreachable(CaptureError):
+    """Nothing answered at the URL (EC705): refused, timed out, no such host."""
+
+
+class Unservable(_OneCode):
+    """The engine would not serve this case (EC510)."""
+
+    rule = "EC510"
+
+
+class CaptureFileError(_OneCode):
+    """A capture file is unreadable or inconsistent (EC707)."""
+
+    rule = "EC707"
+
+
+class NoCapture(_OneCode):
+    """Neither a live server nor the capture files hold a capture of the shard (EC706)."""
+
+    rule = "EC706"

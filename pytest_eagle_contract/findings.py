@@ -1,16 +1,66 @@
-"""Findings (what a check found) and the registry of stable rule codes."""
+"""Findings (what a check found), the registry of stable rule codes, and the one builder
+every check uses to make a finding located at a contract key."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from pathlib import Path
+from typing import Any, Literal, Protocol
 
 Severity = Literal["error", "warning"]
+RuleCode = Literal[
+    "EC001",
+    "EC002",
+    "EC003",
+    "EC101",
+    "EC102",
+    "EC201",
+    "EC202",
+    "EC203",
+    "EC204",
+    "EC205",
+    "EC206",
+    "EC301",
+    "EC302",
+    "EC303",
+    "EC304",
+    "EC401",
+    "EC501",
+    "EC502",
+    "EC503",
+    "EC504",
+    "EC505",
+    "EC506",
+    "EC507",
+    "EC508",
+    "EC509",
+    "EC510",
+    "EC511",
+    "EC512",
+    "EC513",
+    "EC514",
+    "EC515",
+    "EC601",
+    "EC602",
+    "EC603",
+    "EC604",
+    "EC605",
+    "EC701",
+    "EC702",
+    "EC703",
+    "EC704",
+    "EC705",
+    "EC706",
+    "EC707",
+    "EC801",
+    "EC802",
+]
+"""Every rule code; the type checker refuses a code not listed (tests tie it to RULES)."""
 
 
 @dataclass(frozen=True)
 class Rule:
-    code: str
+    code: RuleCode
     name: str
     summary: str
 
@@ -73,14 +123,14 @@ _RULES: tuple[Rule, ...] = (
     Rule("EC801", "not-sharp", "a class of pipeline bug passes the contract"),
     Rule("EC802", "baseline-fails", "a shard built to the contract's own description fails it"),
 )
-RULES: dict[str, Rule] = {rule.code: rule for rule in _RULES}
+RULES: dict[RuleCode, Rule] = {rule.code: rule for rule in _RULES}
 
 
 @dataclass(frozen=True)
 class Finding:
     """One thing wrong, located and explained like a compiler diagnostic."""
 
-    code: str
+    code: RuleCode
     message: str
     expected: str = ""
     found: str = ""
@@ -105,3 +155,24 @@ class Finding:
         data = asdict(self)
         data["rule"] = self.rule.name
         return data
+
+
+class Located(Protocol):
+    """What a finding needs of a contract: its path and the line of a key."""
+
+    @property
+    def path(self) -> Path: ...
+
+    def line_of(self, key_path: str) -> int: ...
+
+
+def finding(code: RuleCode, message: str, *, contract: Located | None = None, key: str = "",
+            file: str = "", slot: int | None = None, expected: object = "",
+            found: object = "", hint: str = "", details: str = "",
+            severity: Severity = "error", extra: dict[str, Any] | None = None) -> Finding:
+    """The one way to make a finding: ``key`` (``training.slots[0].norm``) locates it in
+    ``contract`` (its line, else its nearest parent's); ``file`` is the shard's label."""
+    return Finding(code, message, expected=str(expected), found=str(found), file=file,
+                   slot=slot, contract=str(contract.path) if contract is not None else "",
+                   line=contract.line_of(key) if contract is not None and key else None,
+                   hint=hint, details=details, severity=severity, extra=extra or {})

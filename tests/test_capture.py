@@ -15,9 +15,10 @@ import torch
 from sglang_standin import Launch, SGLangStandin
 
 from pytest_eagle_contract.capture import core as cap
-from pytest_eagle_contract.capture.sglang_client import CaptureError, capture, server_info
+from pytest_eagle_contract.capture.sglang_client import capture, server_info
 from pytest_eagle_contract.checks.shard_checks import Shard
 from pytest_eagle_contract.contract.model import Contract, load_contract
+from pytest_eagle_contract.errors import CaptureError
 from pytest_eagle_contract.layers import Layer
 from pytest_eagle_contract.models.tiny import capture_canonical, tiny_target
 from pytest_eagle_contract.planner import discover

@@ -19,7 +19,8 @@ from typing import Any, Optional
 import pytest
 
 from pytest_eagle_contract.engines import sglang_table as table
-from pytest_eagle_contract.engines.resolve import Unservable, _apply_rule
+from pytest_eagle_contract.engines.resolve import _apply_rule
+from pytest_eagle_contract.errors import Unservable
 
 WHEELS = os.environ.get("EAGLE_CONTRACT_SGLANG_WHEELS")
 if not WHEELS:

@@ -9,8 +9,9 @@ import pytest
 
 sglang = pytest.importorskip("sglang")
 
-from pytest_eagle_contract import sglang_table as table  # noqa: E402
-from pytest_eagle_contract.engines.resolve import Unservable, installed_sglang, resolve  # noqa: E402
+from pytest_eagle_contract.engines import sglang_table as table  # noqa: E402
+from pytest_eagle_contract.engines.resolve import installed_sglang, resolve  # noqa: E402
+from pytest_eagle_contract.errors import Unservable  # noqa: E402
 
 VERSION = installed_sglang()
 L = 61

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..contract.model import Contract
-from ..errors import EagleContractError
+from ..errors import CaptureFileError, EagleContractError, NoCapture
 from ..findings import Finding
 from ..layers import Layer
 
@@ -47,10 +47,6 @@ RTOL = 0.03
 _ROWS = 256  # rows compared at a time (float32 working set ~ 256 * H * 8 bytes)
 
 
-class CaptureFileError(EagleContractError):
-    """A capture file is unreadable or inconsistent (EC707)."""
-
-    code = "EC707"
 
 
 def ids_key(input_ids: torch.Tensor | Sequence[int]) -> str:
@@ -305,7 +301,8 @@ def record(url: str, shard_paths: Iterable[Path], contract: Contract, out_dir: P
     first shard the server cannot answer, and :class:`EagleContractError` for an
     unreadable shard.
     """
-    from ..shards.reading import ShardReadError, read_sample
+    from ..errors import ShardReadError
+    from ..shards.reading import read_sample
     from .sglang_client import capture, server_info
 
     info = server_info(url, timeout=min(timeout, 10.0))
@@ -427,7 +424,8 @@ def verify_live(contract: Contract, shard: Shard, url: str, timeout: float = 60.
     """
     import dataclasses
 
-    from .sglang_client import CaptureError, capture, server_info
+    from ..errors import CaptureError
+    from .sglang_client import capture, server_info
 
     sample = shard.sample
     if contract.training is None or sample is None or sample.input_ids is None:
@@ -543,8 +541,6 @@ def _table(matches: Sequence[Match], cap: Capture) -> str:
 # -- The eagle_capture fixture's core ----------------------------------------------------
 
 
-class NoCapture(EagleContractError):
-    """No captured states for a shard; the message is the reason (a fixture skips on it)."""
 
 
 def aux_for_shard(contract: Contract, path: Path, url: str | None = None,
@@ -556,7 +552,8 @@ def aux_for_shard(contract: Contract, path: Path, url: str | None = None,
     :class:`~pytest_eagle_contract.capture.sglang_client.CaptureError`), else from the capture
     files under ``captures``; raises :class:`NoCapture` with the reason when neither has it.
     """
-    from ..shards.reading import ShardReadError, read_sample
+    from ..errors import ShardReadError
+    from ..shards.reading import read_sample
     from .sglang_client import capture
 
     fmt = contract.training.format if contract.training else "auto"

@@ -18,7 +18,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..errors import EagleContractError
+from ..errors import CaptureError, ServerUnreachable
 
 if TYPE_CHECKING:
     import torch
@@ -33,16 +33,8 @@ _KEPT_ARGS = ("model_path", "dtype", "enable_return_hidden_states", "return_hidd
               "disable_cuda_graph", "tp_size", "pp_size")
 
 
-class CaptureError(EagleContractError):
-    """The server could not give the aux states; ``code`` is an EC7xx rule code."""
-
-    def __init__(self, code: str, message: str, hint: str = "") -> None:
-        super().__init__(f"{code} {message}" + (f"\n  hint: {hint}" if hint else ""))
-        self.code, self.message, self.hint = code, message, hint
 
 
-class ServerUnreachable(CaptureError):
-    """Nothing answered at the URL (EC705): refused, timed out, no such host."""
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,9 @@ from typing import Any
 
 from ..contract.model import Contract, ServingSpec, TrainingSpec
 from ..engines import sglang_table
-from ..engines.resolve import Resolution, Unservable, resolve, sglang_versions
+from ..engines.resolve import Resolution, resolve, sglang_versions
 from ..engines.sglang_launch import lint_sglang, served_dtype
-from ..errors import EagleContractError
+from ..errors import EagleContractError, Unservable
 from ..findings import Finding, Severity
 from ..layers import Layer
 from ..models.draft import DraftConfig, DraftWeights, read_draft_config, read_draft_weights

@@ -12,8 +12,9 @@ from functools import cached_property
 from pathlib import Path
 
 from ..contract.model import Contract, SlotSpec, TrainingSpec
+from ..errors import ShardReadError
 from ..findings import Finding
-from ..shards.reading import Sample, ShardReadError, Slot, dtype_name, read_sample
+from ..shards.reading import Sample, Slot, dtype_name, read_sample
 from ..stats import NormStats, guess, norm_stats
 
 

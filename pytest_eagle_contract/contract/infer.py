@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError
+from ..errors import ShardReadError, UsageError
 from ..layers import Layer
 from ..planner import Sampling, choose, discover
-from ..shards.reading import ShardReadError, read_sample
+from ..shards.reading import read_sample
 from ..stats import norm_stats
 from .model import schema_path
 

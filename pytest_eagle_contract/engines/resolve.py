@@ -13,7 +13,7 @@ import importlib.util
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..errors import EagleContractError
+from ..errors import EagleContractError, Unservable
 from ..layers import Layer
 from . import sglang_table as table
 
@@ -21,8 +21,6 @@ ENGINES = ("sglang", "vllm", "specforge", "speculators-v1", "speculators", "eagl
 SPECFORGE_SGLANG = "0.5.14"  # the sglang SpecForge pins for prepare_hidden_states.py
 
 
-class Unservable(EagleContractError):
-    """The engine would not run this case (absent arch, no capture, a start-up error)."""
 
 
 @dataclass(frozen=True)

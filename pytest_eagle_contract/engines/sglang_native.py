@@ -83,7 +83,7 @@ def native_layers_to_capture(arch: str, num_layers: int, ids: Sequence[int] | No
     try:
         _call(cls, stub, ids)
     except IndexError:
-        from .resolve import Unservable
+        from ..errors import Unservable
 
         raise Unservable(f"sglang's {cls.__name__}.set_eagle3_layers_to_capture raises "
                          f"IndexError for ids {list(ids or [])} (L = {num_layers})") from None

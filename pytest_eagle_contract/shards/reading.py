@@ -18,16 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..errors import ShardReadError
 from .formats import FORMATS, Format, guess_from_keys, guess_from_name
 
 if TYPE_CHECKING:
     import torch
 
 
-class ShardReadError(Exception):
-    def __init__(self, code: str, message: str, hint: str = "") -> None:
-        super().__init__(message)
-        self.code, self.message, self.hint = code, message, hint
 
 
 @dataclass(frozen=True)

@@ -123,9 +123,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _inspect(args: argparse.Namespace) -> int:
+    from ..errors import ShardReadError
     from ..render import to_json
     from ..shards.inspection import format_report, inspect_shard
-    from ..shards.reading import ShardReadError
 
     try:
         report = inspect_shard(args.path, args.format, args.hidden_size)
@@ -277,8 +277,8 @@ def _sharpness(contract_path: Path, quiet: bool, report: Path | None) -> int:
 
 def _record(args: argparse.Namespace) -> int:
     from ..capture.core import record
-    from ..capture.sglang_client import CaptureError
     from ..contract.model import load_contract
+    from ..errors import CaptureError
     from ..planner import parse_sample, shard_paths
 
     contract = load_contract(args.contract)
@@ -296,9 +296,10 @@ def _record(args: argparse.Namespace) -> int:
 
 def _identify(args: argparse.Namespace) -> int:
     from ..checks.evidence import identify
+    from ..errors import ShardReadError
     from ..models.target import TargetModel
     from ..render import to_json
-    from ..shards.reading import ShardReadError, read_sample
+    from ..shards.reading import read_sample
 
     target = TargetModel.open(args.target_model)
     try:
@@ -338,7 +339,8 @@ def _identify(args: argparse.Namespace) -> int:
 
 
 def _resolve(args: argparse.Namespace) -> int:
-    from ..engines.resolve import Unservable, resolve
+    from ..engines.resolve import resolve
+    from ..errors import Unservable
     from ..render import to_json
 
     try:

@@ -339,8 +339,8 @@ def eagle_shard(request: pytest.FixtureRequest) -> Any:
 def eagle_capture(request: pytest.FixtureRequest, eagle_shard: Any) -> Any:
     """The server's aux states [T, n_aux * H] for this test's ``eagle_shard``: live when
     --eagle-sglang-url is given, else from --eagle-captures, else skipped with the reason."""
-    from ..capture.core import NoCapture, aux_for_shard
-    from ..capture.sglang_client import CaptureError
+    from ..capture.core import aux_for_shard
+    from ..errors import CaptureError, NoCapture
 
     config = request.config
     dirs = [Path(d) for d in (config.getoption("eagle_captures") or [])]

@@ -106,28 +106,47 @@ def main() -> None:
         subprocess.run([sys.executable, "-c", NAIVE, *files], check=True)
 
     def check_cmd() -> None:
-        subprocess.run([str(exe), "check", str(root / "kimi.yaml"), "--sample", "all", "-q"],
-                       check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [str(exe), "check", str(root / "kimi.yaml"), "--sample", "all", "-q"],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
 
     read()  # warm the page cache
-    t = {name: best(fn, args.repeat) for name, fn in
-         (("read", read), ("naive", naive), ("check", check),
-          ("naive_cmd", naive_cmd), ("check_cmd", check_cmd))}
+    t = {
+        name: best(fn, args.repeat)
+        for name, fn in (
+            ("read", read),
+            ("naive", naive),
+            ("check", check),
+            ("naive_cmd", naive_cmd),
+            ("check_cmd", check_cmd),
+        )
+    }
     gb = size / 1e9
-    print(f"{len(paths)} shards, {gb:.3f} GB, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads, best of {args.repeat}")
+    print(
+        f"{len(paths)} shards, {gb:.3f} GB, torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads, best of {args.repeat}"
+    )
     print(f"{'':<26}{'seconds':>10}{'GB/s':>10}{'vs naive':>10}{'vs read':>10}")
-    rows = (("cat > /dev/null", "read", "naive"), ("naive scan (in-process)", "naive", "naive"),
-            ("check (in-process)", "check", "naive"),
-            ("naive scan (command)", "naive_cmd", "naive_cmd"),
-            ("eagle-contract check", "check_cmd", "naive_cmd"))
+    rows = (
+        ("cat > /dev/null", "read", "naive"),
+        ("naive scan (in-process)", "naive", "naive"),
+        ("check (in-process)", "check", "naive"),
+        ("naive scan (command)", "naive_cmd", "naive_cmd"),
+        ("eagle-contract check", "check_cmd", "naive_cmd"),
+    )
     for label, key, base in rows:
-        print(f"{label:<26}{t[key]:>10.3f}{gb / t[key]:>10.2f}{t[base] / t[key]:>9.1f}x"
-              f"{t['read'] / t[key]:>9.2f}x")
-    print(f"speed-up of check over the naive scan: in-process {t['naive'] / t['check']:.1f}x, "
-          f"as commands {t['naive_cmd'] / t['check_cmd']:.1f}x; check runs at "
-          f"{gb / t['check']:.2f} GB/s against {gb / t['read']:.2f} GB/s for cat "
-          f"({statistics.fmean([t['read'] / t['check']]):.2f} of the page-cache read rate)")
+        print(
+            f"{label:<26}{t[key]:>10.3f}{gb / t[key]:>10.2f}{t[base] / t[key]:>9.1f}x"
+            f"{t['read'] / t[key]:>9.2f}x"
+        )
+    print(
+        f"speed-up of check over the naive scan: in-process {t['naive'] / t['check']:.1f}x, "
+        f"as commands {t['naive_cmd'] / t['check_cmd']:.1f}x; check runs at "
+        f"{gb / t['check']:.2f} GB/s against {gb / t['read']:.2f} GB/s for cat "
+        f"({statistics.fmean([t['read'] / t['check']]):.2f} of the page-cache read rate)"
+    )
 
 
 if __name__ == "__main__":

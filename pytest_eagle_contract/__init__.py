@@ -22,7 +22,7 @@ _EXPORTS = {
     "Layer": "layers",
     "Sample": "shards.reading",
     "read_sample": "shards.reading",
-    "EagleShard": "shards.eagle_shard",
+    "EagleShard": "shards.shard",
     "plan": "planner",
     "run_units": "planner",
     "inspect_shard": "shards.inspection",
@@ -68,9 +68,9 @@ if TYPE_CHECKING:
     from .layers import Layer
     from .models.target import TargetModel
     from .planner import plan, run_units
-    from .shards.eagle_shard import EagleShard
     from .shards.inspection import inspect_shard
     from .shards.reading import Sample, read_sample
+    from .shards.shard import EagleShard
 
 
 def __getattr__(name: str) -> Any:

@@ -54,8 +54,9 @@ class ContractError(EagleContractError):
         super().__init__("\n".join(str(p) for p in problems))
 
     @classmethod
-    def single(cls, file: Path | str, message: str, line: int = 1, column: int = 1,
-               path: str = "") -> ContractError:
+    def single(
+        cls, file: Path | str, message: str, line: int = 1, column: int = 1, path: str = ""
+    ) -> ContractError:
         return cls([ContractProblem(str(file), line, column, path, message)])
 
 

@@ -86,10 +86,12 @@ _RULES: tuple[Rule, ...] = (
     Rule("EC502", "aux-count", "the trainer and the engine use another number of aux states"),
     Rule("EC503", "fc-width", "fc input width disagrees across contract, draft and engine"),
     Rule("EC504", "serving-dtype", "shards are stored in another dtype than the engine serves"),
-    Rule("EC505", "target-norm", "the target slot is pre-norm where the trainer expects "
-                                 "post-norm, or the reverse"),
-    Rule("EC506", "unsorted-ids", "aux ids are not ascending: the engine sorts, a trainer "
-                                  "may not"),
+    Rule(
+        "EC505",
+        "target-norm",
+        "the target slot is pre-norm where the trainer expects post-norm, or the reverse",
+    ),
+    Rule("EC506", "unsorted-ids", "aux ids are not ascending: the engine sorts, a trainer may not"),
     Rule("EC507", "default-ids", "the engine will use its default aux ids, silently"),
     Rule("EC508", "ignored-ids", "the draft config's ids sit where the engine does not read"),
     Rule("EC509", "draft-vocab", "the draft's d2t / t2d vocabulary maps are inconsistent"),
@@ -97,26 +99,45 @@ _RULES: tuple[Rule, ...] = (
     Rule("EC511", "dropped-capture", "the engine silently captures fewer layers than asked"),
     Rule("EC512", "serving-args", "a launch setting the engine silently changes"),
     Rule("EC513", "missing-shards", "the contract's shard location holds no shard"),
-    Rule("EC514", "graph-default-ids", "CUDA-graph passes capture the default layers, "
-                                       "eager ones the draft's"),
+    Rule(
+        "EC514",
+        "graph-default-ids",
+        "CUDA-graph passes capture the default layers, eager ones the draft's",
+    ),
     Rule("EC515", "ids-disagree", "the contract's aux_layer_ids differ from the draft config"),
     # -- EC6xx: evidence of what each slot is (reference capture, weights) --
     Rule("EC601", "embed-identity", "a slot is (or is declared but is not) the embedding rows"),
     Rule("EC602", "norm-kind", "a slot is post-norm where pre-norm is declared, or the reverse"),
-    Rule("EC603", "teacher-agreement", "lm_head of the target slot predicts the next token too "
-                                       "rarely"),
+    Rule(
+        "EC603",
+        "teacher-agreement",
+        "lm_head of the target slot predicts the next token too rarely",
+    ),
     Rule("EC604", "slot-identity", "a reference capture finds another layer than declared"),
     Rule("EC605", "target-model", "the target model does not match the contract's target"),
     # -- EC7xx: serving capture (live SGLang, capture files) --
-    Rule("EC701", "capture-mismatch", "a shard's fc-input slot differs from the state the "
-                                      "server feeds the draft at that position"),
-    Rule("EC702", "aux-capture-off", "the server returned no aux states: hidden-state return "
-                                     "off, or the post-norm last layer"),
-    Rule("EC703", "capture-rows", "the server returned another number of prefill rows than "
-                                  "the shard has tokens"),
+    Rule(
+        "EC701",
+        "capture-mismatch",
+        "a shard's fc-input slot differs from the state the "
+        "server feeds the draft at that position",
+    ),
+    Rule(
+        "EC702",
+        "aux-capture-off",
+        "the server returned no aux states: hidden-state return off, or the post-norm last layer",
+    ),
+    Rule(
+        "EC703",
+        "capture-rows",
+        "the server returned another number of prefill rows than the shard has tokens",
+    ),
     Rule("EC704", "capture-width", "the captured states are not n_aux * hidden_size wide"),
-    Rule("EC705", "server-unreachable", "the SGLang server cannot be reached or did not "
-                                        "answer /generate"),
+    Rule(
+        "EC705",
+        "server-unreachable",
+        "the SGLang server cannot be reached or did not answer /generate",
+    ),
     Rule("EC706", "capture-missing", "no capture file holds this shard's input_ids"),
     Rule("EC707", "capture-invalid", "a capture file is unreadable or inconsistent"),
     # -- EC8xx: contract sharpness (mutations) --
@@ -166,13 +187,34 @@ class Located(Protocol):
     def line_of(self, key_path: str) -> int: ...
 
 
-def finding(code: RuleCode, message: str, *, contract: Located | None = None, key: str = "",
-            file: str = "", slot: int | None = None, expected: object = "",
-            found: object = "", hint: str = "", details: str = "",
-            severity: Severity = "error", extra: dict[str, Any] | None = None) -> Finding:
+def finding(
+    code: RuleCode,
+    message: str,
+    *,
+    contract: Located | None = None,
+    key: str = "",
+    file: str = "",
+    slot: int | None = None,
+    expected: object = "",
+    found: object = "",
+    hint: str = "",
+    details: str = "",
+    severity: Severity = "error",
+    extra: dict[str, Any] | None = None,
+) -> Finding:
     """The one way to make a finding: ``key`` (``training.slots[0].norm``) locates it in
     ``contract`` (its line, else its nearest parent's); ``file`` is the shard's label."""
-    return Finding(code, message, expected=str(expected), found=str(found), file=file,
-                   slot=slot, contract=str(contract.path) if contract is not None else "",
-                   line=contract.line_of(key) if contract is not None and key else None,
-                   hint=hint, details=details, severity=severity, extra=extra or {})
+    return Finding(
+        code,
+        message,
+        expected=str(expected),
+        found=str(found),
+        file=file,
+        slot=slot,
+        contract=str(contract.path) if contract is not None else "",
+        line=contract.line_of(key) if contract is not None and key else None,
+        hint=hint,
+        details=details,
+        severity=severity,
+        extra=extra or {},
+    )

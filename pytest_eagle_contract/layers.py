@@ -46,14 +46,6 @@ class Layer:
     def is_final_norm(self) -> bool:
         return self.index == -1
 
-    @property
-    def is_post_norm(self) -> bool:
-        return self.is_final_norm
-
-    def depth(self, num_layers: int) -> float:
-        """Position along the stack, final_norm counted just past residual:L."""
-        return num_layers + 0.5 if self.is_final_norm else float(self.index)
-
     def __str__(self) -> str:
         if self.index == 0:
             return EMBED
@@ -64,7 +56,3 @@ class Layer:
     def check_bounds(self, num_layers: int) -> None:
         if self.index > num_layers:
             raise ValueError(f"{self} is beyond the target's {num_layers} layers")
-
-
-def residual(k: int) -> Layer:
-    return Layer(k)

@@ -1,36 +1,34 @@
-"""Turn a contract into units of work (one check on one sampled shard) and run them.
+"""Turn a contract into units of work (one check family on the contract, or on one sampled
+shard) and run them.
 
-The pytest plugin makes each unit an item; the CLI runs them in a loop. No check logic
-lives in either shell.
+The pytest plugin makes each unit an item; the CLI runs them in a loop. Which families run,
+and what each needs, comes from the check registry (:mod:`.checks.registry`), so the two
+shells plan alike and refuse alike. No check logic lives here or in either shell.
 """
 
 from __future__ import annotations
 
-import random
-import re
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .checks.shard_checks import SHARD_CHECKS, Shard
 from .contract.model import Contract
 from .errors import UsageError
-from .findings import Finding
-from .shards.formats import FORMATS, SHARD_GLOBS
+from .findings import Finding, finding
+from .shards.discovery import DEFAULT_SAMPLE, Sampling, shard_paths
 
 if TYPE_CHECKING:
-    from .capture.core import CaptureIndex
+    from .capture.files import CaptureIndex
+    from .checks.family import CheckFamily, Need
     from .models.target import TargetModel
-
-DEFAULT_SAMPLE = 10
-Sampling = int | None  # None: every shard
+    from .shards.shard import Shard
 
 
 @dataclass(frozen=True)
 class Unit:
-    """One check on one shard (or on the contract as a whole when ``shard`` is None)."""
+    """One check family on one shard (or on the contract when ``shard`` is None)."""
 
     contract: Contract
     check: str
@@ -45,132 +43,129 @@ class Unit:
         return f"{self.check}[{self.label}]" if self.shard is not None else self.check
 
 
-def _natural_key(path: Path) -> list[object]:
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", str(path))]
+def _available(contract: Contract, target_model: Path | None, capture: bool) -> set[Need]:
+    have: set[Need] = set()
+    if contract.training is not None:
+        have.add("training")
+    if contract.serving is not None:
+        have.add("serving")
+    if target_model is not None or contract.target.model is not None:
+        have.add("target")
+    if capture:
+        have.add("capture")
+    return have
 
 
-def discover(root: Path, format: str = "auto") -> list[Path]:
-    """Every shard file under ``root`` (recursively), in natural order."""
-    if root.is_file():
-        return [root]
-    if not root.exists():
-        raise UsageError(f"shard path {root} does not exist")
-    globs = FORMATS[format].globs if format != "auto" else SHARD_GLOBS
-    found = {p for pattern in globs for p in root.rglob(pattern) if p.is_file()}
-    return sorted(found, key=_natural_key)
+def families(
+    contract: Contract,
+    checks: Iterable[str] | None = None,
+    *,
+    also: Iterable[str] = (),
+    target_model: Path | None = None,
+    capture: bool = False,
+    reference: bool = False,
+) -> list[CheckFamily]:
+    """The families to run, in registry order.
+
+    ``checks=None``: every default family (plus ``also``) whose needs are met; the rest are
+    left out quietly. Named ``checks``: exactly those, and a family whose needs are not met
+    is a :class:`UsageError` saying what to add.
+    """
+    from .checks.family import NEED_HOW
+    from .checks.registry import BY_NAME, FAMILIES, SELECTABLE
+
+    have = _available(contract, target_model, capture)
+    if reference and "target" not in have:
+        raise UsageError("--reference-capture needs " + NEED_HOW["target"])
+    named = list(checks) if checks is not None else None
+    extra = set(also)
+    unknown = [c for c in [*(named or []), *extra] if c not in SELECTABLE]
+    if unknown:
+        raise UsageError(f"unknown checks {unknown}: choose from {', '.join(SELECTABLE)}")
+    if named is None:
+        return [
+            f
+            for f in FAMILIES
+            if (f.default or f.name in extra) and f.selectable and f.needs <= have
+        ]
+    if not named:
+        raise UsageError("--checks is empty: name at least one check")
+    for name in named:
+        missing = sorted(BY_NAME[name].needs - have)
+        if missing:
+            raise UsageError(f"check {name!r} needs " + " and ".join(NEED_HOW[m] for m in missing))
+    return [f for f in FAMILIES if f.name in named or (f.name in extra and f.needs <= have)]
 
 
-def choose(paths: Sequence[Path], sample: Sampling, seed: int) -> list[Path]:
-    """A deterministic, seeded sample of ``paths``, kept in natural order."""
-    if sample is None or sample >= len(paths):
-        return list(paths)
-    picked = random.Random(seed).sample(range(len(paths)), sample)
-    return [paths[i] for i in sorted(picked)]
-
-
-def parse_sample(text: str | int | None) -> Sampling:
-    if text is None:
-        return DEFAULT_SAMPLE
-    if isinstance(text, int):
-        value = text
-    elif text.strip().lower() == "all":
-        return None
-    else:
-        try:
-            value = int(text)
-        except ValueError:
-            raise UsageError(f"--sample takes a positive number or 'all', not {text!r}") from None
-    if value < 1:
-        raise UsageError(f"--sample takes a positive number or 'all', not {value}")
-    return value
-
-
-def shard_paths(contract: Contract, shards: Iterable[Path] | None, sample: Sampling,
-                seed: int) -> list[tuple[Path, str]]:
-    """The sampled shards of a contract with their display labels."""
-    training = contract.training
-    if training is None:
-        return []
-    roots = list(shards) if shards else ([training.shards] if training.shards else [])
-    if not roots:
-        raise UsageError(f"{contract.path}: no shards given: set training.shards in the contract "
-                         "or pass shard paths")
-    labelled: list[tuple[Path, str]] = []
-    for root in roots:
-        found = discover(root, training.format)
-        if not found:
-            raise UsageError(f"no shard files under {root} (format {training.format})")
-        for path in found:
-            label = path.relative_to(root).as_posix() if root.is_dir() else path.name
-            labelled.append((path, label))
-    keep = set(choose([p for p, _ in labelled], sample, seed))
-    return [(p, label) for p, label in labelled if p in keep]
-
-
-CONTRACT_CHECKS = ("layout",)
-EVIDENCE = "evidence"  # per shard, when a target model is given
-CAPTURE = "capture"  # per shard, when capture files or a live server are given
-SHARPNESS = "sharpness"  # contract level: the plugin runs it; `check --sharpness` on request
-CHECKS = (*CONTRACT_CHECKS, *SHARD_CHECKS, EVIDENCE, CAPTURE)
-
-
-def plan(contract: Contract, shards: Iterable[Path] | None = None,
-         sample: Sampling = DEFAULT_SAMPLE, seed: int = 0,
-         checks: Iterable[str] = CHECKS, target_model: Path | None = None,
-         capture: bool = False) -> list[Unit]:
-    """All units of a contract: ``layout`` first (when the contract has both sides), then
-    the shard checks grouped by shard so each shard is read once.
+def plan(
+    contract: Contract,
+    shards: Iterable[Path] | None = None,
+    sample: Sampling = DEFAULT_SAMPLE,
+    seed: int = 0,
+    checks: Iterable[str] | None = None,
+    target_model: Path | None = None,
+    capture: bool = False,
+    also: Iterable[str] = (),
+    reference: bool = False,
+) -> list[Unit]:
+    """All units of a contract: contract-level families first, then the shard families
+    grouped by shard so each shard is read once.
 
     Shard paths given here that do not exist raise :class:`UsageError`; a contract whose
     own ``training.shards`` holds nothing gets a failing ``shards`` unit instead, so the
     contract-level checks still run.
     """
-    wanted = set(checks)
-    if target_model is None and contract.target.model is None:
-        wanted.discard(EVIDENCE)
-    if not capture:
-        wanted.discard(CAPTURE)
-    unknown = wanted - {*CHECKS, SHARPNESS}
-    if unknown:
-        raise UsageError(f"unknown checks {sorted(unknown)}: choose from {', '.join(CHECKS)}")
+    chosen = families(
+        contract, checks, also=also, target_model=target_model, capture=capture, reference=reference
+    )
+    per_contract = [f for f in chosen if f.scope == "contract"]
+    per_shard = [f for f in chosen if f.scope == "shard"]
     found: list[tuple[Path, str]] = []
-    units: list[Unit] = []
-    if wanted:
+    problem: list[Unit] = []
+    if per_shard or any(f.name == "layout" for f in per_contract):
         try:
             found = shard_paths(contract, shards, sample, seed)
         except UsageError as exc:
             if shards:
                 raise
-            if wanted - {*CONTRACT_CHECKS, SHARPNESS} and contract.training is not None:
-                units.append(Unit(contract, "shards", problem=str(exc)))
-    if "layout" in wanted and contract.serving:
-        first = found[0] if found else (None, "")
-        units.insert(0, Unit(contract, "layout", evidence=first[0], evidence_label=first[1]))
-    if SHARPNESS in wanted and contract.training is not None:
-        units.insert(1 if units and units[0].check == "layout" else 0,
-                     Unit(contract, SHARPNESS))
-    per_shard = [c for c in (*SHARD_CHECKS, EVIDENCE, CAPTURE) if c in wanted]
-    units += [Unit(contract, check, path, label) for path, label in found for check in per_shard]
+            if per_shard:
+                problem.append(Unit(contract, "shards", problem=str(exc)))
+    first = found[0] if found else (None, "")
+    units = [
+        Unit(contract, f.name, evidence=first[0], evidence_label=first[1])
+        if f.name == "layout"
+        else Unit(contract, f.name)
+        for f in per_contract
+    ]
+    units += problem
+    units += [Unit(contract, f.name, path, label) for path, label in found for f in per_shard]
     return units
 
 
 class Runner:
-    """Runs units, keeping the last few shards read so a shard's checks share one read."""
+    """Runs units and holds what they share: the last few shards read (so a shard's
+    families share one read), the target model and the capture files, opened once."""
 
-    def __init__(self, keep: int = 2, serving_args: str | None = None,
-                 target_model: Path | None = None, reference: bool | None = None,
-                 captures: Sequence[Path] = (), sglang_url: str | None = None,
-                 timeout: float = 60.0) -> None:
+    def __init__(
+        self,
+        keep: int = 2,
+        serving_args: str | None = None,
+        target_model: Path | None = None,
+        reference: bool | None = None,
+        captures: Sequence[Path] = (),
+        sglang_url: str | None = None,
+        timeout: float = 60.0,
+    ) -> None:
         self._cache: OrderedDict[tuple[Path, str, int], Shard] = OrderedDict()
         self._keep = keep
-        self._serving_args = serving_args
+        self.serving_args = serving_args
         self._target_path = target_model
         self._reference = reference
         self._targets: dict[Path, TargetModel] = {}
         self._capture_dirs = list(captures)
         self._captures: CaptureIndex | None = None
-        self._sglang_url = sglang_url
-        self._timeout = timeout
+        self.sglang_url = sglang_url
+        self.timeout = timeout
         self._reported_broken = False  # broken capture files are reported once per run
 
     @property
@@ -179,18 +174,28 @@ class Runner:
 
     @property
     def captures_enabled(self) -> bool:
-        return bool(self._capture_dirs or self._sglang_url)
+        return bool(self._capture_dirs or self.sglang_url)
 
     def captures(self) -> CaptureIndex:
         """The capture files, indexed once per run."""
         if self._captures is None:
-            from .capture.core import load_captures
+            from .capture.files import load_captures
 
             self._captures = load_captures(self._capture_dirs)
             if not len(self._captures) and not self._captures.problems:
-                raise UsageError("no capture files under " + ", ".join(
-                    map(str, self._capture_dirs)) + ": record them with eagle-contract record")
+                raise UsageError(
+                    "no capture files under "
+                    + ", ".join(map(str, self._capture_dirs))
+                    + ": record them with eagle-contract record"
+                )
         return self._captures
+
+    def unreported_capture_problems(self, index: CaptureIndex) -> list[str]:
+        """Broken capture files, reported with the first unit that looks at them."""
+        if self._reported_broken:
+            return []
+        self._reported_broken = True
+        return list(index.problems)
 
     def target(self, contract: Contract) -> TargetModel | None:
         """The target model (override, else the contract's), opened once."""
@@ -209,6 +214,8 @@ class Runner:
         return contract.target.reference_capture if self._reference is None else self._reference
 
     def shard(self, contract: Contract, path: Path, label: str) -> Shard:
+        from .shards.shard import Shard
+
         assert contract.training is not None
         key = (path, contract.training.format, contract.target.hidden_size)
         if key in self._cache:
@@ -220,70 +227,32 @@ class Runner:
             self._cache.popitem(last=False)
         return shard
 
+    def shard_of(self, unit: Unit) -> Shard:
+        """The (read, cached) shard of a shard unit."""
+        assert unit.shard is not None
+        return self.shard(unit.contract, unit.shard, unit.label)
+
     def run(self, unit: Unit) -> list[Finding]:
-        """Findings of one unit, waived codes removed."""
-        if unit.shard is None:
-            findings = self._contract_level(unit)
-            return [f for f in findings if f.code not in unit.contract.waivers]
-        shard = self.shard(unit.contract, unit.shard, unit.label)
-        if shard.error is not None:
-            findings = [Finding(shard.error.code, shard.error.message, file=unit.label,
-                                contract=str(unit.contract.path),
-                                line=unit.contract.line_of("training.shards"),
-                                hint=shard.error.hint)]
-        elif unit.check == CAPTURE:
-            from .capture.core import verify_against_capture, verify_live
+        """Findings of one unit, waived codes removed. A shard that cannot be read fails
+        each of its units with its read error (EC001-EC003)."""
+        from .checks.registry import BY_NAME
 
-            if self._sglang_url:
-                findings = verify_live(unit.contract, shard, self._sglang_url, self._timeout)
-            else:
-                index = self.captures()
-                findings = [Finding("EC707", problem, file=unit.label,
-                                    contract=str(unit.contract.path))
-                            for problem in index.problems if not self._reported_broken]
-                self._reported_broken = True
-                findings += verify_against_capture(unit.contract, shard, index)
-        elif unit.check == EVIDENCE:
-            from .checks.evidence import check_evidence
-
-            target = self.target(unit.contract)
-            assert target is not None
-            findings = check_evidence(unit.contract, shard, target, self.reference(unit.contract))
+        family = BY_NAME[unit.check]
+        error = self.shard_of(unit).error if family.scope == "shard" else None
+        if error is not None:
+            findings = [
+                finding(
+                    error.code,
+                    error.message,
+                    contract=unit.contract,
+                    key="training.shards",
+                    file=unit.label,
+                    hint=error.hint,
+                )
+            ]
         else:
-            findings = SHARD_CHECKS[unit.check](unit.contract, shard)
+            findings = family.execute(self, unit)
         return [f for f in findings if f.code not in unit.contract.waivers]
-
-    def _contract_level(self, unit: Unit) -> list[Finding]:
-        from .checks.layout import check_layout
-
-        contract = unit.contract
-        if unit.check == "shards":
-            return [Finding("EC513", unit.problem, contract=str(contract.path),
-                            line=contract.line_of("training.shards"),
-                            hint="fix training.shards, or pass the shard location "
-                                 "(eagle-contract check CONTRACT PATH, pytest --eagle-shards)")]
-        if unit.check == SHARPNESS:
-            from .sharpness.selftest import check_sharpness
-
-            return check_sharpness(contract)
-        if unit.check != "layout":
-            raise ValueError(f"unknown contract-level check {unit.check}")
-        stats_of = None
-        identified = None
-        if unit.evidence is not None:
-            shard = self.shard(contract, unit.evidence, unit.evidence_label)
-            if shard.sample is not None:
-                def stats_of(i: int) -> object:
-                    return shard.stats(i) if i < len(shard.slots) else None
-
-                target = self.target(contract)
-                ids = shard.sample.input_ids
-                if target is not None and self.reference(contract) and ids is not None:
-                    from .checks.evidence import identify
-
-                    found = identify([s.tensor for s in shard.slots], ids, target)
-                    identified = {i.slot: i for i in found}
-        return check_layout(contract, self._serving_args, stats_of, identified)
 
 
 @dataclass(frozen=True)

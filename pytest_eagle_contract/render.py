@@ -80,8 +80,9 @@ def summary(findings: Sequence[Finding], units: int, shards: int) -> str:
         tail = f", {warnings} warning(s)" if warnings else ""
         return f"ok: {units} checks on {shards} shard(s) passed{tail}"
     codes = sorted({f.code for f in findings if f.severity == "error"})
-    return (f"FAILED: {errors} finding(s) [{', '.join(codes)}] in {units} checks on "
-            f"{shards} shard(s)")
+    return (
+        f"FAILED: {errors} finding(s) [{', '.join(codes)}] in {units} checks on {shards} shard(s)"
+    )
 
 
 def to_json(data: Any) -> str:

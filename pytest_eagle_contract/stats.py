@@ -40,10 +40,10 @@ def token_norms(x: torch.Tensor, chunk_rows: int = CHUNK_ROWS) -> torch.Tensor:
     rows = x.shape[0]
     out = torch.empty(rows, dtype=torch.float32)
     for start in range(0, rows, chunk_rows):
-        chunk = x[start:start + chunk_rows]
+        chunk = x[start : start + chunk_rows]
         if chunk.dtype != torch.float32:
             chunk = chunk.float()
-        torch.linalg.vector_norm(chunk, dim=-1, out=out[start:start + chunk_rows])
+        torch.linalg.vector_norm(chunk, dim=-1, out=out[start : start + chunk_rows])
     return out
 
 
@@ -61,8 +61,15 @@ def norm_stats(x: torch.Tensor) -> NormStats:
         nan = math.nan
         return NormStats(nan, nan, nan, nan, int(norms.numel()), len(bad), bad[0] if bad else None)
     q = torch.quantile(good, torch.tensor([0.05, 0.5, 0.95]))
-    return NormStats(float(good.mean()), float(q[1]), float(q[0]), float(q[2]),
-                     int(norms.numel()), len(bad), bad[0] if bad else None)
+    return NormStats(
+        float(good.mean()),
+        float(q[1]),
+        float(q[0]),
+        float(q[2]),
+        int(norms.numel()),
+        len(bad),
+        bad[0] if bad else None,
+    )
 
 
 EMBED_RMS = 0.05  # per-element RMS below which a flat slot reads as an embedding

@@ -5,8 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 
-def table(header: Sequence[str], rows: Sequence[Sequence[object]], *, indent: str = "  ",
-          right: Sequence[int] = (), marks: Sequence[str] | None = None) -> str:
+def table(
+    header: Sequence[str],
+    rows: Sequence[Sequence[object]],
+    *,
+    indent: str = "  ",
+    right: Sequence[int] = (),
+    marks: Sequence[str] | None = None,
+) -> str:
     """``rows`` under ``header``, each column as wide as its widest cell.
 
     ``right`` lists the columns aligned right (numbers); ``marks`` (one string per row,
@@ -17,8 +23,10 @@ def table(header: Sequence[str], rows: Sequence[Sequence[object]], *, indent: st
     widths = [max(len(row[i]) for row in cells if i < len(row)) for i in range(len(header))]
     lines = []
     for n, row in enumerate(cells):
-        parts = [cell.rjust(widths[i]) if i in right else cell.ljust(widths[i])
-                 for i, cell in enumerate(row)]
+        parts = [
+            cell.rjust(widths[i]) if i in right else cell.ljust(widths[i])
+            for i, cell in enumerate(row)
+        ]
         lead = ""
         if marks is not None:
             lead = (" " * len(marks[0]) if marks else "") if n == 0 else marks[n - 1]

@@ -10,6 +10,20 @@ target = Path(sys.argv[1])
 target.mkdir(parents=True, exist_ok=True)
 for release in RELEASES:
     if not list(target.glob(f"sglang-{release}-*.whl")):
-        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-                        "--only-binary=:all:", "--python-version", "3.11",
-                        f"sglang=={release}", "-d", str(target)], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--python-version",
+                "3.11",
+                f"sglang=={release}",
+                "-d",
+                str(target),
+            ],
+            check=True,
+        )

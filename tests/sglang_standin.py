@@ -22,9 +22,18 @@ each id k to capture index k + 1 (the default, without ids, is ``[2, L//2, L-3]`
 ``LlamaModel.forward`` captures the residual stream entering layer i when
 ``i in layers_to_capture`` (so: ascending, duplicates once, an index >= L never), which is
 HF's ``hidden_states[i]``; the rows are the concat in the served dtype (bf16). Without aux
-capture the rows are the post-norm last layer. A radix cache is emulated (on unless
-``disable_radix_cache``): a prompt sharing a prefix with an earlier one prefills only the
-rest, and ``meta_info["cached_tokens"]`` says how many were cached.
+capture the rows are the post-norm last layer.
+
+A radix cache is emulated (on unless ``disable_radix_cache``): a prompt sharing a prefix
+with an earlier one of the same ``extra_key`` prefills only the rest (SGLang always
+recomputes the last token), its rows are only those, and ``meta_info["cached_tokens"]``
+says how many were cached. ``extra_key`` is part of the cache key from 0.5.3
+(``RadixKey(token_ids, extra_key)``); older releases ignore the field. ``/flush_cache``
+(GET or POST, ``?timeout=``) empties the cache and answers ``Cache flushed...`` as text,
+or HTTP 400 ``Flush cache failed.`` while other requests run (``busy``).
+
+``fault``, when set, may take over any request before it is served (for the hostile-server
+tests): ``fault(handler, path)`` returns True when it answered.
 
 Loopback only (127.0.0.1, an ephemeral port), bounded (``max_requests``) and it stops by
 itself after ``lifetime_s`` seconds.
@@ -35,9 +44,11 @@ from __future__ import annotations
 import json
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import urlsplit
 
 import torch
 
@@ -74,9 +85,15 @@ class Launch:
     layer_ids: list[int] | None = None
     version: str = "0.5.23"
     disable_radix_cache: bool = True
+    busy: bool = False  # other clients' requests running: /flush_cache is refused
     max_requests: int = 64
     lifetime_s: float = 120.0
     spec: TinySpec = field(default_factory=lambda: SPEC)
+    fault: Callable[[BaseHTTPRequestHandler, str], bool] | None = None
+
+    def honours_extra_key(self) -> bool:
+        """``GenerateReqInput.extra_key`` and ``RadixKey.extra_key``: sglang 0.5.3+."""
+        return tuple(int(p) for p in self.version.split(".")[:3]) >= (0, 5, 3)
 
     def layers_to_capture(self) -> list[int]:
         """``set_eagle3_layers_to_capture`` for Llama (sglang srt/models/llama.py)."""
@@ -106,14 +123,16 @@ class _State:
     def __init__(self, launch: Launch) -> None:
         self.launch = launch
         self.model = tiny_target(launch.spec)
-        self.cache: list[list[int]] = []
+        self.cache: list[tuple[str | None, list[int]]] = []  # (extra_key, ids) prefilled
         self.requests = 0
+        self.flushes = 0  # /flush_cache calls that emptied the cache
         self.bodies: list[Any] = []  # every /generate body received, as parsed
         self.lock = threading.Lock()
 
-    def rows(self, ids: list[int]) -> tuple[list[list[float]], int]:
+    def rows(self, ids: list[int], key: str | None) -> tuple[list[list[float]], int]:
         """The prefill rows SGLang would return for ``ids``, and the cached prefix length."""
-        cached = 0 if self.launch.disable_radix_cache else self._cached_prefix(ids)
+        key = key if self.launch.honours_extra_key() else None
+        cached = 0 if self.launch.disable_radix_cache else self._cached_prefix(ids, key)
         with torch.no_grad():
             out = self.model(torch.tensor([ids]), output_hidden_states=True)
         hidden = out.hidden_states  # [0] = embed, [k] = residual:k (k < L), [L] = final_norm
@@ -126,14 +145,16 @@ class _State:
         rows = states.to(torch.bfloat16)[cached:].tolist()
         return rows, cached
 
-    def _cached_prefix(self, ids: list[int]) -> int:
+    def _cached_prefix(self, ids: list[int], key: str | None) -> int:
         best = 0
-        for seen in self.cache:
+        for seen_key, seen in self.cache:
+            if seen_key != key:
+                continue
             n = 0
             while n < min(len(seen), len(ids)) and seen[n] == ids[n]:
                 n += 1
             best = max(best, n)
-        self.cache.append(list(ids))
+        self.cache.append((key, list(ids)))
         return min(best, len(ids) - 1)  # SGLang always recomputes the last token
 
 
@@ -161,11 +182,37 @@ class _Handler(BaseHTTPRequestHandler):
             threading.Thread(target=self.server.shutdown, daemon=True).start()
         return not over
 
+    def _text(self, status: int, text: str) -> None:
+        body = text.encode()
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _flush(self) -> None:
+        """``/flush_cache`` (http_server.py): text, 200 when flushed, 400 when busy."""
+        state = self.server.state
+        if state.launch.busy:
+            self._text(400, "Flush cache failed.\n")
+            return
+        with state.lock:
+            state.cache.clear()
+            state.flushes += 1
+        self._text(200, "Cache flushed.\nPlease check backend logs for more details. (When "
+                        "there are running or waiting requests, the operation will not be "
+                        "performed.)\n")
+
+    def _faulted(self) -> bool:
+        fault = self.server.state.launch.fault
+        return fault is not None and fault(self, urlsplit(self.path).path)
+
     def do_GET(self) -> None:
-        if not self._count():
+        if not self._count() or self._faulted():
             return
         launch = self.server.state.launch
-        if self.path in ("/server_info", "/get_server_info"):
+        if urlsplit(self.path).path == "/flush_cache":
+            self._flush()
+        elif self.path in ("/server_info", "/get_server_info"):
             self._send(200, {**launch.server_args(), "version": launch.version,
                              "internal_states": [{}]})
         elif self.path in ("/model_info", "/get_model_info"):
@@ -177,14 +224,17 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(404, {"detail": "Not Found"})
 
     def do_POST(self) -> None:
-        if not self._count():
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if not self._count() or self._faulted():
+            return
+        if urlsplit(self.path).path == "/flush_cache":
+            self._flush()
             return
         if self.path != "/generate":
             self._send(404, {"detail": "Not Found"})
             return
-        length = int(self.headers.get("Content-Length") or 0)
         try:
-            body = json.loads(self.rfile.read(length))
+            body = json.loads(raw)
         except ValueError as exc:
             self._send(400, {"object": "error", "message": f"JSON decode error: {exc}",
                              "type": "Bad Request", "param": None, "code": 400})
@@ -213,11 +263,15 @@ class _Handler(BaseHTTPRequestHandler):
         if any(i < 0 or i >= state.launch.spec.vocab_size for i in ids):  # not SGLang's text
             return 400, {"error": {"message": "stand-in: an input id lies outside the tiny "
                                               "model's vocabulary"}}
+        key = body.get("extra_key")
+        if key is not None and not isinstance(key, str):  # io_struct._normalize_single_inputs
+            return 400, {"error": {"message": "extra_key should be a string for a single "
+                                              "request."}}
         wants = body.get("return_hidden_states") is True
         if wants and state.launch.mode == "off":
             return 400, {"error": {"message": _NOT_CONFIGURED}}
         with state.lock:
-            rows, cached = state.rows(ids)
+            rows, cached = state.rows(ids, key or None)
         new = int(params.get("max_new_tokens", 128))
         meta: dict[str, Any] = {
             "id": uuid.uuid4().hex, "finish_reason": {"type": "length", "length": new},

@@ -83,8 +83,9 @@ def _shift(layers: list[Layer]) -> list[Layer]:
 
 
 # mutation name -> (layers transform, dict transform, the code it must raise)
-Mutation = tuple[Callable[[list[Layer]], list[Layer]] | None,
-                 Callable[[dict, str], None] | None, str]
+Mutation = tuple[
+    Callable[[list[Layer]], list[Layer]] | None, Callable[[dict, str], None] | None, str
+]
 
 
 def _cast16(d: dict, fmt: str) -> None:

@@ -34,10 +34,14 @@ def make(tmp_path, edit=None):
         ids = torch.randint(0, 100, (T,), generator=g)
         mask = torch.ones(T, dtype=torch.long)
         mask[:10] = 0
-        states = torch.stack([states_with_norms(T, H, m, 0.1, g, torch.bfloat16)
-                              for m in (1.0, 2.0, 3.0, 4.0)], dim=1)
-        save(tmp_path / "data" / "hidden_states" / f"hs_{i}.safetensors",
-             {"hidden_states": states, "token_ids": ids})
+        states = torch.stack(
+            [states_with_norms(T, H, m, 0.1, g, torch.bfloat16) for m in (1.0, 2.0, 3.0, 4.0)],
+            dim=1,
+        )
+        save(
+            tmp_path / "data" / "hidden_states" / f"hs_{i}.safetensors",
+            {"hidden_states": states, "token_ids": ids},
+        )
         rows.append((ids, mask))
     if edit:
         edit(rows)
@@ -52,12 +56,17 @@ def test_mask_from_the_dataset_passes(tmp_path):
     assert make(tmp_path) == set()
 
 
-@pytest.mark.parametrize(("edit", "code"), [
-    (lambda rows: rows.__setitem__(1, (rows[1][0], torch.ones(T + 7, dtype=torch.long))),
-     "EC202"),
-    (lambda rows: rows.__setitem__(1, (rows[1][0], torch.zeros(T, dtype=torch.long))), "EC303"),
-    (lambda rows: rows.append(rows.pop(0)), "EC206"),  # rows renumbered
-])
+@pytest.mark.parametrize(
+    ("edit", "code"),
+    [
+        (
+            lambda rows: rows.__setitem__(1, (rows[1][0], torch.ones(T + 7, dtype=torch.long))),
+            "EC202",
+        ),
+        (lambda rows: rows.__setitem__(1, (rows[1][0], torch.zeros(T, dtype=torch.long))), "EC303"),
+        (lambda rows: rows.append(rows.pop(0)), "EC206"),  # rows renumbered
+    ],
+)
 def test_dataset_row_problems(tmp_path, edit, code):
     found = make(tmp_path, edit)
     assert ("hs_1.safetensors", code) in found, found

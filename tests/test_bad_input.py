@@ -45,24 +45,38 @@ def test_serving_only_contract_is_linted(tmp_path, cli):
         "contract: s\nversion: 1\n"
         "target: {arch: LlamaForCausalLM, num_hidden_layers: 8, hidden_size: 64}\n"
         "serving: {engine: sglang, version: '0.5.14', aux_layer_ids: [1, 3, 40],\n"
-        "  launch: \"x --speculative-eagle-topk 1 --speculative-num-steps 1 "
-        "--speculative-num-draft-tokens 16\"}\n")
+        '  launch: "x --speculative-eagle-topk 1 --speculative-num-steps 1 '
+        '--speculative-num-draft-tokens 16"}\n'
+    )
     res = cli("check", path)
     assert res.returncode == 1
     assert "EC511 dropped-capture" in res.stdout and "EC512 serving-args" in res.stdout
 
 
 def test_unparsable_launch_line_is_a_finding(demo_dir, cli):
-    res = cli("check", CONTRACT, demo_dir / "good", "--checks", "layout", "--serving-args",
-              "python -m sglang.launch_server --dtype 'x")
+    res = cli(
+        "check",
+        CONTRACT,
+        demo_dir / "good",
+        "--checks",
+        "layout",
+        "--serving-args",
+        "python -m sglang.launch_server --dtype 'x",
+    )
     no_traceback(res)
     assert res.returncode == 1 and "cannot be parsed: No closing quotation" in res.stdout
 
 
-@pytest.mark.parametrize("args", [
-    ["--checks", "evidence"], ["--checks", "capture"], ["--reference-capture"],
-    ["--json", "/nonexistent/folder/report.json"], ["--checks", ","],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--checks", "evidence"],
+        ["--checks", "capture"],
+        ["--reference-capture"],
+        ["--json", "/nonexistent/folder/report.json"],
+        ["--checks", ","],
+    ],
+)
 def test_gate_that_would_check_nothing_is_a_usage_error(demo_dir, cli, args):
     res = cli("check", CONTRACT, demo_dir / "good", *args)
     no_traceback(res)
@@ -79,8 +93,19 @@ def test_infer_refuses_bad_layer_names_and_invalid_drafts(demo_dir, tmp_path, cl
     no_traceback(res)
     assert res.returncode == 2 and "'bogus' is not a canonical layer" in res.stderr
     out = tmp_path / "c.yaml"
-    res = cli("infer", demo_dir / "good", "--layers", "residual:2", "residual:4", "residual:5",
-              "final_norm", "--num-layers", "3", "-o", out)
+    res = cli(
+        "infer",
+        demo_dir / "good",
+        "--layers",
+        "residual:2",
+        "residual:4",
+        "residual:5",
+        "final_norm",
+        "--num-layers",
+        "3",
+        "-o",
+        out,
+    )
     assert res.returncode == 2 and "residual:4 is beyond the target's 3 layers" in res.stderr
     assert str(out) in res.stderr and not out.exists()
 
@@ -93,8 +118,15 @@ def test_evidence_on_a_shard_of_another_vocabulary_is_ec605(demo_dir, tmp_path, 
     data = torch.load(demo_dir / "good/rows_0-2000/data_0.ckpt", weights_only=True)
     data["input_ids"] = data["input_ids"] + 10_000
     save(tmp_path / "big" / "data_0.ckpt", data)
-    res = cli("check", CONTRACT, tmp_path / "big", "--target-model", demo_dir / "target",
-              "--checks", "evidence")
+    res = cli(
+        "check",
+        CONTRACT,
+        tmp_path / "big",
+        "--target-model",
+        demo_dir / "target",
+        "--checks",
+        "evidence",
+    )
     no_traceback(res)
     assert res.returncode == 1 and "EC605" in res.stdout and "embedding has 512 rows" in res.stdout
     res = cli("identify", tmp_path / "big" / "data_0.ckpt", "--target-model", demo_dir / "target")
@@ -115,16 +147,20 @@ def test_identify_refuses_another_hidden_size(demo_dir, tmp_path, cli):
     assert res.returncode == 1 and "hidden_size is 64" in res.stderr
 
 
-@pytest.mark.parametrize(("args", "words"), [
-    (["--eagle-sample", "0"], "--sample takes a positive number"),
-    (["--eagle-sample", "abc"], "--sample takes a positive number"),
-    (["--eagle-captures", "/nonexistent"], "does not exist"),
-    (["--eagle-target-model", "/nonexistent"], "cannot read config.json"),
-])
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--eagle-sample", "0"], "--sample takes a positive number"),
+        (["--eagle-sample", "abc"], "--sample takes a positive number"),
+        (["--eagle-captures", "/nonexistent"], "does not exist"),
+        (["--eagle-target-model", "/nonexistent"], "cannot read config.json"),
+    ],
+)
 def test_plugin_bad_options_are_usage_errors(pytester, demo_dir, args, words):
     (pytester.path / "contracts").mkdir()
     (pytester.path / "contracts" / "demo.yaml").write_text(
-        CONTRACT.read_text().replace("../eagle-demo/good", str(demo_dir / "good")))
+        CONTRACT.read_text().replace("../eagle-demo/good", str(demo_dir / "good"))
+    )
     result = pytester.runpytest("--eagle-contract", *args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"*{words}*"])
@@ -132,8 +168,17 @@ def test_plugin_bad_options_are_usage_errors(pytester, demo_dir, args, words):
 
 
 def test_small_usage_errors(tmp_path, demo_dir, cli):
-    res = cli("resolve", "--engine", "sglang", "--version", "notaversion", "--arch", "llama",
-              "--num-layers", "32")
+    res = cli(
+        "resolve",
+        "--engine",
+        "sglang",
+        "--version",
+        "notaversion",
+        "--arch",
+        "llama",
+        "--num-layers",
+        "32",
+    )
     assert res.returncode == 2 and "'notaversion' is not an sglang version" in res.stderr
     (tmp_path / "empty").mkdir()
     res = cli("check", CONTRACT, demo_dir / "good", "--captures", tmp_path / "empty")

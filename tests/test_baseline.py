@@ -21,8 +21,9 @@ def stale_contract(path, shards_dir):
     text = demo.shipped_contract().read_text()
     text = text.replace("../eagle-demo/good", str(shards_dir / "good"))
     text = text.replace("{min: 3.24, max: 3.75}", "{min: 3.0, max: 3.3}")  # moved on purpose
-    text = text.replace("- {layer: final_norm, norm: {min: 7.73, max: 8.54}}",
-                        "- {layer: final_norm}")
+    text = text.replace(
+        "- {layer: final_norm, norm: {min: 7.73, max: 8.54}}", "- {layer: final_norm}"
+    )
     path.write_text(text)
     return text
 
@@ -50,9 +51,14 @@ def test_pytest_update_fails_the_run_that_changed_them(pytester, shards):
     shutil.copytree(shards, pytester.path / "data")
     contract = pytester.path / "contracts" / "demo.yaml"
     stale_contract(contract, pytester.path / "data")
-    result = pytester.runpytest("--eagle-contract", "--eagle-contract-update",
-                                "--eagle-sample", "all")
+    result = pytester.runpytest(
+        "--eagle-contract", "--eagle-contract-update", "--eagle-sample", "all"
+    )
     result.assert_outcomes(failed=1, passed=2 + 3 * 3)
-    result.stdout.fnmatch_lines(["*demo.yaml: norm bounds re-measured and rewritten*",
-                                 "  training.slots[[]1[]].norm: [[]3, 3.3[]] -> *"])
+    result.stdout.fnmatch_lines(
+        [
+            "*demo.yaml: norm bounds re-measured and rewritten*",
+            "  training.slots[[]1[]].norm: [[]3, 3.3[]] -> *",
+        ]
+    )
     pytester.runpytest("--eagle-contract", "--eagle-sample", "all").assert_outcomes(passed=11)

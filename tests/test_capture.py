@@ -14,15 +14,23 @@ import pytest
 import torch
 from sglang_standin import Launch, SGLangStandin
 
-from pytest_eagle_contract.capture import core as cap
+from pytest_eagle_contract.capture.compare import verify_against_capture, verify_live
+from pytest_eagle_contract.capture.files import (
+    CaptureMeta,
+    load_captures,
+    read_capture,
+    write_capture,
+)
+from pytest_eagle_contract.capture.fixture import aux_for_shard
+from pytest_eagle_contract.capture.record import record
 from pytest_eagle_contract.capture.sglang_client import capture, server_info
-from pytest_eagle_contract.checks.shard_checks import Shard
 from pytest_eagle_contract.contract.model import Contract, load_contract
-from pytest_eagle_contract.errors import CaptureError
+from pytest_eagle_contract.errors import CaptureError, CaptureFileError, NoCapture
 from pytest_eagle_contract.layers import Layer
 from pytest_eagle_contract.models.tiny import capture_canonical, tiny_target
-from pytest_eagle_contract.planner import discover
+from pytest_eagle_contract.shards.discovery import discover
 from pytest_eagle_contract.shards.reading import read_sample
+from pytest_eagle_contract.shards.shard import Shard
 from pytest_eagle_contract.shards.writing import write_shard
 from pytest_eagle_contract.shells.demo import SPEC, shipped_contract, write_demo_shards
 
@@ -54,16 +62,16 @@ def contract() -> Contract:
 def recorded(sets: dict[str, Path], contract: Contract) -> Path:
     out = sets["root"] / "captures"
     with SGLangStandin(Launch(mode="aux", layer_ids=[1, 3, 4])) as url:
-        cap.record(url, discover(sets["good"]), contract, out)
+        record(url, discover(sets["good"]), contract, out)
     return out
 
 
 def _verify(contract: Contract, root: Path, captures: Path) -> dict[str, list]:
-    index = cap.load_captures(captures)
+    index = load_captures(captures)
     out = {}
     for path in discover(root):
         shard = Shard.load(path, path.name, "specforge", H)
-        out[path.name] = cap.verify_against_capture(contract, shard, index)
+        out[path.name] = verify_against_capture(contract, shard, index)
     return out
 
 
@@ -71,7 +79,7 @@ def test_record_writes_one_small_capture_file_per_shard(sets, recorded):
     files = sorted(recorded.glob("*.safetensors"))
     assert len(files) == 3
     assert all(f.stat().st_size < 100_000 for f in files)  # small enough to commit
-    first = cap.read_capture(files[0])
+    first = read_capture(files[0])
     assert first.aux.dtype == torch.bfloat16
     assert first.aux.shape == (first.input_ids.shape[0], N_AUX * H)
     meta = first.meta
@@ -113,13 +121,13 @@ def test_eagle3_target_returns_the_same_states(contract, sets, recorded):
     with SGLangStandin(Launch(mode="eagle3", layer_ids=[1, 3, 4])) as url:
         assert server_info(url).mode == "eagle3"
         live = capture(url, ids.tolist(), N_AUX, H)
-    assert torch.equal(live, cap.load_captures(recorded).find(ids).aux)
+    assert torch.equal(live, load_captures(recorded).find(ids).aux)
 
 
 def test_default_ids_without_layer_ids(contract, sets, recorded):
     with SGLangStandin(Launch(mode="aux", layer_ids=None)) as url:
-        out = cap.record(url, discover(sets["good"])[:1], contract, sets["root"] / "default")
-    meta = cap.read_capture(out[0]).meta  # the model's default [2, L//2, L-3], no +1
+        out = record(url, discover(sets["good"])[:1], contract, sets["root"] / "default")
+    meta = read_capture(out[0]).meta  # the model's default [2, L//2, L-3], no +1
     assert meta.layer_ids is None and meta.layers == (Layer(2), Layer(4), Layer(5))
 
 
@@ -163,8 +171,8 @@ def test_server_down_fails_clearly():
 
 
 def test_prefix_cache_hit_gives_fewer_rows(sets):
-    ids = _ids(sets)
-    with SGLangStandin(Launch(mode="aux", layer_ids=[1, 3, 4],
+    ids = _ids(sets)  # 0.5.2 ignores the request's extra_key: the cache answers
+    with SGLangStandin(Launch(mode="aux", layer_ids=[1, 3, 4], version="0.5.2",
                               disable_radix_cache=False)) as url:
         capture(url, ids, N_AUX, H)
         with pytest.raises(CaptureError) as exc:
@@ -176,26 +184,26 @@ def test_prefix_cache_hit_gives_fewer_rows(sets):
 
 def test_missing_and_broken_captures(contract, sets, recorded, tmp_path):
     (tmp_path / "junk.safetensors").write_bytes(b"not a safetensors file")
-    index = cap.load_captures([recorded, tmp_path])
+    index = load_captures([recorded, tmp_path])
     assert len(index) == 3 and len(index.problems) == 1 and "junk" in index.problems[0]
-    empty = cap.load_captures(tmp_path)
+    empty = load_captures(tmp_path)
     shard = Shard.load(discover(sets["good"])[0], "data_0.ckpt", "specforge", H)
-    (finding,) = cap.verify_against_capture(contract, shard, empty)
+    (finding,) = verify_against_capture(contract, shard, empty)
     assert (finding.code, finding.severity) == ("EC706", "warning")
-    with pytest.raises(cap.CaptureFileError):
-        cap.load_captures(tmp_path / "nowhere")
+    with pytest.raises(CaptureFileError):
+        load_captures(tmp_path / "nowhere")
 
 
 def test_aux_for_shard_live_files_and_reason(contract, sets, recorded, tmp_path):
     path = discover(sets["good"])[0]
-    from_files = cap.aux_for_shard(contract, path, captures=recorded)
+    from_files = aux_for_shard(contract, path, captures=recorded)
     with SGLangStandin(Launch(mode="aux", layer_ids=[1, 3, 4])) as url:
-        live = cap.aux_for_shard(contract, path, url=url)
+        live = aux_for_shard(contract, path, url=url)
     assert torch.equal(live, from_files)
-    with pytest.raises(cap.NoCapture, match="no SGLang URL"):
-        cap.aux_for_shard(contract, path)
-    with pytest.raises(cap.NoCapture, match="no capture of"):
-        cap.aux_for_shard(contract, path, captures=tmp_path)
+    with pytest.raises(NoCapture, match="no SGLang URL"):
+        aux_for_shard(contract, path)
+    with pytest.raises(NoCapture, match="no capture of"):
+        aux_for_shard(contract, path, captures=tmp_path)
 
 
 SGLANG_API = Path("/work/sglvenv/lib/python3.11/site-packages/sglang/api/v1/api_types.py")
@@ -232,8 +240,8 @@ def test_capture_with_another_number_of_states_fails_offline(contract, sets, tmp
     shard = _good_shard(sets)
     ids = shard.sample.input_ids
     fc = torch.cat([shard.slots[i].tensor for i in (0, 1, 2, 2)], dim=-1)  # 4 states
-    cap.write_capture(tmp_path, ids, fc, cap.CaptureMeta(layer_ids=(1, 3, 4, 5)))
-    found = cap.verify_against_capture(contract, shard, cap.load_captures(tmp_path))
+    write_capture(tmp_path, ids, fc, CaptureMeta(layer_ids=(1, 3, 4, 5)))
+    found = verify_against_capture(contract, shard, load_captures(tmp_path))
     assert [f.code for f in found] == ["EC704"]
     assert "4 states of H=64" in found[0].message
 
@@ -243,14 +251,14 @@ def test_tampered_capture_file_is_ec707(contract, sets, recorded, tmp_path):
     from safetensors.torch import save_file
 
     shard = _good_shard(sets)
-    original = cap.load_captures(recorded).find(shard.sample.input_ids)
+    original = load_captures(recorded).find(shard.sample.input_ids)
     with safe_open(str(original.path), framework="pt") as f:
         metadata = f.metadata()
     ids = original.input_ids.clone()
     ids[0] += 1
     save_file({"aux_hidden_states": original.aux, "input_ids": ids},
               str(tmp_path / original.path.name), metadata=metadata)
-    (finding,) = cap.verify_against_capture(contract, shard, cap.load_captures(tmp_path))
+    (finding,) = verify_against_capture(contract, shard, load_captures(tmp_path))
     assert finding.code == "EC707" and "ids_sha256" in finding.message
 
 
@@ -258,12 +266,12 @@ def test_verify_live(contract, sets):
     good, shifted = _good_shard(sets), Shard.load(
         discover(sets["shifted"])[0], "data_0.ckpt", "specforge", H)
     with SGLangStandin(Launch(mode="aux", layer_ids=[1, 3, 4])) as url:
-        assert cap.verify_live(contract, good, url) == []
-        found = cap.verify_live(contract, shifted, url)
+        assert verify_live(contract, good, url) == []
+        found = verify_live(contract, shifted, url)
     assert {f.slot: f.extra["equals"] for f in found} == {0: None, 1: 2, 2: None}
     assert f"live from {url}" in found[0].details
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    (down,) = cap.verify_live(contract, good, f"http://127.0.0.1:{port}", timeout=5)
+    (down,) = verify_live(contract, good, f"http://127.0.0.1:{port}", timeout=5)
     assert down.code == "EC705" and down.line == contract.line_of("serving")

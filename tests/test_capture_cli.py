@@ -12,7 +12,7 @@ from sglang_standin import Launch, SGLangStandin
 
 from pytest_eagle_contract.layers import Layer
 from pytest_eagle_contract.models.tiny import capture_canonical, tiny_target
-from pytest_eagle_contract.planner import discover
+from pytest_eagle_contract.shards.discovery import discover
 from pytest_eagle_contract.shards.reading import read_sample
 from pytest_eagle_contract.shards.writing import write_shard
 from pytest_eagle_contract.shells.demo import SPEC, shipped_contract, write_demo_shards

@@ -64,22 +64,26 @@ def test_unknown_key_names_file_line_column_and_path(tmp_path):
 
 
 def test_every_problem_is_reported_at_once(tmp_path):
-    text = VALID.replace("hidden_size: 64", "hidden_size: -1").replace("engine: sglang",
-                                                                       "engine: tgi")
+    text = VALID.replace("hidden_size: 64", "hidden_size: -1").replace(
+        "engine: sglang", "engine: tgi"
+    )
     found = {p.path: p for p in problems(tmp_path, text)}
     assert set(found) == {"target.hidden_size", "serving.engine"}
     assert found["target.hidden_size"].line == 6 and found["serving.engine"].line == 17
 
 
-@pytest.mark.parametrize(("edit", "path", "words"), [
-    (("layer: residual:2", "layer: layer2"), "training.slots[0].layer", "does not match"),
-    (("layer: residual:2", "layer: residual:9"), "training.slots[0].layer", "beyond"),
-    (("fc_input: [0, 1]", "fc_input: [0, 5]"), "training.fc_input[1]", "does not exist"),
-    (("fc_input: [0, 1]", "fc_input: [0, 2]"), "training.fc_input[1]", "target slot"),
-    (("{median: 1.5, rtol: 0.2}", "{median: 1.5}"), "training.slots[0].norm", "rtol"),
-    (("version: 1", "version: 2"), "version", "1 was expected"),
-    (("format: specforge", "format: parquet"), "training.format", "is not one of"),
-])
+@pytest.mark.parametrize(
+    ("edit", "path", "words"),
+    [
+        (("layer: residual:2", "layer: layer2"), "training.slots[0].layer", "does not match"),
+        (("layer: residual:2", "layer: residual:9"), "training.slots[0].layer", "beyond"),
+        (("fc_input: [0, 1]", "fc_input: [0, 5]"), "training.fc_input[1]", "does not exist"),
+        (("fc_input: [0, 1]", "fc_input: [0, 2]"), "training.fc_input[1]", "target slot"),
+        (("{median: 1.5, rtol: 0.2}", "{median: 1.5}"), "training.slots[0].norm", "rtol"),
+        (("version: 1", "version: 2"), "version", "1 was expected"),
+        (("format: specforge", "format: parquet"), "training.format", "is not one of"),
+    ],
+)
 def test_bad_values_are_located(tmp_path, edit, path, words):
     (p, *_) = problems(tmp_path, VALID.replace(*edit))
     assert p.path == path and words in p.message, p

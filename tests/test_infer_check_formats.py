@@ -32,13 +32,22 @@ def pipelines(tmp_path_factory):
 def test_infer_then_check(fmt, pipelines, cli):
     base, mutants = pipelines[fmt]
     contract = base / "contract.yaml"
-    res = cli("infer", base / "trusted", "--num-layers", shardgen.L, "--vocab-size",
-              shardgen.VOCAB, "-o", contract)
+    res = cli(
+        "infer",
+        base / "trusted",
+        "--num-layers",
+        shardgen.L,
+        "--vocab-size",
+        shardgen.VOCAB,
+        "-o",
+        contract,
+    )
     assert res.returncode == 0, res.stderr
     data = yaml.safe_load(contract.read_text())
     assert data["training"]["format"] == fmt
     assert [s["layer"] for s in data["training"]["slots"]] == [
-        str(x) for x in shardgen.PIPELINES[fmt]]
+        str(x) for x in shardgen.PIPELINES[fmt]
+    ]
 
     good = cli("check", contract, base / "other", "--sample", "all")
     assert good.returncode == 0, good.stdout + good.stderr

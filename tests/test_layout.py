@@ -47,8 +47,12 @@ def draft_dir(tmp_path: Path, config: dict, tensors: dict | None = None) -> Path
 
 
 def nested(ids, **extra):
-    return {"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": 64,
-            "eagle_config": {"eagle_aux_hidden_state_layer_ids": ids}, **extra}
+    return {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "hidden_size": 64,
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": ids},
+        **extra,
+    }
 
 
 def findings_of(tmp_path: Path, text: str, serving_args: str | None = None):
@@ -81,32 +85,57 @@ def _case(tmp_path, edit=None, serving="  aux_layer_ids: [1, 3, 4]\n", args=None
 CASES = {
     "EC501": lambda t: _case(t, serving="  aux_layer_ids: [2, 4, 5]\n"),
     "EC502": lambda t: _case(t, serving="  aux_layer_ids: [0, 1, 3, 4]\n"),
-    "EC503": lambda t: (draft_dir(t, nested([1, 3, 4], num_aux_hidden_states=3),
-                                  {"fc.weight": torch.zeros(64, 4 * 64)}),
-                        _case(t, serving="  draft_config: draft\n"))[1],
+    "EC503": lambda t: (
+        draft_dir(
+            t, nested([1, 3, 4], num_aux_hidden_states=3), {"fc.weight": torch.zeros(64, 4 * 64)}
+        ),
+        _case(t, serving="  draft_config: draft\n"),
+    )[1],
     "EC504": lambda t: _case(t, ("{layer: residual:4}", "{layer: residual:4, dtype: float16}")),
     "EC505": lambda t: _case(t, ("{layer: final_norm}", "{layer: residual:8}")),
-    "EC506": lambda t: _case(t, ("    - {layer: residual:2}\n    - {layer: residual:4}\n",
-                                 "    - {layer: residual:4}\n    - {layer: residual:2}\n"),
-                             serving="  aux_layer_ids: [3, 1, 4]\n"),
-    "EC507": lambda t: (draft_dir(t, {"hidden_size": 64}),
-                        _case(t, serving="  draft_config: draft/config.json\n"))[1],
-    "EC508": lambda t: (draft_dir(t, {"eagle_aux_hidden_state_layer_ids": [1, 3, 4]}),
-                        _case(t, serving="  draft_config: draft/config.json\n"))[1],
-    "EC509": lambda t: (draft_dir(t, nested([1, 3, 4], draft_vocab_size=4, vocab_size=512), {
-        "fc.weight": torch.zeros(64, 192), "d2t": torch.tensor([0, 0, 5, 1]),
-        "t2d": torch.zeros(512, dtype=torch.bool).index_fill_(0, torch.tensor([0, 1, 2, 3]),
-                                                            True)}),
-        _case(t, serving="  draft_config: draft/config.json\n"))[1],
+    "EC506": lambda t: _case(
+        t,
+        (
+            "    - {layer: residual:2}\n    - {layer: residual:4}\n",
+            "    - {layer: residual:4}\n    - {layer: residual:2}\n",
+        ),
+        serving="  aux_layer_ids: [3, 1, 4]\n",
+    ),
+    "EC507": lambda t: (
+        draft_dir(t, {"hidden_size": 64}),
+        _case(t, serving="  draft_config: draft/config.json\n"),
+    )[1],
+    "EC508": lambda t: (
+        draft_dir(t, {"eagle_aux_hidden_state_layer_ids": [1, 3, 4]}),
+        _case(t, serving="  draft_config: draft/config.json\n"),
+    )[1],
+    "EC509": lambda t: (
+        draft_dir(
+            t,
+            nested([1, 3, 4], draft_vocab_size=4, vocab_size=512),
+            {
+                "fc.weight": torch.zeros(64, 192),
+                "d2t": torch.tensor([0, 0, 5, 1]),
+                "t2d": torch.zeros(512, dtype=torch.bool).index_fill_(
+                    0, torch.tensor([0, 1, 2, 3]), True
+                ),
+            },
+        ),
+        _case(t, serving="  draft_config: draft/config.json\n"),
+    )[1],
     "EC510": lambda t: _case(t, ("arch: LlamaForCausalLM", "arch: KimiVLForConditionalGeneration")),
     "EC511": lambda t: _case(t, serving="  aux_layer_ids: [1, 3, 7]\n"),
-    "EC512": lambda t: _case(t, args="python -m sglang.launch_server --speculative-algorithm "
-                             "EAGLE3 --speculative-eagle-topk 1 --speculative-num-steps 1 "
-                             "--speculative-num-draft-tokens 16"),
+    "EC512": lambda t: _case(
+        t,
+        args="python -m sglang.launch_server --speculative-algorithm "
+        "EAGLE3 --speculative-eagle-topk 1 --speculative-num-steps 1 "
+        "--speculative-num-draft-tokens 16",
+    ),
     "EC514": lambda t: _version_case(t, "0.5.9", [1, 2, 3]),
-    "EC515": lambda t: (draft_dir(t, nested([1, 3, 4])),
-                        _case(t, serving="  draft_config: draft/config.json\n"
-                                         "  aux_layer_ids: [2, 3, 4]\n"))[1],
+    "EC515": lambda t: (
+        draft_dir(t, nested([1, 3, 4])),
+        _case(t, serving="  draft_config: draft/config.json\n  aux_layer_ids: [2, 3, 4]\n"),
+    )[1],
 }
 
 
@@ -124,8 +153,9 @@ def test_every_rule_code_has_a_failing_case():
     capture = {f"EC70{i}" for i in range(1, 8)}
     sharpness = {code for code in RULES if code.startswith("EC8")}
     arrow = {"EC206"}  # tests/test_arrow_rows.py
-    covered = (set(CASES) | set(SHARD_CASES) | EVIDENCE_CODES | {"EC513"} | capture | sharpness
-               | arrow)
+    covered = (
+        set(CASES) | set(SHARD_CASES) | EVIDENCE_CODES | {"EC513"} | capture | sharpness | arrow
+    )
     assert covered == set(RULES)
 
 
@@ -170,8 +200,10 @@ def test_kimi_real_bug_fails_with_side_by_side_table_and_evidence(tmp_path, cli)
     res = cli("check", CONTRACTS / "kimi-k2.5-eagle3.yaml", shards, "--checks", "layout")
     assert res.returncode == 1
     out = res.stdout
-    assert ("EC501 layout-mismatch: the draft's fc is trained on embed, residual:3, residual:31 "
-            "but sglang 0.5.13..0.5.23 feeds it residual:2, residual:30, residual:58") in out
+    assert (
+        "EC501 layout-mismatch: the draft's fc is trained on embed, residual:3, residual:31 "
+        "but sglang 0.5.13..0.5.23 feeds it residual:2, residual:30, residual:58"
+    ) in out
     rows = [line.split() for line in out.splitlines() if line.strip()[:1] in "012"]
     assert rows[0][:7] == ["0", "slot", "0", "=", "embed", "id", "2"]
     assert rows[0][-1] == "DIFFERS" and rows[1][4] == "residual:3" and rows[2][-3] == "="
@@ -181,8 +213,9 @@ def test_kimi_real_bug_fails_with_side_by_side_table_and_evidence(tmp_path, cli)
 
 def fixed_kimi(tmp_path: Path, version: str = ">=0.5.13") -> Path:
     text = (CONTRACTS / "kimi-k2.5-eagle3.yaml").read_text()
-    text = text.replace("{layer: embed,       norm: {median: 1.04,   rtol: 0.2}}",
-                        "{layer: residual:2}")
+    text = text.replace(
+        "{layer: embed,       norm: {median: 1.04,   rtol: 0.2}}", "{layer: residual:2}"
+    )
     text = text.replace("layer: residual:3,", "layer: residual:30,")
     text = text.replace("layer: residual:31,", "layer: residual:58,")
     text = text.replace("layer: residual:59,", "layer: residual:61,")

@@ -20,20 +20,22 @@ import pytest
 import torch
 from torch import nn
 
-from pytest_eagle_contract.capture import core as cap
+from pytest_eagle_contract.capture.compare import verify_against_capture
+from pytest_eagle_contract.capture.files import load_captures
 from pytest_eagle_contract.capture.sglang_hooks import capture_fc_input
-from pytest_eagle_contract.checks.shard_checks import Shard
 from pytest_eagle_contract.contract.model import load_contract
 from pytest_eagle_contract.layers import Layer
 from pytest_eagle_contract.models.tiny import capture_canonical, tiny_target
+from pytest_eagle_contract.shards.shard import Shard
 from pytest_eagle_contract.shards.writing import write_shard
 from pytest_eagle_contract.shells.demo import SPEC, shipped_contract
 
 H, N_AUX, VOCAB = SPEC.hidden_size, 3, SPEC.vocab_size
 DRAFT_H = H  # an EAGLE-3 draft of a Llama has the target's width
 DOC = Path(__file__).parent.parent / "docs" / "verify-against-server.md"
-SGLANG_HOOKS = Path("/work/sglvenv/lib/python3.11/site-packages/sglang/srt/model_executor/"
-                    "hook_manager.py")
+SGLANG_HOOKS = Path(
+    "/work/sglvenv/lib/python3.11/site-packages/sglang/srt/model_executor/hook_manager.py"
+)
 
 
 class TargetModel(nn.Module):
@@ -53,8 +55,9 @@ class DraftModel(nn.Module):
         self.embed_tokens = nn.Embedding(VOCAB, DRAFT_H)
         self.fc = nn.Linear(H * N_AUX, DRAFT_H, bias=False)
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
-                forward_batch: Any) -> torch.Tensor:
+    def forward(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, forward_batch: Any
+    ) -> torch.Tensor:
         embeds = self.embed_tokens(input_ids)
         hidden = forward_batch.spec_info.hidden_states
         if hidden.shape[-1] != embeds.shape[-1]:
@@ -98,8 +101,9 @@ def doc_spec(out: Path) -> list[dict[str, Any]]:
     return specs
 
 
-def serve_prefill(target: Wrapper, draft: Wrapper, ids: torch.Tensor,
-                  aux: torch.Tensor, next_token: int = 7) -> None:
+def serve_prefill(
+    target: Wrapper, draft: Wrapper, ids: torch.Tensor, aux: torch.Tensor, next_token: int = 7
+) -> None:
     """A target prefill, then the draft's extend over the same positions (eager)."""
     with torch.no_grad():
         target(ids)
@@ -133,10 +137,13 @@ def test_hook_writes_the_fc_input_with_the_targets_ids(tmp_path, tiny_sequence, 
     serve_prefill(target, draft, ids, aux)
     files = sorted((tmp_path / "caps").glob("*.safetensors"))
     assert len(files) == 1  # the prefill; the one-row decode pass is skipped
-    got = cap.load_captures(tmp_path / "caps").find(ids)
+    got = load_captures(tmp_path / "caps").find(ids)
     assert got is not None and torch.equal(got.aux, aux) and torch.equal(got.input_ids, ids)
     assert (got.meta.source, got.meta.arch, got.meta.layer_ids) == (
-        "forward-hook", "LlamaForCausalLM", (1, 3, 4))
+        "forward-hook",
+        "LlamaForCausalLM",
+        (1, 3, 4),
+    )
 
 
 def test_hook_capture_verifies_a_shard(tmp_path, tiny_sequence):
@@ -147,14 +154,25 @@ def test_hook_capture_verifies_a_shard(tmp_path, tiny_sequence):
     register(draft, specs)
     serve_prefill(target, draft, ids, aux)
     contract = load_contract(shipped_contract())
-    good = write_shard(tmp_path / "good", "specforge", 0, ids, torch.ones_like(ids),
-                       [states[Layer(k)].to(torch.bfloat16) for k in (2, 4, 5, -1)])
-    bad = write_shard(tmp_path / "bad", "specforge", 0, ids, torch.ones_like(ids),
-                      [states[Layer(k)].to(torch.bfloat16) for k in (4, 2, 5, -1)])
-    index = cap.load_captures(tmp_path / "caps")
-    assert cap.verify_against_capture(contract, Shard.load(good, "good", "specforge", H),
-                                      index) == []
-    swapped = cap.verify_against_capture(contract, Shard.load(bad, "bad", "specforge", H), index)
+    good = write_shard(
+        tmp_path / "good",
+        "specforge",
+        0,
+        ids,
+        torch.ones_like(ids),
+        [states[Layer(k)].to(torch.bfloat16) for k in (2, 4, 5, -1)],
+    )
+    bad = write_shard(
+        tmp_path / "bad",
+        "specforge",
+        0,
+        ids,
+        torch.ones_like(ids),
+        [states[Layer(k)].to(torch.bfloat16) for k in (4, 2, 5, -1)],
+    )
+    index = load_captures(tmp_path / "caps")
+    assert verify_against_capture(contract, Shard.load(good, "good", "specforge", H), index) == []
+    swapped = verify_against_capture(contract, Shard.load(bad, "bad", "specforge", H), index)
     # layers come from the hook's arch + layer_ids, resolved with the contract's target
     assert {f.slot: f.extra["equals"] for f in swapped} == {0: 1, 1: 0}
     assert "server position 1 = residual:4" in swapped[0].found
@@ -187,5 +205,5 @@ def test_sglangs_own_register_forward_hooks_takes_the_docs_spec(tmp_path, tiny_s
     manager.register_forward_hooks(target, specs)
     manager.register_forward_hooks(draft, specs)
     serve_prefill(target, draft, ids, aux)
-    got = cap.load_captures(tmp_path / "caps").find(ids)
+    got = load_captures(tmp_path / "caps").find(ids)
     assert got is not None and torch.equal(got.aux, aux)

@@ -1,7 +1,7 @@
 """The built-in SGLang table against every release's own ``set_eagle3_layers_to_capture``.
 
 Reads the methods out of the sglang release wheels (plain Python source) and runs each on
-a stub object, as ``_sglang_native`` does with an installed sglang. Needs the wheels:
+a stub object, as ``engines.sglang_native`` does with an installed sglang. Needs the wheels:
 ``tox -e sglang-releases`` downloads them, or set EAGLE_CONTRACT_SGLANG_WHEELS=DIR.
 Never part of the default test run.
 """
@@ -19,17 +19,25 @@ from typing import Any, Optional
 import pytest
 
 from pytest_eagle_contract.engines import sglang_table as table
-from pytest_eagle_contract.engines.resolve import _apply_rule
+from pytest_eagle_contract.engines.sglang import _apply_rule
 from pytest_eagle_contract.errors import Unservable
 
 WHEELS = os.environ.get("EAGLE_CONTRACT_SGLANG_WHEELS")
 if not WHEELS:
-    pytest.skip("set EAGLE_CONTRACT_SGLANG_WHEELS to a folder of sglang wheels "
-                "(tox -e sglang-releases)", allow_module_level=True)
+    pytest.skip(
+        "set EAGLE_CONTRACT_SGLANG_WHEELS to a folder of sglang wheels (tox -e sglang-releases)",
+        allow_module_level=True,
+    )
 L = 61
 METHOD = "set_eagle3_layers_to_capture"
-ID_SETS = {"absent": None, "start-at-1": [1, 29, 57], "start-at-2": [2, 30, 58],
-           "unsorted": [58, 2, 30], "include-L": [2, 30, 61], "zero": [0, 30, 60]}
+ID_SETS = {
+    "absent": None,
+    "start-at-1": [1, 29, 57],
+    "start-at-2": [2, 30, 58],
+    "unsorted": [58, 2, 30],
+    "include-L": [2, 30, 61],
+    "zero": [0, 30, 60],
+}
 RELEASES = [r for r in table.RELEASES]
 
 
@@ -55,9 +63,11 @@ def _method_source(release: str, method_in: str) -> str | None:
 
 def _class_defined(release: str, arch: str) -> bool:
     with zipfile.ZipFile(_wheel(release)) as z:
-        return any(f"class {arch}(" in z.read(name).decode(errors="replace")
-                   for name in z.namelist()
-                   if name.startswith("sglang/srt/models/") and name.endswith(".py"))
+        return any(
+            f"class {arch}(" in z.read(name).decode(errors="replace")
+            for name in z.namelist()
+            if name.startswith("sglang/srt/models/") and name.endswith(".py")
+        )
 
 
 class _Inner(SimpleNamespace):
@@ -69,16 +79,21 @@ class _Inner(SimpleNamespace):
 
 def _stub() -> SimpleNamespace:
     return SimpleNamespace(
-        config=SimpleNamespace(num_hidden_layers=L), capture_aux_hidden_states=False,
+        config=SimpleNamespace(num_hidden_layers=L),
+        capture_aux_hidden_states=False,
         pp_group=SimpleNamespace(is_last_rank=True),
-        model=_Inner(layers=[SimpleNamespace() for _ in range(L)], layers_to_capture=None))
+        model=_Inner(layers=[SimpleNamespace() for _ in range(L)], layers_to_capture=None),
+    )
 
 
 def _function(source: str) -> Any:
     last = SimpleNamespace(is_last_rank=True)
     namespace: dict[str, Any] = {
-        "Optional": Optional, "List": list, "get_pp_group": lambda: last,
-        "get_parallel": lambda: SimpleNamespace(pp_group=last)}
+        "Optional": Optional,
+        "List": list,
+        "get_pp_group": lambda: last,
+        "get_parallel": lambda: SimpleNamespace(pp_group=last),
+    }
     exec(source, namespace)  # a method body from the official release wheel
     return namespace["set_eagle3_layers_to_capture"]
 
@@ -89,11 +104,11 @@ def _run(release: str, row: table.Row, ids: list[int] | None) -> object:
     fn = _function(source)
     stub = _stub()
     if "language_model" in source:  # Kimi-K2.5 delegates to its DeepSeek-V3 model
-        inner_fn = _function(_method_source(release, "deepseek_v2.py:DeepseekV2ForCausalLM")
-                             or "")
+        inner_fn = _function(_method_source(release, "deepseek_v2.py:DeepseekV2ForCausalLM") or "")
         inner = _stub()
         stub.language_model = SimpleNamespace(
-            set_eagle3_layers_to_capture=lambda layer_ids=None: inner_fn(inner, layer_ids))
+            set_eagle3_layers_to_capture=lambda layer_ids=None: inner_fn(inner, layer_ids)
+        )
         fn(stub, ids)
         return list(inner.model.layers_to_capture)
     try:
@@ -112,8 +127,11 @@ def _expected(row: table.Row, ids: list[int] | None) -> object:
     return _apply_rule(row.rule, ids, L)
 
 
-CASES = [(release, arch) for release in RELEASES
-         for arch in sorted(table.KNOWN_ARCHS - set(table.NO_CAPTURE))]
+CASES = [
+    (release, arch)
+    for release in RELEASES
+    for arch in sorted(table.KNOWN_ARCHS - set(table.NO_CAPTURE))
+]
 
 
 @pytest.mark.parametrize(("release", "arch"), CASES, ids=[f"{r}-{a}" for r, a in CASES])
@@ -122,8 +140,8 @@ def test_release_method_matches_table(release, arch):
     if row is None:  # the table says absent: no such class, or no capture method for it
         rows = [r for r in table.ROWS if arch in r.archs]
         assert not _class_defined(release, arch) or all(
-            _method_source(release, r.method_in) is None for r in rows), (
-            f"sglang {release} has a capture method for {arch} the table does not list")
+            _method_source(release, r.method_in) is None for r in rows
+        ), f"sglang {release} has a capture method for {arch} the table does not list"
         return
     assert _class_defined(release, arch), f"{arch} is not in sglang {release}"
     for name, ids in ID_SETS.items():

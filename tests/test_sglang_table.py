@@ -15,8 +15,14 @@ from pytest_eagle_contract.errors import Unservable  # noqa: E402
 
 VERSION = installed_sglang()
 L = 61
-ID_SETS = {"absent": None, "start-at-1": [1, 29, 57], "start-at-2": [2, 30, 58],
-           "unsorted": [58, 2, 30], "include-L": [2, 30, 61], "four": [1, 20, 40, 57]}
+ID_SETS = {
+    "absent": None,
+    "start-at-1": [1, 29, 57],
+    "start-at-2": [2, 30, 58],
+    "unsorted": [58, 2, 30],
+    "include-L": [2, 30, 61],
+    "four": [1, 20, 40, 57],
+}
 ARCHS = sorted(a for a in table.KNOWN_ARCHS if table.row_for(a, VERSION or "0"))
 
 
@@ -25,7 +31,7 @@ def _layers(use_installed: bool, arch: str, ids):
         res = resolve("sglang", L, ids, arch, VERSION, use_installed=use_installed)
     except Unservable as exc:
         return "unservable", str(exc).split(":")[0]
-    return [str(x) for x in res.layers], res.problems and [c for c, _ in res.problems]
+    return [str(x) for x in res.layers], res.problems and [p.code for p in res.problems]
 
 
 @pytest.mark.parametrize("ids", list(ID_SETS.values()), ids=list(ID_SETS))

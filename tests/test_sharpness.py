@@ -39,8 +39,7 @@ def tightened(contract, rtol):
     changes = {}
     for slot in contract.training.slots:
         center = math.sqrt(slot.norm.low * slot.norm.high)
-        changes[f"s{slot.index}"] = {"norm": NormBounds(center / (1 + rtol),
-                                                        center * (1 + rtol))}
+        changes[f"s{slot.index}"] = {"norm": NormBounds(center / (1 + rtol), center * (1 + rtol))}
     return with_slots(contract, **changes)
 
 
@@ -95,8 +94,9 @@ def test_a_loose_contract_is_not_sharp_and_names_the_swap():
 def test_the_witness_sits_in_the_overlap():
     demo = load_contract(DEMO)
     low2 = demo.training.slots[2].norm.low
-    contract = with_slots(demo, s1={"norm": NormBounds(demo.training.slots[1].norm.low,
-                                                       low2 * 1.1)})
+    contract = with_slots(
+        demo, s1={"norm": NormBounds(demo.training.slots[1].norm.low, low2 * 1.1)}
+    )
     norms = witness(contract, find_mutation(contract, "swap-slots[slots 1 and 2]"))
     assert low2 < norms[1] < low2 * 1.1 and norms[1] == norms[2]
 
@@ -131,7 +131,7 @@ def test_a_contract_no_shard_can_meet_is_ec802():
 def test_without_serving_unsort_ids_does_not_apply(tmp_path):
     text = DEMO.read_text()
     path = tmp_path / "no-serving.yaml"
-    path.write_text(text[:text.index("serving:")])
+    path.write_text(text[: text.index("serving:")])
     rows = {r.kind: r for r in sharpness_table(load_contract(path))}
     assert rows["unsort-ids"].caught is None and rows["unsort-ids"].cases == 0
 
@@ -139,7 +139,7 @@ def test_without_serving_unsort_ids_does_not_apply(tmp_path):
 def test_a_contract_without_training_has_nothing_to_test(tmp_path):
     text = DEMO.read_text()
     path = tmp_path / "serving-only.yaml"
-    path.write_text(text[:text.index("training:")] + text[text.index("serving:"):])
+    path.write_text(text[: text.index("training:")] + text[text.index("serving:") :])
     assert sharpness(load_contract(path)).rows == []
 
 
@@ -171,6 +171,5 @@ def test_cli_sharpness_table_and_exit_codes(tmp_path, cli):
     loose_run = cli("check", "--sharpness", tmp_path / "kimi-loose.yaml")
     assert loose_run.returncode == 1
     lines = loose_run.stdout.splitlines()
-    assert next(x for x in lines if x.startswith("swap-slots")).split()[:2] == ["swap-slots",
-                                                                              "NO"]
+    assert next(x for x in lines if x.startswith("swap-slots")).split()[:2] == ["swap-slots", "NO"]
     assert "EC801 not-sharp" in loose_run.stdout and "NOT SHARP" in loose_run.stdout

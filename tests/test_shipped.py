@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from pytest_eagle_contract.shards import synthetic
@@ -12,9 +11,7 @@ CONTRACTS = Path(__file__).parent.parent / "contracts"
 
 
 def test_demo_command_passes_good_and_catches_the_bug(tmp_path, cli):
-    start = time.perf_counter()
     res = cli("demo", "--out", tmp_path / "demo", cwd=tmp_path)
-    took = time.perf_counter() - start
     assert res.returncode == 0, res.stdout + res.stderr
     out = res.stdout
     assert "ok: 37 checks on 12 shard(s) passed" in out
@@ -26,15 +23,21 @@ def test_demo_command_passes_good_and_catches_the_bug(tmp_path, cli):
     assert "EC604 slot-identity: slot 0 is declared residual:2 but is embed" in out
     assert "training side: reference capture of the target on a sampled shard" in out
     assert "slot 0 = embed (declared residual:2)" in out
-    assert took < 60
 
 
 def test_kimi_contract_passes_kimi_like_shards(tmp_path, cli):
     for seed in range(2):
         ids, mask, slots = synthetic.kimi_like_sample(seed=seed)
         write_shard(tmp_path, "speculators-v1", seed, ids, mask, slots)
-    res = cli("check", CONTRACTS / "kimi-k2.5-eagle3.yaml", tmp_path, "--sample", "all",
-              "--checks", "structure,values,norms")
+    res = cli(
+        "check",
+        CONTRACTS / "kimi-k2.5-eagle3.yaml",
+        tmp_path,
+        "--sample",
+        "all",
+        "--checks",
+        "structure,values,norms",
+    )
     assert res.returncode == 0, res.stdout
     assert "on 2 shard(s) passed" in res.stdout
 

@@ -33,8 +33,10 @@ from pytest_eagle_contract.shells.demo import shipped_contract
 from pytest_eagle_contract.stats import norm_stats
 
 KIMI = shipped_contract().parent / "kimi-k2.5-eagle3.yaml"
-FEW = settings(max_examples=25, suppress_health_check=[HealthCheck.too_slow,
-                                                        HealthCheck.function_scoped_fixture])
+FEW = settings(
+    max_examples=25,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 SMALL = 1 << 16  # elements per generated record: keeps Kimi-sized records at a few tokens
 
 HEAD = """\
@@ -46,25 +48,40 @@ training:
 # Contracts that stress one field each: dtypes, formats, missing or one-sided bounds,
 # tight sequence bounds, small vocabularies, all-zero masks.
 VARIANTS = {
-    "legacy-fp16": ("512", "float16", """\
+    "legacy-fp16": (
+        "512",
+        "float16",
+        """\
   format: eagle-legacy
   slots: [{layer: final_norm, norm: {min: 5.0, max: 5.5}}]
-"""),
-    "speculators-fp32-ids32": ("1000", "float32", """\
+""",
+    ),
+    "speculators-fp32-ids32": (
+        "1000",
+        "float32",
+        """\
   format: speculators
   input_ids: {dtype: int32}
   loss_mask: {dtype: uint8}
   slots:
     - {layer: residual:2, norm: {median: 3.0, rtol: 0.01}}
     - {layer: residual:8}
-"""),
-    "unbounded-auto": ("50", "bfloat16", """\
+""",
+    ),
+    "unbounded-auto": (
+        "50",
+        "bfloat16",
+        """\
   slots:
     - {layer: residual:2}
     - {layer: residual:4, norm: {min: 0.001}}
     - {layer: residual:8, norm: {max: 1.0e+30}}
-"""),
-    "exact-lengths": ("2", "bfloat16", """\
+""",
+    ),
+    "exact-lengths": (
+        "2",
+        "bfloat16",
+        """\
   format: speculators-v1
   sequence: {min_length: 3, max_length: 4}
   input_ids: {dtype: uint8}
@@ -72,14 +89,19 @@ VARIANTS = {
   slots:
     - {layer: residual:2, norm: {min: 1.0, max: 1.01}}
     - {layer: final_norm, dtype: float32, norm: {min: 8, max: 9}}
-"""),
-    "one-token": ("512", "bfloat16", """\
+""",
+    ),
+    "one-token": (
+        "512",
+        "bfloat16",
+        """\
   format: specforge
   sequence: {max_length: 1}
   slots:
     - {layer: residual:2, norm: {min: 1.0, max: 2.0}}
     - {layer: final_norm, norm: {min: 5.0, max: 6.0}}
-"""),
+""",
+    ),
 }
 
 
@@ -98,8 +120,14 @@ def drafted(tmp_path_factory):
     for fmt in shardgen.PIPELINES:
         shardgen.write_good(root / fmt, fmt, range(0, 4))
         path = root / f"{fmt}.yaml"
-        path.write_text(infer_contract([root / fmt], name=f"drafted-{fmt}",
-                                       num_layers=shardgen.L, vocab_size=shardgen.VOCAB))
+        path.write_text(
+            infer_contract(
+                [root / fmt],
+                name=f"drafted-{fmt}",
+                num_layers=shardgen.L,
+                vocab_size=shardgen.VOCAB,
+            )
+        )
         out[fmt] = load_contract(path)
     return out
 
@@ -155,9 +183,17 @@ def test_generated_records_pass_variant_contracts(tmp_path, name):
 def test_one_token_speculators_shard(drafted):
     """Found by the property tests: a 1-token [1, k, H] state is not a batch of one."""
     contract = drafted["speculators"]
-    record = build(contract, Recipe(seed=0, length=1, slots=tuple(
-        SlotRecipe(strategies._center(*strategies.norm_range(s)))
-        for s in contract.training.slots)))
+    record = build(
+        contract,
+        Recipe(
+            seed=0,
+            length=1,
+            slots=tuple(
+                SlotRecipe(strategies.center(*strategies.norm_range(s)))
+                for s in contract.training.slots
+            ),
+        ),
+    )
     _assert_good(contract, record)
 
 
@@ -183,9 +219,18 @@ def test_records_reach_the_edges(tmp_path):
 def test_unbounded_slots_get_the_dtype_extremes(tmp_path):
     contract = write_variant(tmp_path, "unbounded-auto")
     huge = torch.finfo(torch.bfloat16).max / 4
-    record = build(contract, Recipe(seed=3, length=5, slots=(
-        SlotRecipe(huge, 0.5, "spike"), SlotRecipe(2.0, 0.0, "tiny"),
-        SlotRecipe(float(torch.finfo(torch.bfloat16).tiny), 0.3, "dense"))))
+    record = build(
+        contract,
+        Recipe(
+            seed=3,
+            length=5,
+            slots=(
+                SlotRecipe(huge, 0.5, "spike"),
+                SlotRecipe(2.0, 0.0, "tiny"),
+                SlotRecipe(float(torch.finfo(torch.bfloat16).tiny), 0.3, "dense"),
+            ),
+        ),
+    )
     assert bool(torch.isfinite(record.slots[0]).all())
     assert float(record.slots[0].float().abs().max()) >= huge
     assert bool((record.slots[1] != 0).all())  # tiny: subnormals instead of zeros
@@ -197,10 +242,16 @@ def test_median_norm_is_what_the_recipe_asks(tmp_path):
     for length in (1, 2, 7, 64):
         for shape in ("dense", "spike", "tiny"):
             norms = (1.5, 3.3, 5.0, 8.0)
-            record = build(contract, Recipe(seed=length, length=length, slots=tuple(
-                SlotRecipe(n, 0.4, shape) for n in norms)))
+            record = build(
+                contract,
+                Recipe(
+                    seed=length,
+                    length=length,
+                    slots=tuple(SlotRecipe(n, 0.4, shape) for n in norms),
+                ),
+            )
             for state, n in zip(record.slots, norms):
-                assert norm_stats(state).median == pytest.approx(n, rel=2 ** -8)
+                assert norm_stats(state).median == pytest.approx(n, rel=2**-8)
 
 
 # -- mutations fail with their code ---------------------------------------------------------
@@ -208,10 +259,10 @@ def test_median_norm_is_what_the_recipe_asks(tmp_path):
 
 def _codes(contract, mutation, record):
     if mutation.level == "contract":
-        return {f.code for f in check_layout(mutation.apply_contract(contract))
-                if f.severity == "error"}
-    return {f.code for f in check_record(contract, mutation.apply(record))
-            if f.severity == "error"}
+        return {
+            f.code for f in check_layout(mutation.apply_contract(contract)) if f.severity == "error"
+        }
+    return {f.code for f in check_record(contract, mutation.apply(record)) if f.severity == "error"}
 
 
 def _mutation_property(contract, max_elements=strategies.MAX_ELEMENTS):
@@ -245,8 +296,10 @@ def test_kimi_mutations_and_the_two_that_get_through(tmp_path):
     loose.write_text(KIMI.read_text().replace("rtol: 0.2", "rtol: 0.5"))
     contract = load_contract(loose)
     report, escaped = _mutation_property(contract, max_elements=SMALL)
-    assert escaped == {"swap-slots[slots 2 and 3]",
-                       "target-twin[slot 3: post-norm final_norm for residual:59]"}
+    assert escaped == {
+        "swap-slots[slots 2 and 3]",
+        "target-twin[slot 3: post-norm final_norm for residual:59]",
+    }
     for result in report.results:  # really through: the witness record passes mutated
         if result.mutation.id in escaped:
             assert result.codes == ()
@@ -280,7 +333,10 @@ def test_unsort_ids_is_a_contract_mutation():
     assert mutated.training.fc_input == (1, 0, 2)
     assert "EC506" in {f.code for f in check_layout(mutated)}
     assert m.apply_contract(contract) is not contract and contract.serving.aux_layer_ids == (
-        1, 3, 4)
+        1,
+        3,
+        4,
+    )
 
 
 # -- reproducible ---------------------------------------------------------------------------
@@ -290,7 +346,7 @@ def test_ci_profile_is_loaded_unless_another_is():
     from hypothesis import settings as hs
 
     hs.register_profile("mine", max_examples=3)
-    previous = hs._current_profile
+    previous = hs.get_current_profile_name()
     try:
         hs.load_profile("default")
         assert strategies.use_ci_profile() == PROFILE
@@ -303,14 +359,17 @@ def test_ci_profile_is_loaded_unless_another_is():
 
 
 def _namespace(contract):
-    return {**{name: getattr(strategies, name) for name in strategies.__all__},
-            "contract": contract}
+    return {
+        **{name: getattr(strategies, name) for name in strategies.__all__},
+        "contract": contract,
+    }
 
 
 def test_a_record_prints_as_the_line_that_rebuilds_it():
     contract = load_contract(shipped_contract())
-    record = build(contract, Recipe(seed=5, length=9, slots=tuple(
-        SlotRecipe(n) for n in (1.6, 3.5, 5.0, 8.0))))
+    record = build(
+        contract, Recipe(seed=5, length=9, slots=tuple(SlotRecipe(n) for n in (1.6, 3.5, 5.0, 8.0)))
+    )
     mutated = find_mutation(contract, "swap-slots[slots 0 and 1]").apply(record)
     namespace = _namespace(contract)
     for original in (record, mutated):
@@ -323,9 +382,17 @@ def test_a_record_prints_as_the_line_that_rebuilds_it():
 def test_saved_records_read_back_the_same(drafted, tmp_path, fmt):
     """A record written to disk passes the file-based checks exactly as in memory."""
     contract = drafted[fmt]
-    record = build(contract, Recipe(seed=1, length=12, slots=tuple(
-        SlotRecipe(strategies._center(*strategies.norm_range(s)))
-        for s in contract.training.slots)))
+    record = build(
+        contract,
+        Recipe(
+            seed=1,
+            length=12,
+            slots=tuple(
+                SlotRecipe(strategies.center(*strategies.norm_range(s)))
+                for s in contract.training.slots
+            ),
+        ),
+    )
     record.save(tmp_path / record.file_name())
     runner = Runner()
     units = plan(contract, [tmp_path], sample=None, checks=("structure", "values", "norms"))
@@ -338,7 +405,8 @@ def test_saved_records_read_back_the_same(drafted, tmp_path, fmt):
 
 
 def test_a_failing_example_prints_its_reproduction(pytester):
-    pytester.makepyfile(test_user=textwrap.dedent(f"""
+    pytester.makepyfile(
+        test_user=textwrap.dedent(f"""
         from hypothesis import given
         from pytest_eagle_contract.contract.model import load_contract
         from pytest_eagle_contract.sharpness.strategies import shards
@@ -348,7 +416,8 @@ def test_a_failing_example_prints_its_reproduction(pytester):
         @given(shards(contract, max_tokens=16))
         def test_my_collate(record):
             assert record.tokens < 3  # a collate that breaks on longer samples
-    """))
+    """)
+    )
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q")
     result.assert_outcomes(failed=1)
     out = result.stdout.str()

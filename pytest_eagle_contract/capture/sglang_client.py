@@ -8,17 +8,25 @@ token. The rows are the aux concat ``[T, n_aux * H]`` when the target runs with
 ``--speculative-algorithm EAGLE3 --enable-return-aux-hidden-states`` (0.5.23+) or as an
 EAGLE-3 target with ``--enable-return-hidden-states``; otherwise they are the post-norm
 last layer ``[T, H]``. See docs/verify-against-server.md.
+
+Prefix cache: SGLang returns rows only for the tokens it prefilled, so a prompt it has
+cached comes back short. Each request carries a fresh ``extra_key``, which SGLang 0.5.3+
+puts in the radix-cache key (``RadixKey(token_ids, extra_key)``): nothing is matched and
+every token is prefilled. A server that ignores it (older releases) and still answers
+from its cache has it flushed (``POST /flush_cache``) and is asked once more, when the
+user allows it (:func:`use_server` with ``flush_cache``); else EC703 says how to fix it.
 """
 
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
+import re
+import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..errors import CaptureError, ServerUnreachable
+from ..errors import CaptureError
+from .transport import check_timeout, check_url, exchange
 
 if TYPE_CHECKING:
     import torch
@@ -31,10 +39,29 @@ _KEPT_ARGS = ("model_path", "dtype", "enable_return_hidden_states", "return_hidd
               "return_aux_hidden_state_layer_ids", "speculative_algorithm",
               "speculative_draft_model_path", "disable_radix_cache", "chunked_prefill_size",
               "disable_cuda_graph", "tp_size", "pp_size")
+INFO_CAP = 4 << 20  # bytes: /server_info, /model_info (0.5.23 sends about 20 KB)
+_FLOAT_BYTES = 26  # the longest JSON float (17 digits, sign, point, exponent) and ", "
+_VERSION = re.compile(r"\d{1,4}(\.\d{1,6}){1,3}[a-z0-9.+\-]{0,40}", re.IGNORECASE)
+_NOT_SGLANG = "is this an SGLang server (python -m sglang.launch_server), reached directly?"
+_FLUSH: set[str] = set()  # servers whose prefix cache this process may flush
 
 
+def use_server(url: object, timeout: object, *, flush_cache: bool = False) -> str:
+    """Check a server address and timeout the user gave (UsageError), and note whether this
+    run may flush the server's prefix cache (``--sglang-flush-cache``). Returns the base URL."""
+    base = check_url(url)
+    check_timeout(timeout)
+    if flush_cache:
+        _FLUSH.add(base)
+    return base
 
 
+def answer_cap(tokens: int, n_aux: int, hidden_size: int) -> int:
+    """The most bytes a /generate answer for ``tokens`` ids may take: rows up to twice the
+    draft's aux states wide (so a server with more still gets EC704), two extra rows, and
+    1 MiB for the rest."""
+    width = max(2 * n_aux, n_aux + 2) * hidden_size
+    return (tokens + 2) * width * _FLOAT_BYTES + (1 << 20)
 
 
 @dataclass(frozen=True)
@@ -54,40 +81,22 @@ class ServerInfo:
                 "args": self.args}
 
 
-def _base(url: str) -> str:
-    url = url.strip().rstrip("/")
-    if not url.startswith(("http://", "https://")):
-        url = "http://" + url
-    return url.removesuffix("/generate")
-
-
-def _unreachable(url: str, reason: object) -> CaptureError:
-    return ServerUnreachable(
-        "EC705", f"SGLang at {url} cannot be reached: {reason}",
-        "start the server (see docs/verify-against-server.md), check --sglang-url, or verify "
-        "offline against capture files (--captures DIR)")
-
-
-def _request(url: str, body: dict[str, Any] | None, timeout: float) -> tuple[int, Any]:
-    """(HTTP status, parsed JSON) for a GET (no body) or a JSON POST."""
-    data = None if body is None else json.dumps(body).encode()
-    headers = {"Content-Type": "application/json"} if body is not None else {}
-    req = urllib.request.Request(url, data=data, headers=headers,
-                                 method="GET" if body is None else "POST")
+def _parse(body: bytes) -> tuple[bool, Any]:
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            status, raw = resp.status, resp.read()
-    except urllib.error.HTTPError as exc:
-        status, raw = exc.code, exc.read()
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise _unreachable(url, reason) from None
-    try:
-        return status, json.loads(raw)
-    except ValueError:
-        text = raw[:200].decode("utf-8", "replace").strip()
-        raise CaptureError("EC705", f"{url} answered HTTP {status} with no JSON: {text!r}",
-                           "is this an SGLang server (python -m sglang.launch_server)?") from None
+        return True, json.loads(body)
+    except (ValueError, RecursionError):
+        return False, None
+
+
+def _post(endpoint: str, body: dict[str, Any], timeout: float, cap: int) -> tuple[int, Any]:
+    """(HTTP status, parsed JSON) of a JSON POST; EC705 when the answer is not JSON."""
+    reply = exchange(endpoint, json.dumps(body).encode(), timeout=timeout, cap=cap)
+    ok, payload = _parse(reply.body)
+    if not ok:
+        text = reply.body[:200].decode("utf-8", "replace").strip()
+        raise CaptureError("EC705", f"{endpoint} answered HTTP {reply.status} with no JSON: "
+                           f"{text!r}", _NOT_SGLANG)
+    return reply.status, payload
 
 
 def _error_message(payload: Any) -> str:
@@ -95,43 +104,76 @@ def _error_message(payload: Any) -> str:
     if isinstance(payload, dict):
         err = payload.get("error")
         if isinstance(err, dict) and "message" in err:
-            return str(err["message"])
+            return str(err["message"])[:2000]
         if isinstance(err, str):
-            return err
+            return err[:2000]
         if "message" in payload:
-            return str(payload["message"])
+            return str(payload["message"])[:2000]
     return json.dumps(payload)[:300]
 
 
 def server_info(url: str, timeout: float = 10.0) -> ServerInfo:
     """Version, architecture and capture mode from /server_info and /model_info.
 
-    Raises :class:`CaptureError` (EC705) when nothing answers; a server that answers
-    without these endpoints gives an info with unknown fields.
+    Raises :class:`CaptureError` (EC705) when nothing answers or an answer has the wrong
+    shape; a server that answers without these endpoints gives an info with unknown fields.
     """
-    base = _base(url)
+    base = check_url(url)
     info = _first_object(base, ("/server_info", "/get_server_info"), timeout)
     model = _first_object(base, ("/model_info", "/get_model_info"), timeout)
-    archs = model.get("architectures") or []
-    ids = info.get("return_aux_hidden_state_layer_ids")
     return ServerInfo(
-        url=base, version=info.get("version"), arch=archs[0] if archs else None,
-        mode=_mode(info), layer_ids=tuple(int(i) for i in ids) if ids else None,
-        args={k: info[k] for k in _KEPT_ARGS if k in info})
+        url=base, version=_version(base, info), arch=_arch(base, model), mode=_mode(info),
+        layer_ids=_layer_ids(base, info), args={k: info[k] for k in _KEPT_ARGS if k in info})
 
 
 def _first_object(base: str, paths: tuple[str, ...], timeout: float) -> dict[str, Any]:
-    """The first of ``paths`` that answers a JSON object; {} when none does."""
+    """The first of ``paths`` that answers 200 with a JSON object; {} when none does (an
+    older server, a proxy page). EC705 for a 200 whose JSON is not an object."""
     for path in paths:
-        try:
-            status, payload = _request(base + path, None, timeout)
-        except ServerUnreachable:
-            raise
-        except CaptureError:
-            continue  # answered, but not JSON: a proxy page, an older server
-        if status == 200 and isinstance(payload, dict):
-            return payload
+        reply = exchange(base + path, None, timeout=timeout, cap=INFO_CAP)
+        ok, payload = _parse(reply.body)
+        if reply.status != 200 or not ok:
+            continue
+        if not isinstance(payload, dict):
+            raise _unusable(base + path, f"a JSON {type(payload).__name__}, not an object")
+        return payload
     return {}
+
+
+def _unusable(endpoint: str, what: str) -> CaptureError:
+    return CaptureError("EC705", f"{endpoint} answered {what}", _NOT_SGLANG)
+
+
+def _version(base: str, info: dict[str, Any]) -> str | None:
+    version = info.get("version")
+    if version is None:
+        return None
+    if not isinstance(version, str) or not _VERSION.fullmatch(version):
+        raise _unusable(f"{base}/server_info", f"version {str(version)[:60]!r}, not a release "
+                        "number")
+    return version
+
+
+def _arch(base: str, model: dict[str, Any]) -> str | None:
+    archs = model.get("architectures")
+    if archs is None or archs == []:
+        return None
+    if not (isinstance(archs, list) and isinstance(archs[0], str) and archs[0].isidentifier()
+            and len(archs[0]) <= 200):
+        raise _unusable(f"{base}/model_info", f"architectures {str(archs)[:80]}, not a list of "
+                        "class names")
+    return archs[0]
+
+
+def _layer_ids(base: str, info: dict[str, Any]) -> tuple[int, ...] | None:
+    ids = info.get("return_aux_hidden_state_layer_ids")
+    if ids is None or ids == []:
+        return None
+    if not (isinstance(ids, list) and len(ids) <= 1024 and all(
+            type(i) is int and -(2**31) <= i < 2**31 for i in ids)):
+        raise _unusable(f"{base}/server_info", "return_aux_hidden_state_layer_ids "
+                        f"{str(ids)[:80]}, not a list of layer ids")
+    return tuple(ids)
 
 
 def _mode(info: dict[str, Any]) -> str:
@@ -148,13 +190,15 @@ def _mode(info: dict[str, Any]) -> str:
     return "last-layer"
 
 
-def generate(url: str, input_ids: list[int], timeout: float = 60.0) -> dict[str, Any]:
-    """The raw /generate response for one sequence with hidden states and one new token."""
+def generate(url: str, input_ids: list[int], timeout: float = 60.0, *,
+             cap: int) -> dict[str, Any]:
+    """The raw /generate response for one sequence with hidden states and one new token,
+    in at most ``cap`` bytes. A fresh ``extra_key`` keeps SGLang's prefix cache out."""
     body = {"input_ids": [int(i) for i in input_ids],
             "sampling_params": {"max_new_tokens": 1, "temperature": 0.0},
-            "return_hidden_states": True}
-    endpoint = _base(url) + "/generate"
-    status, payload = _request(endpoint, body, timeout)
+            "return_hidden_states": True, "extra_key": f"eagle-contract-{uuid.uuid4().hex}"}
+    endpoint = check_url(url) + "/generate"
+    status, payload = _post(endpoint, body, timeout, cap)
     if status != 200:
         message = _error_message(payload)
         if "hidden states" in message or "return_hidden_states" in message:
@@ -170,30 +214,41 @@ def generate(url: str, input_ids: list[int], timeout: float = 60.0) -> dict[str,
     return payload
 
 
-def prefill_rows(payload: dict[str, Any]) -> tuple[list[list[float]], dict[str, Any]]:
+def _number(x: object) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def prefill_rows(payload: dict[str, Any]) -> tuple[list[list[Any]], dict[str, Any]]:
     """Element 0 of ``meta_info["hidden_states"]`` (the prefill rows) and the meta_info."""
     meta = payload.get("meta_info")
     if not isinstance(meta, dict):
         raise CaptureError("EC705", "the /generate answer has no meta_info object")
     states = meta.get("hidden_states")
-    if not states:
+    if states is None or states == []:
         raise CaptureError(
             "EC702", "the /generate answer has no meta_info.hidden_states",
             "this server ignores return_hidden_states: launch with "
             "--enable-return-hidden-states (or --enable-return-aux-hidden-states, 0.5.23+)")
+    if not isinstance(states, list):
+        raise CaptureError("EC705", f"meta_info.hidden_states is a {type(states).__name__}, "
+                           "not a list")
     first = states[0]
-    if isinstance(first, list) and first and isinstance(first[0], (int, float)):
+    if isinstance(first, list) and first and _number(first[0]):
         return [first], meta  # a flat row: the server returned only the last token
     if not isinstance(first, list) or not all(isinstance(r, list) for r in first):
         raise CaptureError("EC705", "meta_info.hidden_states[0] is not a list of rows")
     return first, meta
 
 
-def _to_tensor(rows: list[list[float]]) -> torch.Tensor:
+def _to_tensor(rows: list[list[Any]]) -> torch.Tensor:
     """float32 rows -> the narrowest dtype that holds them exactly (the served dtype)."""
     import torch
 
-    full = torch.tensor(rows, dtype=torch.float32)
+    try:
+        full = torch.tensor(rows, dtype=torch.float32)
+    except (TypeError, ValueError, RuntimeError, OverflowError):
+        raise CaptureError("EC705", "meta_info.hidden_states[0] holds something other than "
+                           "rows of numbers", _NOT_SGLANG) from None
     for dtype in (torch.bfloat16, torch.float16):
         narrow = full.to(dtype)
         if torch.equal(narrow.to(torch.float32), full):
@@ -206,11 +261,27 @@ def capture(url: str, input_ids: list[int], n_aux: int, hidden_size: int,
     """The aux concat ``[T, n_aux * hidden_size]`` SGLang feeds the draft for ``input_ids``.
 
     In the served dtype (bf16 rows come back as bf16). Raises :class:`CaptureError`:
-    EC705 unreachable, EC702 no aux capture (post-norm last layer or hidden states off),
-    EC703 row count != token count, EC704 wrong width.
+    EC705 unreachable or an unusable answer, EC702 no aux capture (post-norm last layer or
+    hidden states off), EC703 row count != token count, EC704 wrong width.
     """
-    rows, meta = prefill_rows(generate(url, input_ids, timeout))
-    tokens = len(input_ids)
+    base = check_url(url)
+    rows, cached = _prefill(base, input_ids, n_aux, hidden_size, timeout)
+    why = None
+    if len(rows) != len(input_ids) and cached and base in _FLUSH:
+        why = flush_cache(base, timeout)
+        if why is None:
+            rows, cached = _prefill(base, input_ids, n_aux, hidden_size, timeout)
+    if len(rows) != len(input_ids):
+        raise CaptureError("EC703", f"the server returned {len(rows)} prefill rows for "
+                           f"{len(input_ids)} input ids", _rows_hint(cached, base, why))
+    return _to_tensor(rows)
+
+
+def _prefill(base: str, input_ids: list[int], n_aux: int, hidden_size: int,
+             timeout: float) -> tuple[list[list[Any]], int]:
+    """The prefill rows, checked for width (EC702, EC704), and how many tokens were cached."""
+    cap = answer_cap(len(input_ids), n_aux, hidden_size)
+    rows, meta = prefill_rows(generate(base, input_ids, timeout, cap=cap))
     width = len(rows[0]) if rows else 0
     want = n_aux * hidden_size
     if width == hidden_size and n_aux > 1:
@@ -222,19 +293,42 @@ def capture(url: str, input_ids: list[int], n_aux: int, hidden_size: int,
             "(0.5.23+), or serve the EAGLE-3 draft (--speculative-algorithm EAGLE3 "
             "--speculative-draft-model-path ...) with --enable-return-hidden-states")
     if any(len(r) != width for r in rows) or width != want:
-        found = sorted({len(r) for r in rows})
+        found = sorted({len(r) for r in rows})[:8]
         per = f"{width / hidden_size:g} states of {hidden_size}" if width else "empty rows"
         raise CaptureError(
             "EC704", f"the server's rows are {found} wide ({per}), the contract's fc input "
             f"{n_aux} * {hidden_size} = {want}",
             "the server captures another number of layers (--return-aux-hidden-state-layer-ids"
             ", the draft's eagle_aux_hidden_state_layer_ids), or target.hidden_size is wrong")
-    if len(rows) != tokens:
-        cached = meta.get("cached_tokens")
-        why = (f"{cached} prompt tokens came from the prefix cache, only the rest were "
-               "prefilled: launch with --disable-radix-cache" if cached else
-               "a chunked prefill returns only its last chunk's rows: raise "
-               "--chunked-prefill-size above the longest shard, or -1")
-        raise CaptureError("EC703", f"the server returned {len(rows)} prefill rows for "
-                           f"{tokens} input ids", why)
-    return _to_tensor(rows)
+    cached = meta.get("cached_tokens")
+    return rows, cached if type(cached) is int and cached > 0 else 0
+
+
+def flush_cache(url: str, timeout: float) -> str | None:
+    """Empty the server's prefix cache (``POST /flush_cache``, 0.4+). None when done, else
+    why not: SGLang flushes only when no request is running or waiting (``?timeout=``, from
+    0.5.14, waits for that)."""
+    base = check_url(url)
+    wait = min(timeout / 2, 30.0)
+    reply = exchange(f"{base}/flush_cache?timeout={wait:g}", b"", timeout=timeout,
+                     cap=1 << 16)
+    if reply.status == 200:
+        return None
+    text = reply.body[:200].decode("utf-8", "replace").strip()
+    return f"HTTP {reply.status}: {text or 'no reason given'}"
+
+
+def _rows_hint(cached: int, base: str, flush_failed: str | None) -> str:
+    fix = "or launch the server with --disable-radix-cache"
+    if not cached:
+        return ("a chunked prefill returns only its last chunk's rows: raise "
+                "--chunked-prefill-size above the longest shard, or -1")
+    came = f"{cached} prompt tokens came from the prefix cache"
+    if base not in _FLUSH:
+        return (f"{came} (this server ignores the request's extra_key, which SGLang 0.5.3+ "
+                "honours): let the client flush the cache and ask again with "
+                f"--sglang-flush-cache (pytest: --eagle-sglang-flush-cache), {fix}")
+    if flush_failed is not None:
+        return (f"{came} and the cache flush was refused ({flush_failed}; SGLang flushes "
+                f"only an idle server): retry when the server is idle, {fix}")
+    return f"{came} even after a cache flush (other requests refilled it): retry, {fix}"

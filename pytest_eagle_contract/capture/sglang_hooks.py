@@ -14,7 +14,7 @@ target's and the draft's embedding; their input is the batch's input ids)::
                  "layer_ids": [1, 3, 4]}}]'
 
 Each eager pass through ``fc`` writes one capture file (the layout of
-``pytest_eagle_contract.capture.core``), so ``eagle-contract check --captures DIR`` reads them
+``pytest_eagle_contract.capture.files``), so ``eagle-contract check --captures DIR`` reads them
 directly. The draft embeds its input ids shifted by one (``cat(input_ids[1:], next)``);
 the target embeds the sequence as sent. The hooks (one per model runner, sharing what
 they saw per ``dir``) pair the two and store the target's ids, which are the shard's;
@@ -34,6 +34,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..engines.sglang import installed_sglang
+
 if TYPE_CHECKING:
     import torch
 
@@ -42,15 +44,6 @@ Hook = Callable[[Any, tuple[Any, ...], Any], None]
 # SGLang calls the factory once per model runner (target, draft): the hooks writing to one
 # directory share the ids they have seen, so the draft's fc pass finds the target's ids.
 _RECENT_IDS: dict[str, deque[torch.Tensor]] = {}
-
-
-def _sglang_version() -> str | None:
-    import importlib.metadata
-
-    try:
-        return importlib.metadata.version("sglang")
-    except importlib.metadata.PackageNotFoundError:
-        return None
 
 
 def _skip_pass() -> bool:
@@ -77,7 +70,7 @@ class FcInputRecorder:
         self.arch = config.get("arch")
         self.hidden_size = config.get("hidden_size")
         self.n_aux = config.get("n_aux")
-        self.version = config.get("version") or _sglang_version()
+        self.version = config.get("version") or installed_sglang()
         self.written: list[Path] = []
         self.skipped = 0
         self._ids = _RECENT_IDS.setdefault(str(self.dir.resolve()), deque(maxlen=8))
@@ -122,7 +115,7 @@ class FcInputRecorder:
         return None
 
     def _write(self, ids: torch.Tensor, aux: torch.Tensor) -> Path:
-        from .core import CaptureMeta, write_capture
+        from .files import CaptureMeta, write_capture
 
         width = int(aux.shape[-1])
         n_aux = self.n_aux or (width // int(self.hidden_size) if self.hidden_size else None)

@@ -13,14 +13,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..contract.model import Contract
-from ..findings import Finding
+from ..findings import Finding, finding
 from ..layers import Layer
 from ..models.target import TargetModel
+from .family import CheckFamily
 
 if TYPE_CHECKING:
     import torch
 
-    from .shard_checks import Shard
+    from ..planner import Runner, Unit
+    from ..shards.shard import Shard
 
 EMBED_RTOL = 1e-2  # a slot equals the embedding rows when its relative error is below this
 POST_NORM_TOL = 0.02  # |rms(y / w) - 1| below this, per token, marks a post-norm state
@@ -42,11 +44,17 @@ class Identification:
     runner_up: Match
 
     def to_dict(self) -> dict[str, Any]:
-        return {"slot": self.slot, "layer": str(self.best.layer),
-                "cosine": round(self.best.cosine, 6), "rel_error": round(self.best.rel_error, 6),
-                "runner_up": {"layer": str(self.runner_up.layer),
-                              "cosine": round(self.runner_up.cosine, 6),
-                              "rel_error": round(self.runner_up.rel_error, 6)}}
+        return {
+            "slot": self.slot,
+            "layer": str(self.best.layer),
+            "cosine": round(self.best.cosine, 6),
+            "rel_error": round(self.best.rel_error, 6),
+            "runner_up": {
+                "layer": str(self.runner_up.layer),
+                "cosine": round(self.runner_up.cosine, 6),
+                "rel_error": round(self.runner_up.rel_error, 6),
+            },
+        }
 
 
 def _compare(x: torch.Tensor, y: torch.Tensor) -> Match:
@@ -57,8 +65,9 @@ def _compare(x: torch.Tensor, y: torch.Tensor) -> Match:
     return Match(Layer(0), float(cos), float(rel))
 
 
-def identify(slots: list[torch.Tensor], input_ids: torch.Tensor,
-             target: TargetModel) -> list[Identification]:
+def identify(
+    slots: list[torch.Tensor], input_ids: torch.Tensor, target: TargetModel
+) -> list[Identification]:
     """Name every slot by a reference capture of the target on the shard's own tokens.
 
     Ranked by relative L2 error (scale-aware, so a post-norm state is told from its
@@ -85,36 +94,35 @@ def identify(slots: list[torch.Tensor], input_ids: torch.Tensor,
 def vocabulary_problem(input_ids: torch.Tensor, target: TargetModel) -> str:
     rows = int(target.embedding.shape[0])
     if input_ids.numel() and (int(input_ids.min()) < 0 or int(input_ids.max()) >= rows):
-        return (f"input ids span [{int(input_ids.min())}, {int(input_ids.max())}], the target "
-                f"model's embedding has {rows} rows")
+        return (
+            f"input ids span [{int(input_ids.min())}, {int(input_ids.max())}], the target "
+            f"model's embedding has {rows} rows"
+        )
     return ""
 
 
 def width_problem(slots: list[Any], target: TargetModel) -> str:
     for slot in slots:
         if slot.tensor.shape[-1] != target.hidden_size:
-            return (f"slot {slot.index} ({slot.source}) is {slot.tensor.shape[-1]} wide, the "
-                    f"target model's hidden_size is {target.hidden_size}")
+            return (
+                f"slot {slot.index} ({slot.source}) is {slot.tensor.shape[-1]} wide, the "
+                f"target model's hidden_size is {target.hidden_size}"
+            )
     return ""
 
 
 # -- weight-based checks -----------------------------------------------------------------
 
 
-def _finding(contract: Contract, shard: Shard, code: str, message: str, key: str, *,
-             slot: int | None = None, expected: str = "", found: str = "", hint: str = "",
-             ) -> Finding:
-    return Finding(code, message, expected=expected, found=found, file=shard.label, slot=slot,
-                   contract=str(contract.path), line=contract.line_of(key), hint=hint)
-
-
 def check_target_config(contract: Contract, target: TargetModel) -> list[str]:
     """Differences between the contract's target section and the model's config.json."""
     t = contract.target
     out = []
-    for name, declared, actual in (("num_hidden_layers", t.num_hidden_layers, target.num_layers),
-                                   ("hidden_size", t.hidden_size, target.hidden_size),
-                                   ("vocab_size", t.vocab_size, target.vocab_size)):
+    for name, declared, actual in (
+        ("num_hidden_layers", t.num_hidden_layers, target.num_layers),
+        ("hidden_size", t.hidden_size, target.hidden_size),
+        ("vocab_size", t.vocab_size, target.vocab_size),
+    ):
         if declared is not None and actual is not None and declared != actual:
             out.append(f"target.{name} is {declared}, the model's config.json says {actual}")
     return out
@@ -139,9 +147,14 @@ def post_norm_deviation(slot: torch.Tensor, weight: torch.Tensor) -> float:
     return float((rms - 1).abs().median())
 
 
-def teacher_agreement(state: torch.Tensor, post_norm: bool, target: TargetModel,
-                      input_ids: torch.Tensor, loss_mask: torch.Tensor | None,
-                      chunk: int = 256) -> tuple[int, int]:
+def teacher_agreement(
+    state: torch.Tensor,
+    post_norm: bool,
+    target: TargetModel,
+    input_ids: torch.Tensor,
+    loss_mask: torch.Tensor | None,
+    chunk: int = 256,
+) -> tuple[int, int]:
     """(agreements, response tokens): argmax(lm_head(final_norm[t])) == input_ids[t+1]."""
     import torch
 
@@ -151,27 +164,37 @@ def teacher_agreement(state: torch.Tensor, post_norm: bool, target: TargetModel,
         x = w * x * torch.rsqrt((x * x).mean(dim=-1, keepdim=True) + target.eps)
     head = target.lm_head
     ids = input_ids.long()
-    wanted = torch.ones(len(ids) - 1, dtype=torch.bool) if loss_mask is None else \
-        loss_mask[1:].bool()
+    wanted = (
+        torch.ones(len(ids) - 1, dtype=torch.bool) if loss_mask is None else loss_mask[1:].bool()
+    )
     positions = wanted.nonzero().flatten()
     hits = 0
     for start in range(0, len(positions), chunk):
-        pos = positions[start:start + chunk]
+        pos = positions[start : start + chunk]
         logits = x[pos] @ head.float().T
         hits += int((logits.argmax(dim=-1) == ids[pos + 1]).sum())
     return hits, len(positions)
 
 
-def check_evidence(contract: Contract, shard: Shard, target: TargetModel,
-                   reference: bool) -> list[Finding]:
+def check_evidence(
+    contract: Contract, shard: Shard, target: TargetModel, reference: bool
+) -> list[Finding]:
     """EC601-EC605 on one shard."""
     training = contract.training
     sample = shard.sample
     assert training is not None and sample is not None
     out: list[Finding] = []
     for problem in check_target_config(contract, target):
-        out.append(_finding(contract, shard, "EC605", problem, "target",
-                            hint="point target.model at the checkpoint the shards came from"))
+        out.append(
+            finding(
+                "EC605",
+                problem,
+                key="target",
+                hint="point target.model at the checkpoint the shards came from",
+                contract=contract,
+                file=shard.label,
+            )
+        )
     if out:
         return out
     ids, mask = sample.input_ids, sample.loss_mask
@@ -180,67 +203,147 @@ def check_evidence(contract: Contract, shard: Shard, target: TargetModel,
         return out  # structure findings say why
     problem = vocabulary_problem(ids, target) or width_problem(slots, target)
     if problem:
-        return [_finding(contract, shard, "EC605", problem, "target",
-                         hint="the shard does not come from this target model")]
+        return [
+            finding(
+                "EC605",
+                problem,
+                key="target",
+                hint="the shard does not come from this target model",
+                contract=contract,
+                file=shard.label,
+            )
+        ]
     rows = target.embedding[ids.long()]
     weight = target.final_norm_weight
     for slot, spec in zip(slots, training.slots):
         key = f"training.slots[{slot.index}]"
         err = embedding_error(slot.tensor, rows)
         if spec.layer.is_embed and err > EMBED_RTOL:
-            out.append(_finding(contract, shard, "EC601", f"slot {slot.index} is declared embed "
-                                "but differs from embed_tokens.weight[input_ids]", key,
-                                slot=slot.index, expected="relative error 0",
-                                found=f"relative error {err:.3g}",
-                                hint="the slot holds a deeper layer"))
+            out.append(
+                finding(
+                    "EC601",
+                    f"slot {slot.index} is declared embed "
+                    "but differs from embed_tokens.weight[input_ids]",
+                    key=key,
+                    slot=slot.index,
+                    expected="relative error 0",
+                    found=f"relative error {err:.3g}",
+                    hint="the slot holds a deeper layer",
+                    contract=contract,
+                    file=shard.label,
+                )
+            )
         elif not spec.layer.is_embed and err <= EMBED_RTOL:
-            out.append(_finding(contract, shard, "EC601", f"slot {slot.index} is declared "
-                                f"{spec.layer} but equals embed_tokens.weight[input_ids]", key,
-                                slot=slot.index, expected=str(spec.layer),
-                                found=f"the embedding (relative error {err:.2g})",
-                                hint="an embedding slot where a residual layer belongs: the "
-                                     "capture took index 0, or put the embedding in front"))
+            out.append(
+                finding(
+                    "EC601",
+                    f"slot {slot.index} is declared "
+                    f"{spec.layer} but equals embed_tokens.weight[input_ids]",
+                    key=key,
+                    slot=slot.index,
+                    expected=str(spec.layer),
+                    found=f"the embedding (relative error {err:.2g})",
+                    hint="an embedding slot where a residual layer belongs: the "
+                    "capture took index 0, or put the embedding in front",
+                    contract=contract,
+                    file=shard.label,
+                )
+            )
         dev = post_norm_deviation(slot.tensor, weight)
         looks_post = dev < POST_NORM_TOL
         profile = math.sqrt(target.hidden_size) * float(weight.float().pow(2).mean().sqrt())
         if spec.layer.is_final_norm and not looks_post:
-            out.append(_finding(contract, shard, "EC602", f"slot {slot.index} is declared "
-                                "final_norm but is not the final RMSNorm's output", key,
-                                slot=slot.index, expected="rms(y / w) = 1 per token",
-                                found=f"median |rms(y / w) - 1| = {dev:.3g}",
-                                hint=f"a pre-norm state; post-norm per-token norms sit near "
-                                     f"sqrt(H)*rms(w) = {profile:.4g}"))
+            out.append(
+                finding(
+                    "EC602",
+                    f"slot {slot.index} is declared "
+                    "final_norm but is not the final RMSNorm's output",
+                    key=key,
+                    slot=slot.index,
+                    expected="rms(y / w) = 1 per token",
+                    found=f"median |rms(y / w) - 1| = {dev:.3g}",
+                    hint=f"a pre-norm state; post-norm per-token norms sit near "
+                    f"sqrt(H)*rms(w) = {profile:.4g}",
+                    contract=contract,
+                    file=shard.label,
+                )
+            )
         elif not spec.layer.is_final_norm and looks_post:
-            out.append(_finding(contract, shard, "EC602", f"slot {slot.index} is declared "
-                                f"{spec.layer} (pre-norm) but is the final RMSNorm's output",
-                                key, slot=slot.index, expected="a pre-norm state",
-                                found=f"median |rms(y / w) - 1| = {dev:.3g}",
-                                hint="the capture took the post-norm state; a trainer that "
-                                     "norms it again trains on the wrong target"))
+            out.append(
+                finding(
+                    "EC602",
+                    f"slot {slot.index} is declared "
+                    f"{spec.layer} (pre-norm) but is the final RMSNorm's output",
+                    key=key,
+                    slot=slot.index,
+                    expected="a pre-norm state",
+                    found=f"median |rms(y / w) - 1| = {dev:.3g}",
+                    hint="the capture took the post-norm state; a trainer that "
+                    "norms it again trains on the wrong target",
+                    contract=contract,
+                    file=shard.label,
+                )
+            )
     minimum = training.teacher_agreement_min
     if minimum is not None and training.target_slot is not None:
         spec = training.slots[training.target_slot]
-        hits, total = teacher_agreement(slots[training.target_slot].tensor,
-                                        spec.layer.is_final_norm, target, ids, mask)
+        hits, total = teacher_agreement(
+            slots[training.target_slot].tensor, spec.layer.is_final_norm, target, ids, mask
+        )
         rate = hits / total if total else 0.0
         if rate < minimum:
-            out.append(_finding(contract, shard, "EC603", f"teacher agreement {rate:.1%} "
-                                f"({hits} of {total} response tokens)",
-                                "training.teacher_agreement", slot=training.target_slot,
-                                expected=f">= {minimum:.1%}", found=f"{rate:.1%}",
-                                hint="the target slot is not the target's final state, or the "
-                                     "data was not generated by this target"))
+            out.append(
+                finding(
+                    "EC603",
+                    f"teacher agreement {rate:.1%} ({hits} of {total} response tokens)",
+                    key="training.teacher_agreement",
+                    slot=training.target_slot,
+                    expected=f">= {minimum:.1%}",
+                    found=f"{rate:.1%}",
+                    hint="the target slot is not the target's final state, or the "
+                    "data was not generated by this target",
+                    contract=contract,
+                    file=shard.label,
+                )
+            )
     if reference:
         for ident in identify([s.tensor for s in slots], ids, target):
             declared = training.slots[ident.slot].layer
             if ident.best.layer != declared:
-                out.append(_finding(
-                    contract, shard, "EC604", f"slot {ident.slot} is declared {declared} but "
-                    f"is {ident.best.layer}", f"training.slots[{ident.slot}]", slot=ident.slot,
-                    expected=str(declared), found=f"{ident.best.layer} (cosine "
-                    f"{ident.best.cosine:.4f}, rel. error {ident.best.rel_error:.3g})",
-                    hint=f"runner-up {ident.runner_up.layer} (cosine "
-                         f"{ident.runner_up.cosine:.4f}, rel. error "
-                         f"{ident.runner_up.rel_error:.3g}); reference capture of the target "
-                         "on this shard's tokens"))
+                out.append(
+                    finding(
+                        "EC604",
+                        f"slot {ident.slot} is declared {declared} but is {ident.best.layer}",
+                        key=f"training.slots[{ident.slot}]",
+                        slot=ident.slot,
+                        expected=str(declared),
+                        found=f"{ident.best.layer} (cosine "
+                        f"{ident.best.cosine:.4f}, rel. error {ident.best.rel_error:.3g})",
+                        hint=f"runner-up {ident.runner_up.layer} (cosine "
+                        f"{ident.runner_up.cosine:.4f}, rel. error "
+                        f"{ident.runner_up.rel_error:.3g}); reference capture of the target "
+                        "on this shard's tokens",
+                        contract=contract,
+                        file=shard.label,
+                    )
+                )
     return out
+
+
+def _run(runner: Runner, unit: Unit) -> list[Finding]:
+    target = runner.target(unit.contract)
+    assert target is not None  # the planner runs this family only with a target
+    return check_evidence(
+        unit.contract, runner.shard_of(unit), target, runner.reference(unit.contract)
+    )
+
+
+FAMILY = CheckFamily(
+    "evidence",
+    "shard",
+    "what each slot is, proven with the target's weights",
+    codes=("EC601", "EC602", "EC603", "EC604", "EC605"),
+    keys=("training.slots", "target", "target.model", "target.reference_capture"),
+    run=_run,
+    needs=frozenset({"training", "target"}),
+)

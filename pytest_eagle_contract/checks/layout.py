@@ -9,20 +9,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..contract.model import Contract, ServingSpec, TrainingSpec
-from ..engines import sglang_table
-from ..engines.resolve import Resolution, resolve, sglang_versions
+from ..engines.resolve import Resolution, get_engine, resolve, serving_ids
 from ..engines.sglang_launch import lint_sglang, served_dtype
 from ..errors import EagleContractError, Unservable
-from ..findings import Finding, Severity
+from ..findings import Finding, RuleCode, Severity, finding
 from ..layers import Layer
 from ..models.draft import DraftConfig, DraftWeights, read_draft_config, read_draft_weights
+from ..shards.formats import FORMATS
 from ..stats import guess
+from .family import CheckFamily
 
-EXPECTS_POST_NORM = {"specforge": True, "eagle-legacy": True, "speculators-v1": False,
-                     "speculators": False}
+if TYPE_CHECKING:
+    from ..planner import Runner, Unit
 
 
 @dataclass(frozen=True)
@@ -39,24 +40,28 @@ class Span:
         return first if first == last else f"{first}..{last}"
 
 
-def _resolve_spans(serving: ServingSpec, arch: str | None, num_layers: int,
-                   ids: tuple[int, ...] | None) -> list[Span]:
-    versions = (sglang_versions(serving.version) if serving.engine == "sglang"
-                else [serving.version or "any"])
+def _resolve_spans(
+    serving: ServingSpec, arch: str | None, num_layers: int, ids: tuple[int, ...] | None
+) -> list[Span]:
+    versions = [v or "any" for v in get_engine(serving.engine).versions(serving.version)]
     spans: list[Span] = []
     for version in versions:
         try:
-            res: Resolution | None = resolve(serving.engine, num_layers, ids, arch,
-                                             None if version == "any" else version)
+            res: Resolution | None = resolve(
+                serving.engine, num_layers, ids, arch, None if version == "any" else version
+            )
             refused = None
         except Unservable as exc:
             res, refused = None, str(exc)
         key = (None if res is None else (res.layers, res.problems, res.source), refused)
         if spans:
             last = spans[-1]
-            last_key = (None if last.resolution is None else (
-                last.resolution.layers, last.resolution.problems, last.resolution.source),
-                last.refused)
+            last_key = (
+                None
+                if last.resolution is None
+                else (last.resolution.layers, last.resolution.problems, last.resolution.source),
+                last.refused,
+            )
             if last_key == key:
                 last.versions.append(version)
                 continue
@@ -69,17 +74,36 @@ class _Report:
         self.contract = contract
         self.findings: list[Finding] = []
 
-    def add(self, code: str, message: str, key: str, *, expected: object = "",
-            found: object = "", hint: str = "", details: str = "",
-            severity: Severity = "error") -> None:
-        self.findings.append(Finding(
-            code, message, expected=str(expected), found=str(found),
-            contract=str(self.contract.path), line=self.contract.line_of(key), hint=hint,
-            details=details, severity=severity))
+    def add(
+        self,
+        code: RuleCode,
+        message: str,
+        key: str,
+        *,
+        expected: object = "",
+        found: object = "",
+        hint: str = "",
+        details: str = "",
+        severity: Severity = "error",
+    ) -> None:
+        self.findings.append(
+            finding(
+                code,
+                message,
+                contract=self.contract,
+                key=key,
+                expected=expected,
+                found=found,
+                hint=hint,
+                details=details,
+                severity=severity,
+            )
+        )
 
 
-def _evidence_hint(index: int, training: TrainingSpec, hidden: int,
-                   stats_of: Callable[[int], object] | None) -> str:
+def _evidence_hint(
+    index: int, training: TrainingSpec, hidden: int, stats_of: Callable[[int], object] | None
+) -> str:
     declared = training.slots[index].layer
     if stats_of is not None:
         from ..stats import NormStats
@@ -90,18 +114,27 @@ def _evidence_hint(index: int, training: TrainingSpec, hidden: int,
             others = [s for i, s in enumerate(measured) if i != index and isinstance(s, NormStats)]
             words = guess(stats, hidden, others)
             if words == "embedding-like":
-                return (f"slot {index} looks like the embedding: median norm "
-                        f"{stats.median:.3g} (small and flat)")
+                return (
+                    f"slot {index} looks like the embedding: median norm "
+                    f"{stats.median:.3g} (small and flat)"
+                )
     if declared.is_embed:
         return f"slot {index} is declared as the embedding"
     return ""
 
 
-def _table(training: TrainingSpec, res: Resolution, fmt: str, engine: str,
-           fc_layers: list[Layer]) -> str:
+def _table(
+    training: TrainingSpec, res: Resolution, fmt: str, engine: str, fc_layers: list[Layer]
+) -> str:
     fc = [training.slots[i] for i in training.fc_input]
-    rows = [("fc pos", f"training ({fmt})",
-             f"serving ({engine}{', ' + res.arch if res.arch else ''})", "")]
+    rows = [
+        (
+            "fc pos",
+            f"training ({fmt})",
+            f"serving ({engine}{', ' + res.arch if res.arch else ''})",
+            "",
+        )
+    ]
     for pos in range(max(len(fc), len(res.positions))):
         left = "-"
         if pos < len(fc):
@@ -117,13 +150,18 @@ def _table(training: TrainingSpec, res: Resolution, fmt: str, engine: str,
         same = pos < len(fc) and pos < len(res.positions) and fc_layers[pos] == res.layers[pos]
         rows.append((str(pos), left, right, "ok" if same else "DIFFERS"))
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
-    return "\n".join(f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:<{widths[2]}}  {r[3]}"
-                     .rstrip() for r in rows)
+    return "\n".join(
+        f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:<{widths[2]}}  {r[3]}".rstrip()
+        for r in rows
+    )
 
 
-def check_layout(contract: Contract, serving_args: str | None = None,
-                 stats_of: Callable[[int], object] | None = None,
-                 identified: dict[int, Any] | None = None) -> list[Finding]:
+def check_layout(
+    contract: Contract,
+    serving_args: str | None = None,
+    stats_of: Callable[[int], object] | None = None,
+    identified: dict[int, Any] | None = None,
+) -> list[Finding]:
     """Findings of the training-vs-serving layout check (contract level).
 
     ``identified`` (slot -> evidence.Identification from a reference capture) replaces the
@@ -146,8 +184,11 @@ def check_layout(contract: Contract, serving_args: str | None = None,
             report.add("EC510", str(exc), "serving.draft_config")
             return report.findings
     ids = _serving_ids(report, serving, draft)
-    weights = (read_draft_weights(draft.path.parent, target.vocab_size, draft.draft_vocab_size)
-               if draft is not None and draft.path.parent.is_dir() else None)
+    weights = (
+        read_draft_weights(draft.path.parent, target.vocab_size, draft.draft_vocab_size)
+        if draft is not None and draft.path.parent.is_dir()
+        else None
+    )
 
     spans = _resolve_spans(serving, arch, L, ids)
     if training is None:  # serving side alone: what the engine would do, and the launch line
@@ -156,38 +197,53 @@ def check_layout(contract: Contract, serving_args: str | None = None,
             if span.resolution is None:
                 report.add("EC510", f"{engine} would not serve this: {span.refused}", "serving")
                 continue
-            for code, message in span.resolution.problems:
-                report.add(code, f"{engine}: {message}", "serving")
+            for p in span.resolution.problems:
+                report.add(p.code, f"{engine}: {p.message}", "serving")
         _lint_launch(report, serving, serving_args)
         return report.findings
     fc_layers = [training.slots[i].layer for i in training.fc_input]
-    evidence = "declared in the contract" + (", norm profile of a sampled shard"
-                                              if stats_of else "")
+    evidence = "declared in the contract" + (
+        ", norm profile of a sampled shard" if stats_of else ""
+    )
     if identified:
-        fc_layers = [identified[i].best.layer if i in identified else layer
-                     for i, layer in zip(training.fc_input, fc_layers)]
-        evidence = "reference capture of the target on a sampled shard (" + ", ".join(
-            f"slot {i}: {identified[i].best.layer} cos {identified[i].best.cosine:.4f}"
-            for i in training.fc_input if i in identified) + ")"
+        fc_layers = [
+            identified[i].best.layer if i in identified else layer
+            for i, layer in zip(training.fc_input, fc_layers)
+        ]
+        evidence = (
+            "reference capture of the target on a sampled shard ("
+            + ", ".join(
+                f"slot {i}: {identified[i].best.layer} cos {identified[i].best.cosine:.4f}"
+                for i in training.fc_input
+                if i in identified
+            )
+            + ")"
+        )
     for span in spans:
         engine = f"{serving.engine} {span.label}" if serving.engine == "sglang" else serving.engine
         if span.resolution is None:
-            report.add("EC510", f"{engine} would not serve this: {span.refused}",
-                       "serving.version" if serving.version else "serving",
-                       hint="pick an engine version and architecture the engine supports")
+            report.add(
+                "EC510",
+                f"{engine} would not serve this: {span.refused}",
+                "serving.version" if serving.version else "serving",
+                hint="pick an engine version and architecture the engine supports",
+            )
             continue
         res = span.resolution
-        for code, message in res.problems:
-            report.add(code, f"{engine}: {message}", "serving")
+        for p in res.problems:
+            report.add(p.code, f"{engine}: {p.message}", "serving")
         _compare(report, training, res, fc_layers, engine, fmt, H, stats_of, evidence)
         _fc_width(report, contract, draft, weights, res, engine, span)
     _dtype(report, contract, serving, serving_args)
     _target_norm(report, training, fmt, L)
     _unsorted(report, training, ids, serving.engine)
     if weights is not None and weights.d2t_problem:
-        report.add("EC509", f"draft vocabulary maps: {weights.d2t_problem}",
-                   "serving.draft_config", hint="regenerate d2t/t2d from the same token "
-                   "frequencies, with the target's vocab_size")
+        report.add(
+            "EC509",
+            f"draft vocabulary maps: {weights.d2t_problem}",
+            "serving.draft_config",
+            hint="regenerate d2t/t2d from the same token frequencies, with the target's vocab_size",
+        )
     _lint_launch(report, serving, serving_args)
     return report.findings
 
@@ -199,57 +255,96 @@ def _lint_launch(report: _Report, serving: ServingSpec, serving_args: str | None
             report.add(problem.code, problem.message, "serving.launch", hint=problem.hint)
 
 
-def _serving_ids(report: _Report, serving: ServingSpec,
-                 draft: DraftConfig | None) -> tuple[int, ...] | None:
+def _serving_ids(
+    report: _Report, serving: ServingSpec, draft: DraftConfig | None
+) -> tuple[int, ...] | None:
     ids = serving.aux_layer_ids
     if draft is None:
         if ids is None:
-            report.add("EC507", f"no aux ids given: {serving.engine} will use its default",
-                       "serving", severity="warning",
-                       hint="set serving.draft_config (or aux_layer_ids) to the draft's ids")
+            report.add(
+                "EC507",
+                f"no aux ids given: {serving.engine} will use its default",
+                "serving",
+                severity="warning",
+                hint="set serving.draft_config (or aux_layer_ids) to the draft's ids",
+            )
         return ids
-    engine_ids = draft.ids_for(serving.engine)
-    if serving.engine == "sglang" and draft.top_level_ids is not None:
-        report.add("EC508", f"{draft.path}: a top-level eagle_aux_hidden_state_layer_ids "
-                   f"{list(draft.top_level_ids)} is ignored by SGLang for capture",
-                   "serving.draft_config", severity="warning" if draft.nested_ids else "error",
-                   hint="put the ids under eagle_config.eagle_aux_hidden_state_layer_ids")
+    engine, engine_ids = get_engine(serving.engine), serving_ids(serving, draft)
+    for key, unread in draft.aux_ids.items():
+        if key not in engine.id_keys:
+            where = key if "." in key else f"a top-level {key}"
+            report.add(
+                "EC508",
+                f"{draft.path}: {where} {list(unread)} is ignored by {engine.title} for capture",
+                "serving.draft_config",
+                severity="warning" if engine_ids else "error",
+                hint=f"put the ids under {engine.id_keys[0]}",
+            )
     if engine_ids is None:
-        report.add("EC507", f"{draft.path} has no eagle_config.eagle_aux_hidden_state_layer_ids:"
-                   f" {serving.engine} silently uses its default layers",
-                   "serving.draft_config", severity="warning",
-                   hint="SpecForge's exporter never writes them; add them to the draft's "
-                        "config.json so serving cannot drift")
+        report.add(
+            "EC507",
+            f"{draft.path} has no eagle_config.eagle_aux_hidden_state_layer_ids:"
+            f" {serving.engine} silently uses its default layers",
+            "serving.draft_config",
+            severity="warning",
+            hint="SpecForge's exporter never writes them; add them to the draft's "
+            "config.json so serving cannot drift",
+        )
     if ids is not None and engine_ids is not None and tuple(ids) != engine_ids:
-        report.add("EC515", f"the contract says aux_layer_ids {list(ids)}, the draft config "
-                   f"{list(engine_ids)}", "serving.aux_layer_ids",
-                   expected=list(ids), found=list(engine_ids),
-                   hint="the draft config is what the engine reads")
+        report.add(
+            "EC515",
+            f"the contract says aux_layer_ids {list(ids)}, the draft config {list(engine_ids)}",
+            "serving.aux_layer_ids",
+            expected=list(ids),
+            found=list(engine_ids),
+            hint="the draft config is what the engine reads",
+        )
     return engine_ids
 
 
-def _compare(report: _Report, training: TrainingSpec, res: Resolution, fc_layers: list[Layer],
-             engine: str, fmt: str, hidden: int,
-             stats_of: Callable[[int], object] | None, evidence: str) -> None:
+def _compare(
+    report: _Report,
+    training: TrainingSpec,
+    res: Resolution,
+    fc_layers: list[Layer],
+    engine: str,
+    fmt: str,
+    hidden: int,
+    stats_of: Callable[[int], object] | None,
+    evidence: str,
+) -> None:
     table = _table(training, res, fmt, engine, fc_layers) + f"\ntraining side: {evidence}"
     if len(fc_layers) != len(res.layers):
-        report.add("EC502", f"the trainer feeds the fc {len(fc_layers)} states, {engine} "
-                   f"feeds it {len(res.layers)}", "training.fc_input",
-                   expected=len(res.layers), found=len(fc_layers), details=table,
-                   hint=f"{res.source}")
+        report.add(
+            "EC502",
+            f"the trainer feeds the fc {len(fc_layers)} states, {engine} "
+            f"feeds it {len(res.layers)}",
+            "training.fc_input",
+            expected=len(res.layers),
+            found=len(fc_layers),
+            details=table,
+            hint=f"{res.source}",
+        )
         return
     wrong = [i for i, (a, b) in enumerate(zip(fc_layers, res.layers)) if a != b]
     if not wrong:
         return
-    hints = [h for h in (_evidence_hint(training.fc_input[i], training, hidden, stats_of)
-                         for i in wrong) if h]
+    hints = [
+        h
+        for h in (_evidence_hint(training.fc_input[i], training, hidden, stats_of) for i in wrong)
+        if h
+    ]
     hints += _pattern_hints(fc_layers, list(res.layers))
-    report.add("EC501", f"the draft's fc is trained on {', '.join(map(str, fc_layers))} but "
-               f"{engine} feeds it {', '.join(map(str, res.layers))}", "training.fc_input",
-               expected=", ".join(map(str, res.layers)), found=", ".join(map(str, fc_layers)),
-               details=table + f"\nserving source: {res.source}",
-               hint="; ".join(hints) or "capture the layers the engine serves, or change the "
-                                        "draft's ids")
+    report.add(
+        "EC501",
+        f"the draft's fc is trained on {', '.join(map(str, fc_layers))} but "
+        f"{engine} feeds it {', '.join(map(str, res.layers))}",
+        "training.fc_input",
+        expected=", ".join(map(str, res.layers)),
+        found=", ".join(map(str, fc_layers)),
+        details=table + f"\nserving source: {res.source}",
+        hint="; ".join(hints) or "capture the layers the engine serves, or change the draft's ids",
+    )
 
 
 def _pattern_hints(trained: list[Layer], served: list[Layer]) -> list[str]:
@@ -265,22 +360,32 @@ def _pattern_hints(trained: list[Layer], served: list[Layer]) -> list[str]:
         offsets = {min((s - t for s in targets), key=abs) for t in residual}
         if len(offsets) == 1 and (delta := offsets.pop()) != 0 and abs(delta) <= 2:
             pairs = ", ".join(f"residual:{t} vs residual:{t + delta}" for t in residual)
-            out.append(f"the trainer's layers sit {abs(delta)} {'above' if delta < 0 else 'below'}"
-                       f" the engine's ({pairs}): 'output of layer k' vs 'input to layer k', or "
-                       "a +1 rule that changed between engine versions")
+            out.append(
+                f"the trainer's layers sit {abs(delta)} {'above' if delta < 0 else 'below'}"
+                f" the engine's ({pairs}): 'output of layer k' vs 'input to layer k', or "
+                "a +1 rule that changed between engine versions"
+            )
     return out
 
 
-def _fc_width(report: _Report, contract: Contract, draft: DraftConfig | None,
-              weights: DraftWeights | None, res: Resolution, engine: str, span: Span) -> None:
+def _fc_width(
+    report: _Report,
+    contract: Contract,
+    draft: DraftConfig | None,
+    weights: DraftWeights | None,
+    res: Resolution,
+    engine: str,
+    span: Span,
+) -> None:
     training = contract.training
     assert training is not None
     H = contract.target.hidden_size
-    widths = {"contract (fc_input x hidden_size)": len(training.fc_input) * H,
-              f"{engine} capture": len(res.layers) * H}
+    widths = {
+        "contract (fc_input x hidden_size)": len(training.fc_input) * H,
+        f"{engine} capture": len(res.layers) * H,
+    }
     if draft is not None:
-        version = sglang_table.parse_version(span.versions[0]) if res.engine == "sglang" else ()
-        n_aux = draft.n_aux(res.engine, version)
+        n_aux = get_engine(res.engine).n_aux(draft, span.versions[0])
         hidden = draft.fc_in_hidden or H
         widths[f"{engine} draft fc (n_aux {n_aux} x {hidden})"] = n_aux * hidden
         if draft.target_hidden_size is not None and draft.target_hidden_size != H:
@@ -288,14 +393,19 @@ def _fc_width(report: _Report, contract: Contract, draft: DraftConfig | None,
         if weights is not None and weights.fc_shape is not None:
             widths[f"fc.weight {list(weights.fc_shape)}"] = weights.fc_shape[-1]
     if len(set(widths.values())) > 1:
-        report.add("EC503", "the fc input width disagrees", "target.hidden_size",
-                   details="\n".join(f"{v:>8}  {k}" for k, v in widths.items()),
-                   hint="n_aux x target hidden size must agree everywhere; older SGLang "
-                        "(< 0.5.12) and vLLM hard-code 3 aux states")
+        report.add(
+            "EC503",
+            "the fc input width disagrees",
+            "target.hidden_size",
+            details="\n".join(f"{v:>8}  {k}" for k, v in widths.items()),
+            hint="n_aux x target hidden size must agree everywhere; older SGLang "
+            "(< 0.5.12) and vLLM hard-code 3 aux states",
+        )
 
 
-def _dtype(report: _Report, contract: Contract, serving: ServingSpec,
-           serving_args: str | None) -> None:
+def _dtype(
+    report: _Report, contract: Contract, serving: ServingSpec, serving_args: str | None
+) -> None:
     training = contract.training
     assert training is not None
     command = serving_args or serving.launch
@@ -303,36 +413,110 @@ def _dtype(report: _Report, contract: Contract, serving: ServingSpec,
     for i in training.fc_input:
         slot = training.slots[i]
         if slot.dtype != served:
-            report.add("EC504", f"slot {i} ({slot.layer}) is stored as {slot.dtype}, the engine "
-                       f"serves {served}", f"training.slots[{i}]", expected=served,
-                       found=slot.dtype, hint="train on states captured in the serving dtype")
+            report.add(
+                "EC504",
+                f"slot {i} ({slot.layer}) is stored as {slot.dtype}, the engine serves {served}",
+                f"training.slots[{i}]",
+                expected=served,
+                found=slot.dtype,
+                hint="train on states captured in the serving dtype",
+            )
 
 
 def _target_norm(report: _Report, training: TrainingSpec, fmt: str, num_layers: int) -> None:
-    if training.target_slot is None or fmt not in EXPECTS_POST_NORM:
+    if training.target_slot is None or fmt not in FORMATS:
         return
     layer = training.slots[training.target_slot].layer
-    wants_post = EXPECTS_POST_NORM[fmt]
+    wants_post = FORMATS[fmt].target_post_norm
     if wants_post and not layer.is_final_norm:
-        report.add("EC505", f"the target slot is {layer}, but {fmt} trains on a post-norm "
-                   "target (final_norm)", f"training.slots[{training.target_slot}]",
-                   expected="final_norm", found=layer,
-                   hint="capture the final-norm output as the target")
+        report.add(
+            "EC505",
+            f"the target slot is {layer}, but {fmt} trains on a post-norm target (final_norm)",
+            f"training.slots[{training.target_slot}]",
+            expected="final_norm",
+            found=layer,
+            hint="capture the final-norm output as the target",
+        )
     elif not wants_post and layer != Layer(num_layers):
-        report.add("EC505", f"the target slot is {layer}, but {fmt} applies the verifier norm "
-                   f"itself and expects the pre-norm residual:{num_layers}",
-                   f"training.slots[{training.target_slot}]", expected=f"residual:{num_layers}",
-                   found=layer, hint="a post-norm target gets normed twice in training")
+        report.add(
+            "EC505",
+            f"the target slot is {layer}, but {fmt} applies the verifier norm "
+            f"itself and expects the pre-norm residual:{num_layers}",
+            f"training.slots[{training.target_slot}]",
+            expected=f"residual:{num_layers}",
+            found=layer,
+            hint="a post-norm target gets normed twice in training",
+        )
 
 
-def _unsorted(report: _Report, training: TrainingSpec, ids: tuple[int, ...] | None,
-              engine: str) -> None:
+def _unsorted(
+    report: _Report, training: TrainingSpec, ids: tuple[int, ...] | None, engine: str
+) -> None:
     if ids is None or list(ids) == sorted(ids):
         return
     fc_layers = [training.slots[i].layer for i in training.fc_input]
     trained_unsorted = [x.index for x in fc_layers] != sorted(x.index for x in fc_layers)
-    report.add("EC506", f"the aux ids {list(ids)} are not ascending; {engine} concatenates in "
-               "ascending layer order", "serving", severity="error" if trained_unsorted
-               else "warning", hint="sort the ids in the draft config and in the capture "
-               "script" + ("; the trainer concatenated in list order" if trained_unsorted
-                           else ""))
+    report.add(
+        "EC506",
+        f"the aux ids {list(ids)} are not ascending; {engine} concatenates in "
+        "ascending layer order",
+        "serving",
+        severity="error" if trained_unsorted else "warning",
+        hint="sort the ids in the draft config and in the capture "
+        "script" + ("; the trainer concatenated in list order" if trained_unsorted else ""),
+    )
+
+
+def _run(runner: Runner, unit: Unit) -> list[Finding]:
+    """Layout, with a sampled shard's norms (and identities, given the target's weights)
+    behind the hints."""
+    contract = unit.contract
+    stats_of = None
+    identified = None
+    if unit.evidence is not None:
+        shard = runner.shard(contract, unit.evidence, unit.evidence_label)
+        if shard.sample is not None:
+
+            def stats_of(i: int) -> object:
+                return shard.stats(i) if i < len(shard.slots) else None
+
+            target = runner.target(contract)
+            ids = shard.sample.input_ids
+            if target is not None and runner.reference(contract) and ids is not None:
+                from .evidence import identify
+
+                found = identify([s.tensor for s in shard.slots], ids, target)
+                identified = {i.slot: i for i in found}
+    return check_layout(contract, runner.serving_args, stats_of, identified)
+
+
+FAMILY = CheckFamily(
+    "layout",
+    "contract",
+    "the trainer's fc input against what each engine version feeds it",
+    codes=(
+        "EC501",
+        "EC502",
+        "EC503",
+        "EC504",
+        "EC505",
+        "EC506",
+        "EC507",
+        "EC508",
+        "EC509",
+        "EC510",
+        "EC511",
+        "EC512",
+        "EC514",
+        "EC515",
+    ),
+    keys=(
+        "training.fc_input",
+        "serving",
+        "serving.aux_layer_ids",
+        "serving.draft_config",
+        "serving.launch",
+    ),
+    run=_run,
+    needs=frozenset({"serving"}),
+)

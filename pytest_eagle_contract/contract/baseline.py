@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from ..planner import Sampling, shard_paths
+from ..shards.discovery import Sampling, shard_paths
 from .infer import bounds_from, observe
 from .model import Contract, NormBounds, load_contract, parse_contract
 
@@ -36,16 +36,19 @@ def _same(a: NormBounds | None, b: NormBounds) -> bool:
     return a is not None and f"{a.low:.6g}" == f"{b.low:.6g}" and f"{a.high:.6g}" == f"{b.high:.6g}"
 
 
-def measure(contract: Contract, shards: Iterable[Path] | None, sample: Sampling,
-            seed: int) -> list[NormBounds]:
+def measure(
+    contract: Contract, shards: Iterable[Path] | None, sample: Sampling, seed: int
+) -> list[NormBounds]:
     training = contract.training
     if training is None:
         raise UsageError(f"{contract.path}: no training section to measure")
     paths = [p for p, _ in shard_paths(contract, shards, sample, seed)]
     obs = observe(paths, training.format, contract.target.hidden_size)
     if len(obs.medians) != len(training.slots):
-        raise UsageError(f"the shards hold {len(obs.medians)} slots, the contract "
-                         f"{len(training.slots)}: fix the contract's slots first")
+        raise UsageError(
+            f"the shards hold {len(obs.medians)} slots, the contract "
+            f"{len(training.slots)}: fix the contract's slots first"
+        )
     return [NormBounds(*bounds_from(values)) for values in obs.medians]
 
 
@@ -87,18 +90,20 @@ def _child(node: Any, key: str) -> Any:
     return None
 
 
-def update_contract(path: Path, shards: Iterable[Path] | None = None, sample: Sampling = None,
-                    seed: int = 0) -> list[BoundChange]:
+def update_contract(
+    path: Path, shards: Iterable[Path] | None = None, sample: Sampling = None, seed: int = 0
+) -> list[BoundChange]:
     """Re-measure and rewrite ``path`` in place; the changes made (empty: nothing moved)."""
     contract = load_contract(path)
     new = measure(contract, shards, sample, seed)
     assert contract.training is not None
-    changes = [BoundChange(f"training.slots[{spec.index}].norm", spec.norm, bounds)
-               for spec, bounds in zip(contract.training.slots, new)
-               if not _same(spec.norm, bounds)]
+    changes = [
+        BoundChange(f"training.slots[{spec.index}].norm", spec.norm, bounds)
+        for spec, bounds in zip(contract.training.slots, new)
+        if not _same(spec.norm, bounds)
+    ]
     if changes:
         text = rewrite(path.read_text("utf-8"), new)
         parse_contract(text, path)  # never leave a contract that would not load
         path.write_text(text, "utf-8")
     return changes
-

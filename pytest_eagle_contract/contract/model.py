@@ -1,6 +1,8 @@
 """Load and validate contract files (YAML, version 1) into typed, frozen objects.
 
 Every problem is reported with file, line, column and key path; unknown keys are errors.
+Contracts are untrusted input: no YAML tag builds an object, and size, nesting, alias
+expansion and the target's sizes are bounded (docs/security.md).
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ from typing import Any
 from ..errors import ContractError, ContractProblem
 from ..findings import RULES
 from ..layers import Layer
+from .safe_yaml import compose, join, read_text, short
 
 SCHEMA_FILE = "contract-v1.schema.json"
 DEFAULT_SEQUENCE_MAX = 1 << 20
+MAX_PROBLEMS = 50  # problems listed in one error
 
 
 @dataclass(frozen=True)
@@ -120,12 +124,6 @@ def _parent(key_path: str) -> str:
     return key_path.rpartition(".")[0]
 
 
-def _join(parent: str, key: str | int) -> str:
-    if isinstance(key, int):
-        return f"{parent}[{key}]"
-    return f"{parent}.{key}" if parent else key
-
-
 @cache
 def schema() -> dict[str, Any]:
     """The JSON Schema every contract is validated against."""
@@ -138,61 +136,29 @@ def schema_path() -> Path:
     return Path(str(resources.files(__package__).joinpath("schema", SCHEMA_FILE)))
 
 
-def _compose(text: str, file: str) -> tuple[Any, dict[str, tuple[int, int]]]:
-    """Parse YAML and remember (line, column) of every key path, 1-based."""
-    import yaml
+@cache
+def _validator() -> Any:
+    """Draft 2020-12, except that ``integer`` means a YAML int (16.0 and true are not)."""
+    from jsonschema import Draft202012Validator, validators
 
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark
-        line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
-        raise ContractError.single(file, f"invalid YAML: {exc.problem}", line, col) from None
-    if node is None:
-        raise ContractError.single(file, "the contract file is empty")
-    constructor = yaml.SafeLoader("")
-    lines: dict[str, tuple[int, int]] = {}
-
-    def build(n: yaml.Node, path: str) -> Any:
-        lines.setdefault(path, (n.start_mark.line + 1, n.start_mark.column + 1))
-        if isinstance(n, yaml.MappingNode):
-            out: dict[str, Any] = {}
-            for key_node, value_node in n.value:
-                key = constructor.construct_object(key_node)
-                if not isinstance(key, str):
-                    raise ContractError.single(
-                        file, f"keys must be strings, not {key!r}",
-                        key_node.start_mark.line + 1, key_node.start_mark.column + 1, path)
-                child = _join(path, key)
-                if key in out:
-                    raise ContractError.single(
-                        file, f"duplicate key {key!r}", key_node.start_mark.line + 1,
-                        key_node.start_mark.column + 1, child)
-                lines[child] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
-                out[key] = build(value_node, child)
-            return out
-        if isinstance(n, yaml.SequenceNode):
-            return [build(item, _join(path, i)) for i, item in enumerate(n.value)]
-        return constructor.construct_object(n)
-
-    return build(node, ""), lines
+    checker = Draft202012Validator.TYPE_CHECKER.redefine(
+        "integer", lambda _, x: isinstance(x, int) and not isinstance(x, bool))
+    return validators.extend(Draft202012Validator, type_checker=checker)(schema())
 
 
 def _schema_problems(data: Any, lines: dict[str, tuple[int, int]], file: str,
                      ) -> list[ContractProblem]:
-    from jsonschema import Draft202012Validator
-
     problems = []
-    validator = Draft202012Validator(schema())
-    for error in sorted(validator.iter_errors(data), key=lambda e: list(map(str, e.path))):
+    errors = _validator().iter_errors(data)
+    for error in sorted(errors, key=lambda e: list(map(str, e.path))):
         path = ""
         for part in error.absolute_path:
-            path = _join(path, part)
+            path = join(path, part)
         message = error.message
         if error.validator == "additionalProperties" and isinstance(error.instance, dict):
             allowed = list(error.schema.get("properties", {}))
             for extra in sorted(set(error.instance) - set(allowed)):
-                child = _join(path, extra)
+                child = join(path, extra)
                 guess = difflib.get_close_matches(extra, allowed, n=1)
                 hint = (f" (did you mean {guess[0]!r}?)" if guess
                         else f"; allowed: {', '.join(allowed)}")
@@ -202,9 +168,25 @@ def _schema_problems(data: Any, lines: dict[str, tuple[int, int]], file: str,
             continue
         if error.validator == "anyOf" and path.endswith(".norm"):
             message = "norm needs 'median' with 'rtol', or 'min' and/or 'max'"
+        elif error.validator == "type" and isinstance(error.instance, float) \
+                and "integer" in str(error.validator_value):
+            message += " (write a whole number without a decimal point)"
+        elif error.validator == "maximum" and error.validator_value > 1:
+            message += " (a plausibility bound: no real model comes near it; docs/security.md)"
         line, col = lines.get(path, (1, 1))
         problems.append(ContractProblem(file, line, col, path, message))
     return problems
+
+
+def _error(problems: list[ContractProblem]) -> ContractError:
+    """One error for ``problems``: messages shortened, at most ``MAX_PROBLEMS`` listed."""
+    shown = [ContractProblem(p.file, p.line, p.column, short(p.path), short(p.message))
+             for p in problems[:MAX_PROBLEMS]]
+    if len(problems) > MAX_PROBLEMS:
+        last = shown[-1]
+        shown.append(ContractProblem(last.file, last.line, last.column, "",
+                                     f"and {len(problems) - MAX_PROBLEMS} more problems"))
+    return ContractError(shown)
 
 
 _DTYPE_DEFAULT = "bfloat16"
@@ -213,12 +195,7 @@ _DTYPE_DEFAULT = "bfloat16"
 def load_contract(path: str | Path) -> Contract:
     """Read, validate and type a contract file. Raises :class:`ContractError`."""
     path = Path(path)
-    try:
-        text = path.read_text("utf-8")
-    except OSError as exc:
-        raise ContractError.single(str(path), f"cannot read contract: {exc.strerror or exc}") \
-            from None
-    return parse_contract(text, path)
+    return parse_contract(read_text(path), path)
 
 
 def parse_contract(text: str, path: str | Path) -> Contract:
@@ -226,11 +203,19 @@ def parse_contract(text: str, path: str | Path) -> Contract:
     in it resolve against ``path``'s folder; errors name ``path``)."""
     path = Path(path)
     file = str(path)
-    data, lines = _compose(text, file)
+    data, lines = compose(text, file)
     problems = _schema_problems(data, lines, file)
     if problems:
-        raise ContractError(problems)
+        raise _error(problems)
     return _build(data, path, {k: v[0] for k, v in lines.items()})
+
+
+def target_limits() -> dict[str, int]:
+    """Plausibility bounds on a target's sizes (the schema's maxima), shared with the
+    model-folder reader."""
+    props = schema()["properties"]["target"]["properties"]
+    return {key: int(props[key]["maximum"])
+            for key in ("num_hidden_layers", "hidden_size", "vocab_size")}
 
 
 def _build(data: dict[str, Any], path: Path, lines: dict[str, int]) -> Contract:
@@ -259,11 +244,14 @@ def _build(data: dict[str, Any], path: Path, lines: dict[str, int]) -> Contract:
         slots = []
         for i, s in enumerate(tr["slots"]):
             key = f"training.slots[{i}]"
-            layer = Layer.parse(s["layer"])
             try:
+                layer = Layer.parse(s["layer"])
                 layer.check_bounds(target.num_hidden_layers)
-            except ValueError as exc:
-                problem(f"{key}.layer", str(exc))
+            except ValueError as exc:  # past the layers, or past the digits Python reads
+                layer = Layer(-1)
+                problem(f"{key}.layer", str(exc) if len(s["layer"]) < 40 else
+                        f"{s['layer'][:40]}... is beyond the target's "
+                        f"{target.num_hidden_layers} layers")
             norm = NormBounds.from_yaml(s["norm"]) if "norm" in s else None
             if norm is not None and norm.low > norm.high:
                 problem(f"{key}.norm", f"empty norm bounds {norm}")
@@ -318,5 +306,5 @@ def _build(data: dict[str, Any], path: Path, lines: dict[str, int]) -> Contract:
             problem(f"waive[{i}].code", f"unknown rule code {w['code']} (see docs/rules.md)")
         waivers[w["code"]] = w["reason"]
     if problems:
-        raise ContractError(problems)
+        raise _error(problems)
     return Contract(data["contract"], path, target, training, serving, waivers, lines)

@@ -3,14 +3,8 @@
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
 
-
-@dataclass(frozen=True)
-class ArgProblem:
-    code: str
-    message: str
-    hint: str
+from ..errors import Problem
 
 
 def parse_flags(command: str) -> dict[str, str]:
@@ -40,30 +34,40 @@ def _int(flags: dict[str, str], name: str) -> int | None:
         return None
 
 
-def lint_sglang(command: str) -> list[ArgProblem]:
+def lint_sglang(command: str) -> list[Problem]:
     try:
         flags = parse_flags(command)
     except ValueError as exc:
-        return [ArgProblem("EC512", f"the launch command cannot be parsed: {exc}",
-                           "quote it as a shell would")]
+        return [
+            Problem(
+                "EC512", f"the launch command cannot be parsed: {exc}", "quote it as a shell would"
+            )
+        ]
     out = []
     topk = _int(flags, "speculative-eagle-topk")
     steps = _int(flags, "speculative-num-steps")
     tokens = _int(flags, "speculative-num-draft-tokens")
     if topk == 1 and steps is not None and tokens is not None and tokens != steps + 1:
-        out.append(ArgProblem(
-            "EC512",
-            f"--speculative-eagle-topk 1 makes SGLang reset --speculative-num-draft-tokens "
-            f"{tokens} to --speculative-num-steps + 1 = {steps + 1}, with only a warning",
-            f"set --speculative-num-steps {tokens - 1} to draft {tokens} tokens, or raise "
-            "--speculative-eagle-topk (srt/arg_groups/speculative_hook.py; older: "
-            "server_args.py)"))
+        out.append(
+            Problem(
+                "EC512",
+                f"--speculative-eagle-topk 1 makes SGLang reset --speculative-num-draft-tokens "
+                f"{tokens} to --speculative-num-steps + 1 = {steps + 1}, with only a warning",
+                f"set --speculative-num-steps {tokens - 1} to draft {tokens} tokens, or raise "
+                "--speculative-eagle-topk (srt/arg_groups/speculative_hook.py; older: "
+                "server_args.py)",
+            )
+        )
     algorithm = flags.get("speculative-algorithm", "").upper()
     if algorithm == "EAGLE" and "speculative-draft-model-path" in flags:
-        out.append(ArgProblem(
-            "EC512", "--speculative-algorithm EAGLE captures no aux hidden states: an EAGLE-3 "
-            "draft then receives the last hidden state only",
-            "use --speculative-algorithm EAGLE3 for EAGLE-3 drafts"))
+        out.append(
+            Problem(
+                "EC512",
+                "--speculative-algorithm EAGLE captures no aux hidden states: an EAGLE-3 "
+                "draft then receives the last hidden state only",
+                "use --speculative-algorithm EAGLE3 for EAGLE-3 drafts",
+            )
+        )
     return out
 
 
@@ -72,8 +76,13 @@ def served_dtype(command: str) -> str | None:
         value = parse_flags(command).get("dtype")
     except ValueError:
         return None  # lint_sglang reports the unparsable line
-    aliases = {"bf16": "bfloat16", "half": "float16", "fp16": "float16", "float": "float32",
-               "fp32": "float32"}
+    aliases = {
+        "bf16": "bfloat16",
+        "half": "float16",
+        "fp16": "float16",
+        "float": "float32",
+        "fp32": "float32",
+    }
     if not value or value == "auto":
         return None
     return aliases.get(value, value)

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
 
-from ..errors import EagleContractError
+from ..errors import EagleContractError, Unservable
 
 
 class _InnerModel(SimpleNamespace):
@@ -28,12 +28,20 @@ class _InnerModel(SimpleNamespace):
 
 
 def _stub(num_layers: int) -> SimpleNamespace:
-    config = SimpleNamespace(num_hidden_layers=num_layers,
-                             text_config=SimpleNamespace(num_hidden_layers=num_layers))
-    model = _InnerModel(layers=[SimpleNamespace() for _ in range(num_layers)],
-                        layers_to_capture=[], capture_aux_hidden_states=False)
-    return SimpleNamespace(config=config, model=model, capture_aux_hidden_states=False,
-                           pp_group=SimpleNamespace(is_last_rank=True))
+    config = SimpleNamespace(
+        num_hidden_layers=num_layers, text_config=SimpleNamespace(num_hidden_layers=num_layers)
+    )
+    model = _InnerModel(
+        layers=[SimpleNamespace() for _ in range(num_layers)],
+        layers_to_capture=[],
+        capture_aux_hidden_states=False,
+    )
+    return SimpleNamespace(
+        config=config,
+        model=model,
+        capture_aux_hidden_states=False,
+        pp_group=SimpleNamespace(is_last_rank=True),
+    )
 
 
 def _model_class(arch: str) -> Any:
@@ -55,8 +63,11 @@ def _call(cls: Any, stub: SimpleNamespace, ids: Sequence[int] | None) -> None:
     last_rank = SimpleNamespace(is_last_rank=True)
     with ExitStack() as stack:
         if hasattr(module, "get_parallel"):
-            stack.enter_context(mock.patch.object(
-                module, "get_parallel", lambda: SimpleNamespace(pp_group=last_rank)))
+            stack.enter_context(
+                mock.patch.object(
+                    module, "get_parallel", lambda: SimpleNamespace(pp_group=last_rank)
+                )
+            )
         if hasattr(module, "get_pp_group"):
             stack.enter_context(mock.patch.object(module, "get_pp_group", lambda: last_rank))
         if len(inspect.signature(method).parameters) == 1:
@@ -76,15 +87,15 @@ def native_layers_to_capture(arch: str, num_layers: int, ids: Sequence[int] | No
         inner_cls = _model_class("DeepseekV3ForCausalLM")  # Kimi-K2.5's language model
         inner = _stub(num_layers)
         stub.language_model = SimpleNamespace(
-            set_eagle3_layers_to_capture=lambda layer_ids=None: _call(inner_cls, inner,
-                                                                      layer_ids))
+            set_eagle3_layers_to_capture=lambda layer_ids=None: _call(inner_cls, inner, layer_ids)
+        )
         _call(cls, stub, ids)
         return list(inner.model.layers_to_capture)
     try:
         _call(cls, stub, ids)
     except IndexError:
-        from ..errors import Unservable
-
-        raise Unservable(f"sglang's {cls.__name__}.set_eagle3_layers_to_capture raises "
-                         f"IndexError for ids {list(ids or [])} (L = {num_layers})") from None
+        raise Unservable(
+            f"sglang's {cls.__name__}.set_eagle3_layers_to_capture raises "
+            f"IndexError for ids {list(ids or [])} (L = {num_layers})"
+        ) from None
     return list(stub.model.layers_to_capture)

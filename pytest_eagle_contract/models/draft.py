@@ -3,41 +3,30 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import EagleContractError
 
-IDS_KEY = "eagle_aux_hidden_state_layer_ids"
+_IDS_SUFFIX = "aux_hidden_state_layer_ids"
 
 
 @dataclass(frozen=True)
 class DraftConfig:
+    """What a draft's config.json says. Which ``aux_ids`` key an engine reads is the engine's
+    business (``engines.base.Engine.id_keys``)."""
+
     path: Path
-    nested_ids: tuple[int, ...] | None  # eagle_config.eagle_aux_hidden_state_layer_ids
-    top_level_ids: tuple[int, ...] | None  # the speculators / vLLM style key
+    # every list under a key ending in "aux_hidden_state_layer_ids", top level or one object
+    # down, by dotted key: {"eagle_config.eagle_aux_hidden_state_layer_ids": (1, 29, 57)}
+    aux_ids: Mapping[str, tuple[int, ...]]
     num_aux_hidden_states: int | None
     target_hidden_size: int | None
     hidden_size: int | None
     draft_vocab_size: int | None
     vocab_size: int | None
-    raw: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
-
-    def ids_for(self, engine: str) -> tuple[int, ...] | None:
-        """The ids the engine reads: SGLang only the nested key; vLLM top-level first."""
-        if engine == "sglang":
-            return self.nested_ids
-        return self.top_level_ids or self.nested_ids
-
-    def n_aux(self, engine: str, version: tuple[int, ...] = ()) -> int:
-        """How many aux states the draft's fc is built for, by the engine's rule."""
-        if engine == "vllm" or (engine == "sglang" and version and version < (0, 5, 12)):
-            return 3  # hard-coded hidden * 3
-        if self.num_aux_hidden_states:
-            return self.num_aux_hidden_states
-        ids = self.nested_ids if engine == "sglang" else self.ids_for(engine)
-        return len(ids) if ids else 3
 
     @property
     def fc_in_hidden(self) -> int | None:
@@ -52,6 +41,17 @@ def _ids(value: Any, where: str, path: Path) -> tuple[int, ...] | None:
     return tuple(value)
 
 
+def _aux_ids(data: dict[str, Any], path: Path, prefix: str = "") -> dict[str, tuple[int, ...]]:
+    found: dict[str, tuple[int, ...]] = {}
+    nested_first = sorted(data.items(), key=lambda item: not isinstance(item[1], dict))
+    for key, value in nested_first:
+        if key.endswith(_IDS_SUFFIX) and (ids := _ids(value, prefix + key, path)) is not None:
+            found[prefix + key] = ids
+        elif isinstance(value, dict) and not prefix:
+            found.update(_aux_ids(value, path, f"{key}."))
+    return found
+
+
 def read_draft_config(path: str | Path) -> DraftConfig:
     path = Path(path)
     if path.is_dir():
@@ -62,20 +62,16 @@ def read_draft_config(path: str | Path) -> DraftConfig:
         raise EagleContractError(f"cannot read draft config {path}: {exc}") from None
     if not isinstance(data, dict):
         raise EagleContractError(f"{path}: not a JSON object")
-    eagle = data.get("eagle_config") or {}
     speculators = data.get("speculators_config") or {}
     transformer = data.get("transformer_layer_config") or {}
     return DraftConfig(
         path=path,
-        nested_ids=_ids(eagle.get(IDS_KEY) if isinstance(eagle, dict) else None,
-                        f"eagle_config.{IDS_KEY}", path),
-        top_level_ids=_ids(data.get(IDS_KEY), IDS_KEY, path),
+        aux_ids=_aux_ids(data, path),
         num_aux_hidden_states=data.get("num_aux_hidden_states"),
         target_hidden_size=data.get("target_hidden_size") or speculators.get("target_hidden_size"),
         hidden_size=data.get("hidden_size") or transformer.get("hidden_size"),
         draft_vocab_size=data.get("draft_vocab_size"),
         vocab_size=data.get("vocab_size") or transformer.get("vocab_size"),
-        raw=data,
     )
 
 
@@ -86,8 +82,9 @@ class DraftWeights:
     d2t_problem: str | None
 
 
-def read_draft_weights(directory: Path, vocab_size: int | None,
-                       draft_vocab_size: int | None) -> DraftWeights | None:
+def read_draft_weights(
+    directory: Path, vocab_size: int | None, draft_vocab_size: int | None
+) -> DraftWeights | None:
     """fc.weight's shape and d2t/t2d consistency from the draft's safetensors files."""
     files = sorted(directory.glob("*.safetensors"))
     if not files:
@@ -106,12 +103,14 @@ def read_draft_weights(directory: Path, vocab_size: int | None,
                     d2t = f.get_tensor(key)
                 elif name == "t2d":
                     t2d = f.get_tensor(key)
-    return DraftWeights(files[0].parent, fc_shape,
-                        _vocab_problem(d2t, t2d, vocab_size, draft_vocab_size))
+    return DraftWeights(
+        files[0].parent, fc_shape, _vocab_problem(d2t, t2d, vocab_size, draft_vocab_size)
+    )
 
 
-def _vocab_problem(d2t: Any, t2d: Any, vocab_size: int | None,
-                   draft_vocab_size: int | None) -> str | None:
+def _vocab_problem(
+    d2t: Any, t2d: Any, vocab_size: int | None, draft_vocab_size: int | None
+) -> str | None:
     import torch
 
     if d2t is None and t2d is None:

@@ -3,17 +3,24 @@
 An HF model directory (config.json plus safetensors, one file or sharded with
 ``model.safetensors.index.json``). Tensors are read one at a time through safetensors'
 memory map; the whole model is loaded only for a reference capture.
+
+The folder is untrusted input (docs/security.md): its JSON is size-capped and its sizes
+bounded, the index may name only regular files inside the folder (or, in a Hugging Face
+cache snapshot, its ``blobs/``), pickled ``.bin`` weights are never read and no code from
+the folder is imported or run. Anything unusable is a :class:`UsageError`.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import os
 from dataclasses import dataclass, field
 from functools import cached_property
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from ..errors import EagleContractError
+from ..errors import UsageError
 
 if TYPE_CHECKING:
     import torch
@@ -23,6 +30,9 @@ EMBED_NAMES = ("model.embed_tokens.weight", "language_model.model.embed_tokens.w
 NORM_NAMES = ("model.norm.weight", "language_model.model.norm.weight",
               "model.language_model.norm.weight", "transformer.ln_f.weight")
 HEAD_NAMES = ("lm_head.weight", "language_model.lm_head.weight")
+INDEX = "model.safetensors.index.json"
+JSON_MAX_BYTES_ENV = "EAGLE_TARGET_JSON_MAX_BYTES"
+DEFAULT_JSON_MAX_BYTES = 64 << 20  # the largest real index (DeepSeek-V3) is under 10 MiB
 
 
 @dataclass
@@ -34,12 +44,9 @@ class TargetModel:
     @classmethod
     def open(cls, path: str | Path) -> TargetModel:
         path = Path(path)
-        try:
-            config = json.loads((path / "config.json").read_text("utf-8"))
-        except (OSError, ValueError) as exc:
-            raise EagleContractError(f"target model {path}: cannot read config.json: {exc}") \
-                from None
-        return cls(path, config, _index(path))
+        model = cls(path, _read_json(path, "config.json"), _index(path))
+        _check_config(model)
+        return model
 
     @property
     def text_config(self) -> dict[str, Any]:
@@ -70,61 +77,204 @@ class TargetModel:
 
     def tensor(self, names: tuple[str, ...]) -> torch.Tensor:
         """The first of ``names`` present, read alone from its memory-mapped file."""
-        from safetensors import safe_open
+        from safetensors import SafetensorError, safe_open
 
         for name in names:
             file = self._files.get(name)
-            if file is not None:
+            if file is None:
+                continue
+            try:
                 with safe_open(str(file), framework="pt") as f:
                     out: torch.Tensor = f.get_tensor(name)
-                    return out
-        raise EagleContractError(f"target model {self.path}: none of {list(names)} in its "
-                                 "safetensors files")
+            except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
+                raise self._error(f"cannot read {name} from {file.name}: {exc}") from None
+            if not out.is_floating_point():
+                raise self._error(f"{name} holds {out.dtype}, not floating-point weights")
+            return out
+        raise self._error(f"none of {list(names)} in its safetensors files")
 
     @cached_property
     def embedding(self) -> torch.Tensor:
-        return self.tensor(EMBED_NAMES)
+        return self._matrix(EMBED_NAMES)
 
     @cached_property
     def final_norm_weight(self) -> torch.Tensor:
-        return self.tensor(NORM_NAMES)
+        weight = self.tensor(NORM_NAMES)
+        if tuple(weight.shape) != (self.hidden_size,):
+            raise self._error(f"the final norm weight is {tuple(weight.shape)}, config.json "
+                              f"says hidden_size {self.hidden_size}")
+        return weight
 
     @cached_property
     def lm_head(self) -> torch.Tensor:
-        try:
-            return self.tensor(HEAD_NAMES)
-        except EagleContractError:
-            if self.config.get("tie_word_embeddings"):
-                return self.embedding
-            raise
+        if self.config.get("tie_word_embeddings") and not any(n in self._files
+                                                              for n in HEAD_NAMES):
+            return self.embedding
+        return self._matrix(HEAD_NAMES)
 
     @cached_property
     def module(self) -> Any:
-        """The whole model, float32 on CPU, from local files only (reference capture)."""
+        """The whole model, float32 on CPU, from local safetensors only, without remote
+        code (reference capture)."""
         from transformers import AutoModelForCausalLM
         from transformers.utils import logging
 
+        self._check_parameter_count()
         logging.disable_progress_bar()  # type: ignore[no-untyped-call]
-        model: Any = AutoModelForCausalLM.from_pretrained(
-            str(self.path), local_files_only=True, dtype="float32")
+        try:
+            model: Any = AutoModelForCausalLM.from_pretrained(
+                str(self.path), local_files_only=True, trust_remote_code=False,
+                use_safetensors=True, dtype="float32")
+        except Exception as exc:  # any failure of a third-party loader
+            raise self._error(f"transformers cannot load it: {_first_line(exc)}") from None
         return model.eval()
+
+    def _matrix(self, names: tuple[str, ...]) -> torch.Tensor:
+        weight = self.tensor(names)
+        if weight.dim() != 2 or weight.shape[1] != self.hidden_size:
+            raise self._error(f"{names[0]} is {tuple(weight.shape)}, not [rows, "
+                              f"{self.hidden_size}] (hidden_size in config.json)")
+        return weight
+
+    def _check_parameter_count(self) -> None:
+        """Refuse a config that asks for more weights than the files hold (its missing
+        tensors would be random, and an absurd config would allocate without end)."""
+        import torch
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        try:
+            config = AutoConfig.from_pretrained(str(self.path), local_files_only=True,
+                                                trust_remote_code=False)
+            with torch.device("meta"):
+                skeleton = AutoModelForCausalLM.from_config(  # type: ignore[no-untyped-call]
+                    config, trust_remote_code=False)
+        except Exception as exc:  # any failure of a third-party loader
+            raise self._error(f"transformers cannot build it: {_first_line(exc)}") from None
+        wanted = sum(p.numel() for p in skeleton.parameters())
+        stored = _stored_elements(self)
+        if wanted > stored:
+            raise self._error(f"config.json describes {wanted:,} weights, its safetensors "
+                              f"files hold {stored:,}")
+
+    def _error(self, message: str) -> UsageError:
+        return UsageError(f"target model {self.path}: {message}")
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).splitlines()
+    return f"{type(exc).__name__}: {lines[0][:300] if lines else ''}"
+
+
+def _json_max_bytes() -> int:
+    given = os.environ.get(JSON_MAX_BYTES_ENV, "").strip()
+    if not given:
+        return DEFAULT_JSON_MAX_BYTES
+    if not given.isdigit() or int(given) < 1:
+        raise UsageError(f"{JSON_MAX_BYTES_ENV}={given!r}: expected a positive number of bytes")
+    return int(given)
+
+
+def _read_json(folder: Path, name: str) -> dict[str, Any]:
+    """A JSON object from the folder's file ``name``, of at most
+    ``EAGLE_TARGET_JSON_MAX_BYTES``."""
+    limit = _json_max_bytes()
+    cannot = f"target model {folder}: cannot read {name}"
+    if not (folder / name).exists():
+        raise UsageError(f"{cannot}: no such file")
+    file = _inside(folder, name)
+    try:
+        with file.open("rb") as f:
+            data = f.read(limit + 1)
+        value = None if len(data) > limit else json.loads(data.decode("utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:
+        raise UsageError(f"{cannot}: {_first_line(exc)}") from None
+    if len(data) > limit:
+        raise UsageError(f"{cannot}: larger than {limit} bytes (set {JSON_MAX_BYTES_ENV} to "
+                         "raise the limit)")
+    if not isinstance(value, dict):
+        raise UsageError(f"{cannot}: a JSON {type(value).__name__}, not an object")
+    return value
+
+
+def _check_config(model: TargetModel) -> None:
+    """The sizes a check relies on: whole numbers within the contract's plausibility
+    bounds; the eps a positive number; architectures a list of names."""
+    from ..contract.model import target_limits
+
+    config = model.text_config
+    for key, most in target_limits().items():
+        value = config.get(key)
+        if value is None and key == "vocab_size":
+            continue
+        if type(value) is not int or not 1 <= value <= most:
+            raise model._error(f"config.json: {key} is {str(value)[:40]}, expected a whole "
+                               f"number in [1, {most}] (a plausibility bound)")
+    eps = config.get("rms_norm_eps", 1e-6)
+    if type(eps) not in (int, float) or not (math.isfinite(eps) and eps > 0):
+        raise model._error(f"config.json: rms_norm_eps is {str(eps)[:40]}, expected a "
+                           "positive number")
+    archs = model.config.get("architectures") or []
+    if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
+        raise model._error("config.json: architectures is not a list of names")
 
 
 def _index(path: Path) -> dict[str, Path]:
-    index = path / "model.safetensors.index.json"
-    if index.is_file():
-        try:
-            weight_map = json.loads(index.read_text("utf-8"))["weight_map"]
-        except (OSError, ValueError, KeyError) as exc:
-            raise EagleContractError(f"{index}: unreadable index: {exc}") from None
-        return {name: path / file for name, file in weight_map.items()}
-    files = sorted(path.glob("*.safetensors"))
-    if not files:
-        raise EagleContractError(f"target model {path}: no safetensors files")
-    from safetensors import safe_open
+    """Tensor name -> safetensors file, from the headers of the files the index names (else
+    of every ``*.safetensors``), each checked to lie inside the folder."""
+    if (path / INDEX).exists():
+        weight_map = _read_json(path, INDEX).get("weight_map")
+        if not isinstance(weight_map, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()):
+            raise UsageError(f"target model {path}: {INDEX} has no weight_map of names to "
+                             "files")
+        names = sorted(set(weight_map.values()))
+    else:
+        names = sorted(f.name for f in path.glob("*.safetensors"))
+    if not names:
+        pickles = " (pickled .bin weights are never read: convert them to safetensors)" \
+            if any(path.glob("*.bin")) else ""
+        raise UsageError(f"target model {path}: no safetensors files{pickles}")
+    out: dict[str, Path] = {}
+    for name in names:
+        file = _inside(path, name)
+        out.update(dict.fromkeys(_header(path, file), file))
+    return out
 
-    names: dict[str, Path] = {}
-    for file in files:
+
+def _inside(folder: Path, name: str) -> Path:
+    """``folder/name``, refused unless ``name`` is a plain relative path to a regular
+    file that resolves inside the folder (or inside the ``blobs/`` of a Hugging Face
+    cache snapshot, where every file is a link into it)."""
+    parts = PurePosixPath(name).parts
+    if not name or "\0" in name or name.startswith(("/", "\\")) or ".." in parts:
+        raise UsageError(f"target model {folder}: the index names {name[:80]!r}, a path "
+                         "outside the model folder")
+    try:
+        real, root = (folder / name).resolve(), folder.resolve()
+    except (OSError, RuntimeError) as exc:  # a link loop
+        raise UsageError(f"target model {folder}: {name}: {exc}") from None
+    roots = [root] + ([root.parent.parent / "blobs"] if root.parent.name == "snapshots" else [])
+    if not any(real.is_relative_to(r) for r in roots):
+        raise UsageError(f"target model {folder}: {name} links to {real}, outside the model "
+                         "folder")
+    if not real.is_file():
+        raise UsageError(f"target model {folder}: {name} is not a regular file")
+    return real
+
+
+def _header(folder: Path, file: Path) -> dict[str, list[int]]:
+    """Tensor name -> shape, from a safetensors header (no tensor data is read)."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
         with safe_open(str(file), framework="pt") as f:
-            names.update({name: file for name in f.keys()})
-    return names
+            return {name: list(f.get_slice(name).get_shape()) for name in f.keys()}
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise UsageError(f"target model {folder}: {file.name} is not a readable safetensors "
+                         f"file: {exc}") from None
+
+
+def _stored_elements(model: TargetModel) -> int:
+    """Elements of every tensor the model's safetensors files declare."""
+    return sum(math.prod(shape) for file in set(model._files.values())
+               for shape in _header(model.path, file).values())

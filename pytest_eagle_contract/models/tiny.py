@@ -34,20 +34,36 @@ def tiny_target(spec: TinySpec = TinySpec()) -> Any:
     from transformers import AutoModelForCausalLM, DeepseekV3Config, LlamaConfig, Qwen3Config
 
     config: Any
-    common: dict[str, Any] = dict(vocab_size=spec.vocab_size, hidden_size=spec.hidden_size,
-                  intermediate_size=2 * spec.hidden_size, num_hidden_layers=spec.num_layers,
-                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
-                  tie_word_embeddings=False)
+    common: dict[str, Any] = dict(
+        vocab_size=spec.vocab_size,
+        hidden_size=spec.hidden_size,
+        intermediate_size=2 * spec.hidden_size,
+        num_hidden_layers=spec.num_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        tie_word_embeddings=False,
+    )
     if spec.arch == "llama":
         config = LlamaConfig(**common)
     elif spec.arch == "qwen3":
         config = Qwen3Config(**common, head_dim=spec.hidden_size // 4)
     elif spec.arch == "deepseek_v3":
         config = DeepseekV3Config(
-            **common, moe_intermediate_size=spec.hidden_size, n_routed_experts=4,
-            num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=1,
-            kv_lora_rank=16, q_lora_rank=32, qk_rope_head_dim=8, qk_nope_head_dim=8,
-            v_head_dim=16, n_group=1, topk_group=1)
+            **common,
+            moe_intermediate_size=spec.hidden_size,
+            n_routed_experts=4,
+            num_experts_per_tok=2,
+            n_shared_experts=1,
+            first_k_dense_replace=1,
+            kv_lora_rank=16,
+            q_lora_rank=32,
+            qk_rope_head_dim=8,
+            qk_nope_head_dim=8,
+            v_head_dim=16,
+            n_group=1,
+            topk_group=1,
+        )
     else:
         raise ValueError(f"unknown tiny arch {spec.arch!r}: llama, qwen3 or deepseek_v3")
     torch.manual_seed(spec.seed)
@@ -77,7 +93,8 @@ def capture_canonical(model: Any, input_ids: torch.Tensor) -> dict[Layer, torch.
     captured: dict[str, torch.Tensor] = {}
     inner: Any = model.model
     handle = inner.norm.register_forward_pre_hook(
-        lambda _mod, args: captured.__setitem__("pre", args[0].detach()))
+        lambda _mod, args: captured.__setitem__("pre", args[0].detach())
+    )
     try:
         with torch.no_grad():
             out = model(input_ids.unsqueeze(0), output_hidden_states=True)

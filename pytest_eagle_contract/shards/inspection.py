@@ -6,11 +6,12 @@ from pathlib import Path
 from typing import Any
 
 from ..stats import GUESS_WORDS, guess, norm_stats
-from .reading import read_sample
+from .reading import dtype_name, read_sample
 
 
-def inspect_shard(path: str | Path, format: str = "auto",
-                  hidden_size: int | None = None) -> dict[str, Any]:
+def inspect_shard(
+    path: str | Path, format: str = "auto", hidden_size: int | None = None
+) -> dict[str, Any]:
     """A JSON-ready report of one shard. Raises ShardReadError when it cannot be read."""
     sample = read_sample(path, format)
     slots, problems = sample.slots(hidden_size)
@@ -23,23 +24,37 @@ def inspect_shard(path: str | Path, format: str = "auto",
     ids, mask = sample.input_ids, sample.loss_mask
     if ids is not None:
         report["input_ids"] = {
-            "key": sample.format.ids_key, "dtype": str(ids.dtype).removeprefix("torch."),
+            "key": sample.format.ids_key,
+            "dtype": dtype_name(ids.dtype),
             "length": int(ids.numel()),
             "min": int(ids.min()) if ids.numel() else None,
             "max": int(ids.max()) if ids.numel() else None,
         }
     if mask is not None:
-        report["loss_mask"] = {"length": int(mask.numel()), "sum": int(mask.sum()),
-                               "dtype": str(mask.dtype).removeprefix("torch.")}
+        report["loss_mask"] = {
+            "length": int(mask.numel()),
+            "sum": int(mask.sum()),
+            "dtype": dtype_name(mask.dtype),
+        }
     out_slots = []
     for slot, st in zip(slots, stats):
-        entry: dict[str, Any] = {"slot": slot.index, "source": slot.source, "dtype": slot.dtype,
-                                 "shape": list(slot.tensor.shape), "norm": None, "guess": None}
+        entry: dict[str, Any] = {
+            "slot": slot.index,
+            "source": slot.source,
+            "dtype": slot.dtype,
+            "shape": list(slot.tensor.shape),
+            "norm": None,
+            "guess": None,
+        }
         if st is not None:
             others = [o for o in stats if o is not None and o is not st]
             word = guess(st, int(slot.tensor.shape[-1]), others)
-            entry.update(norm=st.to_dict(), nonfinite_tokens=st.nonfinite_tokens, guess=word,
-                         why=GUESS_WORDS.get(word or "", None))
+            entry.update(
+                norm=st.to_dict(),
+                nonfinite_tokens=st.nonfinite_tokens,
+                guess=word,
+                why=GUESS_WORDS.get(word or "", None),
+            )
         out_slots.append(entry)
     report["slots"] = out_slots
     report["problems"] = problems
@@ -63,8 +78,10 @@ def format_report(report: dict[str, Any]) -> str:
         m = report["loss_mask"]
         lines.append(f"loss_mask: {m['length']} entries, {m['sum']} of them 1")
     lines.append("slots (per-token L2 norm):")
-    lines.append(f"  {'slot':<5}{'source':<32}{'dtype':<10}{'mean':>10}{'median':>10}"
-                 f"{'p5':>10}{'p95':>10}  guess")
+    lines.append(
+        f"  {'slot':<5}{'source':<32}{'dtype':<10}{'mean':>10}{'median':>10}"
+        f"{'p5':>10}{'p95':>10}  guess"
+    )
     for s in report["slots"]:
         n = s["norm"] or {}
         cells = "".join(f"{n.get(k, float('nan')):>10.4f}" for k in ("mean", "median", "p5", "p95"))

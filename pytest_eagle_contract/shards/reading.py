@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import gzip
 import io
-import json
 import pickle
 import re
 import zipfile
@@ -19,30 +18,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ShardReadError
-from .formats import FORMATS, Format, guess_from_keys, guess_from_name
+from .formats import FORMATS, Format, Slot, detect, dtype_name
 
 if TYPE_CHECKING:
     import torch
 
-
-
-
-@dataclass(frozen=True)
-class Slot:
-    """One hidden state as a [T, H] view, and where it came from in the file."""
-
-    index: int
-    source: str
-    tensor: torch.Tensor
-
-    @property
-    def dtype(self) -> str:
-        return dtype_name(self.tensor.dtype)
+__all__ = ["Sample", "Slot", "dtype_name", "read_sample"]
 
 
 @dataclass
 class Sample:
-    """What one shard holds, with the format's keys mapped onto ids, mask and slots."""
+    """What one shard file holds, with the format's keys mapped onto ids, mask and slots."""
 
     path: Path
     format: Format
@@ -81,72 +67,15 @@ class Sample:
         return out
 
     def slots(self, hidden_size: int | None = None) -> tuple[list[Slot], list[str]]:
-        """Split the state keys into [T, H] slots in stored order.
-
-        Returns the slots and, for any key that cannot be split, a message saying why
-        (these become width findings). Without ``hidden_size`` it is guessed from a
-        ``single`` key when the format has one.
-        """
-        import torch
-
-        hidden = hidden_size or self._guess_hidden_size()
-        slots: list[Slot] = []
-        problems: list[str] = []
-        for key, packing in self.format.states:
-            value = self.tensors.get(key)
-            if value is None:
-                continue
-            if packing == "list":
-                for j, item in enumerate(value):
-                    if not isinstance(item, torch.Tensor):
-                        problems.append(f"{key}[{j}] is {type(item).__name__}, not a tensor")
-                        continue
-                    slots.append(Slot(len(slots), f"{key}[{j}]", _squeeze_batch(item)))
-                continue
-            if not isinstance(value, torch.Tensor):
-                problems.append(f"{key} is {type(value).__name__}, not a tensor")
-                continue
-            # a batch dimension of 1 leads [1, T, k, H] (stacked) or [1, T, W] (the others)
-            tensor = _squeeze_batch(value, 4 if packing == "stacked" else 3)
-            if packing == "stacked":
-                if tensor.dim() != 3:
-                    problems.append(f"{key} has shape {list(value.shape)}, expected [T, k, H]")
-                    continue
-                for j in range(tensor.shape[1]):
-                    slots.append(Slot(len(slots), f"{key}[:, {j}]", tensor[:, j]))
-            elif packing == "concat":
-                width = tensor.shape[-1]
-                if hidden is None or width % hidden:
-                    problems.append(
-                        f"{key} is {width} wide, not a multiple of hidden_size {hidden}")
-                    continue
-                for j in range(width // hidden):
-                    slots.append(Slot(len(slots), f"{key}[..., {j * hidden}:{(j + 1) * hidden}]",
-                                      tensor[..., j * hidden:(j + 1) * hidden]))
-            else:
-                slots.append(Slot(len(slots), key, tensor))
-        return slots, problems
-
-    def _guess_hidden_size(self) -> int | None:
-        for key, packing in self.format.states:
-            value = self.tensors.get(key)
-            if packing == "single" and value is not None and hasattr(value, "shape"):
-                return int(value.shape[-1])
-        return None
-
-
-def dtype_name(dtype: Any) -> str:
-    return str(dtype).removeprefix("torch.")
+        """The state keys split into [T, H] slots in stored order, and why any key could not
+        be (these become width findings); see :meth:`Format.split`."""
+        return self.format.split(self.tensors, hidden_size)
 
 
 def _describe(value: Any) -> dict[str, Any]:
     if hasattr(value, "dtype") and hasattr(value, "shape"):
         return {"dtype": dtype_name(value.dtype), "shape": list(value.shape)}
     return {"type": type(value).__name__}
-
-
-def _squeeze_batch(t: torch.Tensor, batched_dims: int = 3) -> torch.Tensor:
-    return t[0] if t.dim() == batched_dims and t.shape[0] == 1 else t
 
 
 def _flat_1d(t: Any) -> torch.Tensor | None:
@@ -156,8 +85,7 @@ def _flat_1d(t: Any) -> torch.Tensor | None:
     return out
 
 
-_UNSAFE_MARKERS = ("Unsupported global", "Unsupported class", "not an allowed global",
-                   "GLOBAL")
+_UNSAFE_MARKERS = ("Unsupported global", "Unsupported class", "not an allowed global", "GLOBAL")
 _CULPRIT = re.compile(r"(?:GLOBAL|global:?)\s+([\w.]+)")
 
 
@@ -174,30 +102,40 @@ def _torch_load(path: Path) -> Any:
                 match = _CULPRIT.search(text)
                 culprit = f" ({match.group(1)})" if match else ""
                 raise ShardReadError(
-                    "EC003", f"refused to load: the pickle asks to call code{culprit}",
+                    "EC003",
+                    f"refused to load: the pickle asks to call code{culprit}",
                     "a hidden-state shard holds only tensors; regenerate it, and never load "
-                    "it with weights_only=False") from None
-            raise ShardReadError("EC002", f"corrupt pickle: {_first_line(text)}",
-                                 "the file was probably cut short while writing") from None
+                    "it with weights_only=False",
+                ) from None
+            raise ShardReadError(
+                "EC002",
+                f"corrupt pickle: {_first_line(text)}",
+                "the file was probably cut short while writing",
+            ) from None
         except (EOFError, zlib.error) as exc:
-            raise ShardReadError("EC002", f"file ends early: {_first_line(str(exc))}",
-                                 "the file was probably cut short while writing") from None
+            raise ShardReadError(
+                "EC002",
+                f"file ends early: {_first_line(str(exc))}",
+                "the file was probably cut short while writing",
+            ) from None
         except RuntimeError as exc:
             text = str(exc)
             if mmap and "mmap" in text:
                 retry = True  # a legacy (non-zip) torch file: load it without mmap
             elif any(m in text for m in ("zip archive", "PytorchStreamReader", "unexpected EOF")):
-                raise ShardReadError("EC002", f"truncated or corrupt zip container: "
-                                     f"{_first_line(text)}",
-                                     "the file was probably cut short while writing") from None
+                raise ShardReadError(
+                    "EC002",
+                    f"truncated or corrupt zip container: {_first_line(text)}",
+                    "the file was probably cut short while writing",
+                ) from None
             else:
-                raise ShardReadError("EC001", f"torch.load failed: {_first_line(text)}") \
-                    from None
+                raise ShardReadError("EC001", f"torch.load failed: {_first_line(text)}") from None
         except Exception as exc:  # garbage makes the unpickler fail in many ways
-            raise ShardReadError("EC001", f"not a torch file ({type(exc).__name__}: "
-                                 f"{_first_line(str(exc))})",
-                                 "point training.shards at shard files, or set "
-                                 "training.format") from None
+            raise ShardReadError(
+                "EC001",
+                f"not a torch file ({type(exc).__name__}: {_first_line(str(exc))})",
+                "point training.shards at shard files, or set training.format",
+            ) from None
         return load(source, False) if retry else None
 
     if path.name.endswith(".gz"):
@@ -205,14 +143,20 @@ def _torch_load(path: Path) -> Any:
             with gzip.open(path, "rb") as f:
                 data = f.read()
         except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
-            raise ShardReadError("EC002", f"gzip stream is truncated or corrupt: {exc}",
-                                 "the file was probably cut short while writing") from None
+            raise ShardReadError(
+                "EC002",
+                f"gzip stream is truncated or corrupt: {exc}",
+                "the file was probably cut short while writing",
+            ) from None
         return load(io.BytesIO(data), False)
     with open(path, "rb") as raw:
         zipped = raw.read(4) == b"PK\x03\x04"
     if zipped and not zipfile.is_zipfile(path):
-        raise ShardReadError("EC002", "truncated zip container: its central directory is missing",
-                             "the file was probably cut short while writing")
+        raise ShardReadError(
+            "EC002",
+            "truncated zip container: its central directory is missing",
+            "the file was probably cut short while writing",
+        )
     return load(str(path), True)
 
 
@@ -223,26 +167,16 @@ def _safetensors_load(path: Path) -> dict[str, Any]:
         with safe_open(str(path), framework="pt") as f:
             return {key: f.get_tensor(key) for key in f.keys()}
     except SafetensorError as exc:
-        raise ShardReadError("EC002", f"truncated or corrupt safetensors file: {exc}",
-                             "the file was probably cut short while writing") from None
+        raise ShardReadError(
+            "EC002",
+            f"truncated or corrupt safetensors file: {exc}",
+            "the file was probably cut short while writing",
+        ) from None
 
 
 def _first_line(text: str) -> str:
     line = text.strip().splitlines()[0] if text.strip() else "unknown error"
     return line.split(". ")[0][:200]
-
-
-def _sidecar(path: Path) -> dict[str, Any]:
-    """speculators v1 writes data_config.json beside (or one level above) its shards."""
-    for folder in (path.parent, path.parent.parent):
-        candidate = folder / "data_config.json"
-        if candidate.is_file():
-            try:
-                data = json.loads(candidate.read_text("utf-8"))
-            except (OSError, ValueError):
-                return {}
-            return data if isinstance(data, dict) else {}
-    return {}
 
 
 def read_sample(path: str | Path, format: str = "auto") -> Sample:
@@ -251,9 +185,9 @@ def read_sample(path: str | Path, format: str = "auto") -> Sample:
     if not path.is_file():
         raise ShardReadError("EC001", "no such file" if not path.exists() else "not a file")
     if path.stat().st_size == 0:
-        raise ShardReadError("EC002", "the file is empty",
-                             "the file was probably cut short while writing")
-    name_guess = guess_from_name(path.name) if format == "auto" else format
+        raise ShardReadError(
+            "EC002", "the file is empty", "the file was probably cut short while writing"
+        )
     try:
         if path.name.endswith(".safetensors"):
             tensors: Any = _safetensors_load(path)
@@ -262,21 +196,22 @@ def read_sample(path: str | Path, format: str = "auto") -> Sample:
     except OSError as exc:
         raise ShardReadError("EC001", f"cannot read: {exc.strerror or exc}") from None
     if not isinstance(tensors, dict):
-        raise ShardReadError("EC001", f"holds a {type(tensors).__name__}, not a dict of tensors",
-                             "a shard is a dict of named tensors")
+        raise ShardReadError(
+            "EC001",
+            f"holds a {type(tensors).__name__}, not a dict of tensors",
+            "a shard is a dict of named tensors",
+        )
     if not any(hasattr(v, "shape") or isinstance(v, (list, tuple)) for v in tensors.values()):
-        raise ShardReadError("EC001", f"holds no tensors (keys {sorted(map(str, tensors))})",
-                             "a shard is a dict of named tensors")
-    fmt_name = format if format != "auto" else guess_from_keys(name_guess, set(tensors))
-    if fmt_name is None:
-        raise ShardReadError("EC001", "not a shard of any known format",
-                             "name the format in the contract: training.format")
-    fmt = FORMATS[fmt_name]
-    metadata = _sidecar(path) if fmt.name == "speculators-v1" else {}
-    if fmt.name == "speculators" and "loss_mask" not in tensors:
-        from .arrow_rows import dataset_row
-
-        row = dataset_row(path)
-        if row is not None:
-            metadata["dataset_row"] = row
-    return Sample(path, fmt, dict(tensors), metadata)
+        raise ShardReadError(
+            "EC001",
+            f"holds no tensors (keys {sorted(map(str, tensors))})",
+            "a shard is a dict of named tensors",
+        )
+    fmt = FORMATS[format] if format != "auto" else detect(path.name, set(tensors))
+    if fmt is None:
+        raise ShardReadError(
+            "EC001",
+            "not a shard of any known format",
+            "name the format in the contract: training.format",
+        )
+    return Sample(path, fmt, dict(tensors), fmt.read_extras(path, tensors))

@@ -17,8 +17,14 @@ KIMI_SPREADS = (0.03, 0.35, 0.45, 0.40)  # log-normal sigma of the per-token nor
 KIMI_HIDDEN, KIMI_VOCAB, KIMI_LAYERS, KIMI_TOKENS, KIMI_MASKED = 7168, 163840, 61, 1281, 1235
 
 
-def states_with_norms(tokens: int, hidden: int, median: float, spread: float,
-                      generator: torch.Generator, dtype: torch.dtype) -> torch.Tensor:
+def states_with_norms(
+    tokens: int,
+    hidden: int,
+    median: float,
+    spread: float,
+    generator: torch.Generator,
+    dtype: torch.dtype,
+) -> torch.Tensor:
     """[tokens, hidden] whose per-token L2 norms are log-normal around ``median``.
 
     The middle token gets exactly ``median`` so the median is what was asked for.
@@ -44,15 +50,18 @@ def _row_with_norm(row: torch.Tensor, norm: float, dtype: torch.dtype) -> torch.
     from ..stats import token_norms
 
     scales = 1.0 + torch.linspace(-2e-4, 2e-4, 4001, dtype=torch.float64)
-    candidates = (row.double().unsqueeze(0) * scales.unsqueeze(1) * norm / float(row.norm()))
+    candidates = row.double().unsqueeze(0) * scales.unsqueeze(1) * norm / float(row.norm())
     candidates = candidates.to(dtype)
     errors = (token_norms(candidates).double() - norm).abs()
     return candidates[int(errors.argmin())]
 
 
-def kimi_like_sample(seed: int = 0, tokens: int = KIMI_TOKENS, hidden: int = KIMI_HIDDEN,
-                     medians: Sequence[float] = KIMI_MEDIANS,
-                     ) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+def kimi_like_sample(
+    seed: int = 0,
+    tokens: int = KIMI_TOKENS,
+    hidden: int = KIMI_HIDDEN,
+    medians: Sequence[float] = KIMI_MEDIANS,
+) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
     """input_ids, loss_mask and 4 bf16 slots with Kimi-K2.5's measured norm profile."""
     import torch
 
@@ -60,6 +69,8 @@ def kimi_like_sample(seed: int = 0, tokens: int = KIMI_TOKENS, hidden: int = KIM
     input_ids = torch.randint(0, KIMI_VOCAB, (tokens,), generator=g)
     loss_mask = torch.ones(tokens, dtype=torch.long)
     loss_mask[: tokens - round(tokens * KIMI_MASKED / KIMI_TOKENS)] = 0
-    slots = [states_with_norms(tokens, hidden, m, s, g, torch.bfloat16)
-             for m, s in zip(medians, KIMI_SPREADS)]
+    slots = [
+        states_with_norms(tokens, hidden, m, s, g, torch.bfloat16)
+        for m, s in zip(medians, KIMI_SPREADS)
+    ]
     return input_ids, loss_mask, slots

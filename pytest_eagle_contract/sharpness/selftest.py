@@ -1,6 +1,6 @@
 """The sharpness self-test: is the contract strict enough to catch every pipeline bug?
 
-For every mutation class (``strategies.KINDS``) and each of its cases, a good record is
+For every mutation class (``mutations.KINDS``) and each of its cases, a good record is
 built to the contract, the bug is put in, and the contract's own checks run on it (the
 layout check, for a contract-level mutation). The case is caught when the expected rule
 code fails. The good record is the hardest one for the contract: its norms are chosen,
@@ -17,20 +17,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..contract.model import Contract
-from ..findings import Finding
-from .strategies import (
-    KINDS,
-    Fresh,
-    Mutation,
+from ..findings import Finding, finding
+from .mutations import KINDS, Fresh, Mutation, Source, mutation_list
+from .records import (
     NotApplicable,
     Recipe,
     ShardRecord,
     SlotCache,
     SlotRecipe,
-    Source,
     build,
+    center,
     check_record,
-    mutation_list,
     norm_range,
 )
 
@@ -86,8 +83,13 @@ def _length(contract: Contract) -> int:
 
 def _recipe(contract: Contract, norms: Sequence[float]) -> Recipe:
     T = _length(contract)
-    return Recipe(seed=SEED, length=T, slots=tuple(SlotRecipe(n, SPREAD) for n in norms),
-                  mask="prefix" if T > 1 else "all", mask_at=T // 3)
+    return Recipe(
+        seed=SEED,
+        length=T,
+        slots=tuple(SlotRecipe(n, SPREAD) for n in norms),
+        mask="prefix" if T > 1 else "all",
+        mask_at=T // 3,
+    )
 
 
 def _accept(contract: Contract, index: int) -> tuple[float, float]:
@@ -97,17 +99,9 @@ def _accept(contract: Contract, index: int) -> tuple[float, float]:
     return (0.0, math.inf) if slot.norm is None else norm_range(slot)
 
 
-def _center(lo: float, hi: float) -> float:
-    if lo <= 0 and math.isinf(hi):
-        return math.sqrt(10.0)
-    if math.isinf(hi):
-        return lo * 2.0
-    return hi / 2.0 if lo <= 0 else math.sqrt(lo * hi)
-
-
 def _centers(contract: Contract) -> list[float]:
     assert contract.training is not None
-    return [_center(*norm_range(s)) for s in contract.training.slots]
+    return [center(*norm_range(s)) for s in contract.training.slots]
 
 
 def witness(contract: Contract, mutation: Mutation) -> list[float]:
@@ -130,7 +124,7 @@ def witness(contract: Contract, mutation: Mutation) -> list[float]:
                 klo, khi = ranges[k]
                 lo, hi = max(lo, klo / entry.factor), min(hi, khi / entry.factor)
         if lo <= hi:
-            norms[j] = _center(lo, hi)
+            norms[j] = center(lo, hi)
     return norms
 
 
@@ -152,18 +146,26 @@ class _Records:
         return self.good[key]
 
 
-def _run(contract: Contract, mutation: Mutation, records: _Records,
-         layout_codes: tuple[str, ...]) -> CaseResult | None:
+def _run(
+    contract: Contract, mutation: Mutation, records: _Records, layout_codes: tuple[str, ...]
+) -> CaseResult | None:
     if mutation.level == "contract":
         from ..checks.layout import check_layout
 
         found = check_layout(mutation.apply_contract(contract))
-        codes = tuple(c for c in _errors([f for f in found if f.code not in contract.waivers])
-                      if c not in layout_codes)
+        codes = tuple(
+            c
+            for c in _errors([f for f in found if f.code not in contract.waivers])
+            if c not in layout_codes
+        )
         caught = mutation.expected in codes
-        return CaseResult(mutation, caught, codes, *(("", "serving") if caught else
-                                                     _advice(contract, mutation)),
-                          reproduce=f"check_layout({mutation!r}.apply_contract(contract))")
+        return CaseResult(
+            mutation,
+            caught,
+            codes,
+            *(("", "serving") if caught else _advice(contract, mutation)),
+            reproduce=f"check_layout({mutation!r}.apply_contract(contract))",
+        )
     norms = witness(contract, mutation)
     if not records.is_good(norms):  # rounding put the hardest record out of bounds
         norms = _centers(contract)
@@ -175,8 +177,9 @@ def _run(contract: Contract, mutation: Mutation, records: _Records,
     codes = _errors(check_record(contract, mutated))
     caught = mutation.expected in codes
     advice, key = ("", "") if caught else _advice(contract, mutation)
-    return CaseResult(mutation, caught, codes, advice, key,
-                      reproduce=f"check_record(contract, {mutated!r})")
+    return CaseResult(
+        mutation, caught, codes, advice, key, reproduce=f"check_record(contract, {mutated!r})"
+    )
 
 
 def _slot_key(i: int) -> str:
@@ -188,44 +191,62 @@ def _advice(contract: Contract, m: Mutation) -> tuple[str, str]:
     assert contract.training is not None
     slots = contract.training.slots
     if m.expected in contract.waivers:
-        return (f"the contract waives {m.expected} ({contract.waivers[m.expected]}): a waived "
-                f"code catches nothing", "waive")
+        return (
+            f"the contract waives {m.expected} ({contract.waivers[m.expected]}): a waived "
+            f"code catches nothing",
+            "waive",
+        )
     if m.op != "slots":
         return f"the checks did not report {m.expected}", "training"
-    changed = [(k, e) for k, e in enumerate(m.slot_map)
-               if k < len(slots) and not (isinstance(e, Source) and e.slot == k
-                                          and e.factor == 1.0)]
+    changed = [
+        (k, e)
+        for k, e in enumerate(m.slot_map)
+        if k < len(slots) and not (isinstance(e, Source) and e.slot == k and e.factor == 1.0)
+    ]
     unbounded = [k for k, _ in changed if slots[k].norm is None]
     if unbounded:
         k = unbounded[0]
-        return (f"slot {k} ({slots[k].layer}) has no norm bounds: add {_slot_key(k)} "
-                "(eagle-contract infer measures them)", _slot_key(k))
+        return (
+            f"slot {k} ({slots[k].layer}) has no norm bounds: add {_slot_key(k)} "
+            "(eagle-contract infer measures them)",
+            _slot_key(k),
+        )
     if m.kind == "swap-slots":
         (i, _), (j, _) = changed[:2]
         a, b = slots[i].norm, slots[j].norm
         assert a is not None and b is not None
         lo, hi = max(a.low, b.low), min(a.high, b.high)
-        return (f"slots {i} ({slots[i].layer}) and {j} ({slots[j].layer}) have overlapping "
-                f"norm bounds {a} and {b}: a shard whose two medians both lie in "
-                f"[{lo:.4g}, {hi:.4g}] passes with the two swapped; tighten {_slot_key(i)} "
-                f"(line {contract.line_of(_slot_key(i))}) or {_slot_key(j)} "
-                f"(line {contract.line_of(_slot_key(j))}) so they do not overlap", _slot_key(i))
+        return (
+            f"slots {i} ({slots[i].layer}) and {j} ({slots[j].layer}) have overlapping "
+            f"norm bounds {a} and {b}: a shard whose two medians both lie in "
+            f"[{lo:.4g}, {hi:.4g}] passes with the two swapped; tighten {_slot_key(i)} "
+            f"(line {contract.line_of(_slot_key(i))}) or {_slot_key(j)} "
+            f"(line {contract.line_of(_slot_key(j))}) so they do not overlap",
+            _slot_key(i),
+        )
     parts = []
     for k, entry in changed:
         bounds = slots[k].norm
         if isinstance(entry, Fresh):
-            parts.append(f"slot {k} ({slots[k].layer}) bounds {bounds} accept {entry.what} "
-                         f"(modelled median norm {entry.norm:.4g})")
+            parts.append(
+                f"slot {k} ({slots[k].layer}) bounds {bounds} accept {entry.what} "
+                f"(modelled median norm {entry.norm:.4g})"
+            )
         else:
             assert bounds is not None
             span = bounds.high / bounds.low if bounds.low > 0 else math.inf
             source = "its own norm" if entry.slot == k else f"slot {entry.slot}'s norm"
-            parts.append(f"slot {k} ({slots[k].layer}) bounds {bounds} (a span of x{span:.3g}) "
-                         f"accept {source} x{entry.factor:.4g}")
+            parts.append(
+                f"slot {k} ({slots[k].layer}) bounds {bounds} (a span of x{span:.3g}) "
+                f"accept {source} x{entry.factor:.4g}"
+            )
     k = changed[0][0]
-    return (("; ".join(parts) or "the mutated values fit every bound")
-            + f"; tighten {_slot_key(k)} (line {contract.line_of(_slot_key(k))})"
-            + (" or the other slots named" if len(changed) > 1 else ""), _slot_key(k))
+    return (
+        ("; ".join(parts) or "the mutated values fit every bound")
+        + f"; tighten {_slot_key(k)} (line {contract.line_of(_slot_key(k))})"
+        + (" or the other slots named" if len(changed) > 1 else ""),
+        _slot_key(k),
+    )
 
 
 def sharpness(contract: Contract) -> SharpnessReport:
@@ -238,24 +259,32 @@ def sharpness(contract: Contract) -> SharpnessReport:
     base_findings = check_record(contract, base)
     records.good[tuple(_centers(contract))] = not _errors(base_findings)
     if _errors(base_findings):
-        finding = Finding(
-            "EC802", "a shard built to the contract's own description fails it: "
-            + ", ".join(_errors(base_findings)), contract=str(contract.path),
-            line=contract.line_of("training"), expected="no findings",
+        contradiction = finding(
+            "EC802",
+            "a shard built to the contract's own description fails it: "
+            + ", ".join(_errors(base_findings)),
+            contract=contract,
+            key="training",
+            expected="no findings",
             found="; ".join(f"{f.code} {f.message}" for f in base_findings),
             hint="the contract contradicts itself (bounds, dtypes, lengths, vocabulary); "
-                 "no mutation can be judged against it",
-            details=f"reproduce: check_record(contract, {base!r})")
+            "no mutation can be judged against it",
+            details=f"reproduce: check_record(contract, {base!r})",
+        )
         empty = [SharpnessRow(kind, None, code, (), 0, ()) for kind, (code, _) in KINDS.items()]
-        return SharpnessReport(contract, [], empty, [finding])
+        return SharpnessReport(contract, [], empty, [contradiction])
     layout_codes: tuple[str, ...] = ()
     if contract.serving is not None:
         from ..checks.layout import check_layout
 
-        layout_codes = _errors([f for f in check_layout(contract)
-                                if f.code not in contract.waivers])
-    results = [r for m in mutation_list(contract)
-               if (r := _run(contract, m, records, layout_codes)) is not None]
+        layout_codes = _errors(
+            [f for f in check_layout(contract) if f.code not in contract.waivers]
+        )
+    results = [
+        r
+        for m in mutation_list(contract)
+        if (r := _run(contract, m, records, layout_codes)) is not None
+    ]
     rows: list[SharpnessRow] = []
     findings: list[Finding] = []
     for kind, (code, bug) in KINDS.items():
@@ -263,23 +292,40 @@ def sharpness(contract: Contract) -> SharpnessReport:
         expected = "/".join(sorted({r.mutation.expected for r in mine} or {code}))
         seen = tuple(sorted({c for r in mine for c in r.codes}))
         escaped = [r for r in mine if not r.caught]
-        rows.append(SharpnessRow(kind, (not escaped) if mine else None, expected, seen,
-                                 len(mine), tuple(r.mutation.case for r in escaped)))
+        rows.append(
+            SharpnessRow(
+                kind,
+                (not escaped) if mine else None,
+                expected,
+                seen,
+                len(mine),
+                tuple(r.mutation.case for r in escaped),
+            )
+        )
         if escaped:
             first = escaped[0]
-            findings.append(Finding(
-                "EC801", f"the contract lets '{kind}' through ({bug}): "
-                + ", ".join(r.mutation.case for r in escaped),
-                expected=f"caught by {expected}",
-                found="; ".join(f"{r.mutation.case}: "
-                                f"{', '.join(r.codes) or 'no finding'}" for r in escaped),
-                contract=str(contract.path), line=contract.line_of(first.key),
-                hint=first.advice,
-                details="\n".join([*(f"{r.mutation.case}: {r.advice}" for r in escaped[1:]),
-                                   f"reproduce: eagle-contract check --sharpness "
-                                   f"{contract.path}",
-                                   f"in Python: {first.reproduce}"]),
-                extra={"kind": kind, "cases": [r.mutation.id for r in escaped]}))
+            findings.append(
+                finding(
+                    "EC801",
+                    f"the contract lets '{kind}' through ({bug}): "
+                    + ", ".join(r.mutation.case for r in escaped),
+                    expected=f"caught by {expected}",
+                    found="; ".join(
+                        f"{r.mutation.case}: {', '.join(r.codes) or 'no finding'}" for r in escaped
+                    ),
+                    contract=contract,
+                    key=first.key,
+                    hint=first.advice,
+                    details="\n".join(
+                        [
+                            *(f"{r.mutation.case}: {r.advice}" for r in escaped[1:]),
+                            f"reproduce: eagle-contract check --sharpness {contract.path}",
+                            f"in Python: {first.reproduce}",
+                        ]
+                    ),
+                    extra={"kind": kind, "cases": [r.mutation.id for r in escaped]},
+                )
+            )
     findings = [f for f in findings if f.code not in contract.waivers]
     return SharpnessReport(contract, results, rows, findings)
 
@@ -305,6 +351,7 @@ def format_sharpness_table(rows: Sequence[SharpnessRow]) -> str:
             cases += "  got through: " + "; ".join(r.escaped)
         lines.append((r.kind, caught, r.expected, ",".join(r.seen) or "-", cases))
     widths = [max(len(line[i]) for line in lines) for i in range(4)]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line[:4], widths)) + "  "
-                     + line[4] for line in lines).rstrip()
-
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(line[:4], widths)) + "  " + line[4]
+        for line in lines
+    ).rstrip()

@@ -140,7 +140,7 @@ def _inspect(args: argparse.Namespace) -> int:
 
 def _infer(args: argparse.Namespace) -> int:
     from ..contract.infer import infer_contract
-    from ..planner import parse_sample
+    from ..shards.discovery import parse_sample
 
     if args.update is not None:
         from ..contract.baseline import update_contract
@@ -195,25 +195,17 @@ def _gate(contract_path: Path, paths: list[Path] | None, sample: str | None, see
           quiet: bool = False, report: Path | None = None, checks: str | None = None,
           target_model: Path | None = None, runner: Runner | None = None) -> int:
     from ..contract.model import load_contract
-    from ..planner import CHECKS, parse_sample, plan, run_units
+    from ..planner import plan, run_units
     from ..render import format_findings, summary, to_json
+    from ..shards.discovery import parse_sample
 
     if report is not None and not report.parent.is_dir():
         raise UsageError(f"--json: folder {report.parent} does not exist")
     contract = load_contract(contract_path)
-    families = [c.strip() for c in checks.split(",") if c.strip()] if checks else list(CHECKS)
-    if not families:
-        raise UsageError("--checks is empty: name at least one check")
-    capture = runner is not None and runner.captures_enabled
-    has_target = target_model is not None or contract.target.model is not None
-    if checks and "evidence" in families and not has_target:
-        raise UsageError("--checks evidence needs --target-model (or target.model)")
-    if checks and "capture" in families and not capture:
-        raise UsageError("--checks capture needs --captures DIR or --sglang-url URL")
-    if runner is not None and runner.wants_reference and not has_target:
-        raise UsageError("--reference-capture needs --target-model (or target.model)")
-    units = plan(contract, paths or None, parse_sample(sample), seed, families, target_model,
-                 capture)
+    named = [c.strip() for c in checks.split(",") if c.strip()] if checks is not None else None
+    units = plan(contract, paths or None, parse_sample(sample), seed, named, target_model,
+                 capture=runner is not None and runner.captures_enabled,
+                 reference=runner is not None and runner.wants_reference)
     if not units:
         raise UsageError(f"{contract_path}: nothing to check (no training or serving section, "
                          "or no check of those asked for applies)")
@@ -276,10 +268,10 @@ def _sharpness(contract_path: Path, quiet: bool, report: Path | None) -> int:
 
 
 def _record(args: argparse.Namespace) -> int:
-    from ..capture.core import record
+    from ..capture.record import record
     from ..contract.model import load_contract
     from ..errors import CaptureError
-    from ..planner import parse_sample, shard_paths
+    from ..shards.discovery import parse_sample, shard_paths
 
     contract = load_contract(args.contract)
     paths = [p for p, _ in shard_paths(contract, args.paths or None, parse_sample(args.sample),
@@ -365,8 +357,8 @@ def _resolve(args: argparse.Namespace) -> int:
     print(f"source: {res.source}")
     for note in res.notes:
         print(f"note: {note}")
-    for code, message in res.problems:
-        print(f"{code}: {message}")
+    for problem in res.problems:
+        print(f"{problem.code}: {problem.message}")
     return EXIT_OK
 
 

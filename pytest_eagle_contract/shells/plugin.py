@@ -16,20 +16,25 @@ import pytest
 if TYPE_CHECKING:
     from ..contract.model import Contract
     from ..findings import Finding
-    from ..planner import Runner, Sampling, Unit
+    from ..planner import Runner, Unit
+    from ..shards.discovery import Sampling
 
 CONTRACT_SUFFIXES = (".yaml", ".yml")
 DEFAULT_DIR = "contracts"
 _RUNNER: pytest.StashKey[Runner] = pytest.StashKey()
 _COLLECTED: pytest.StashKey[set[Path]] = pytest.StashKey()
+_CHANGES: pytest.StashKey[dict[str, list[str]]] = pytest.StashKey()
+_CHANGES_KEY = "eagle_contract_changes"  # in xdist's workerinput
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("eagle-contract", "EAGLE-3 contracts (pytest-eagle-contract)")
     group.addoption(
-        "--eagle-contract", action="store_true", dest="eagle_contract",
-        help="check EAGLE-3 contracts: the YAML files given as arguments, else those in ini "
-             "eagle_contract_paths, else contracts/*.yaml under the rootdir")
+        "--eagle-contract", action="append", nargs="?", const="", dest="eagle_contract",
+        metavar="PATH", default=None,
+        help="check EAGLE-3 contracts beside your own tests: PATH (a YAML file or a folder "
+             "of them; repeatable), else ini eagle_contract_paths, else contracts/*.yaml "
+             "under the rootdir")
     group.addoption(
         "--eagle-shards", action="append", dest="eagle_shards", metavar="PATH", default=None,
         help="shard file or directory to check instead of the contract's training.shards "
@@ -72,22 +77,96 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "eagle_contract(path): the contract the eagle_contract and eagle_shard "
                    "fixtures of this test use")
     config.stash[_COLLECTED] = set()
+    if _active(config) and getattr(config.option, "dist", "no") == "load":
+        # xdist: a shard's items go to one worker, which reads the shard once. For items
+        # without a group (the user's own tests) loadgroup schedules exactly as load does.
+        config.option.dist = "loadgroup"
     if _active(config):  # bad options are usage errors now, not a traceback per item later
-        from ..errors import EagleContractError
+        from ..errors import EagleContractError, UsageError
 
         try:
             _sampling(config)
+            _option_contracts(config)
+            for shards in _shards_override(config):
+                if not shards.exists():
+                    raise UsageError(f"--eagle-shards: shard path {shards} does not exist")
             model = _target_model(config)
             if model is not None:
                 _runner(config).open_target(model)  # kept: the items reuse it
             else:
                 _runner(config)
+            config.stash[_CHANGES] = _rewrite_baselines(config)
         except EagleContractError as exc:
             raise pytest.UsageError(f"--eagle-contract: {exc}") from None
 
 
+def _rewrite_baselines(config: pytest.Config) -> dict[str, list[str]]:
+    """``--eagle-contract-update``: re-measure and rewrite each contract's bounds, once, on
+    the controller (xdist workers get the changes through ``workerinput``, never write)."""
+    worker = getattr(config, "workerinput", None)
+    if worker is not None:
+        changes: dict[str, list[str]] = worker.get(_CHANGES_KEY, {})
+        return changes
+    if not config.getoption("eagle_update"):
+        return {}
+    from ..contract.baseline import update_contract
+
+    sample, seed = _sampling(config)
+    shards = _shards_override(config) or None
+    out = {}
+    for path in _chosen_contracts(config):
+        if path.is_file():
+            out[str(path.resolve())] = [str(c) for c in update_contract(path, shards, sample,
+                                                                          seed)]
+    return out
+
+
+def _named_contracts(config: pytest.Config) -> list[Path]:
+    """The contract files among the command line's arguments."""
+    here = config.invocation_params.dir
+    named = (Path(arg.split("::")[0]) for arg in config.args)
+    return [here / p if not p.is_absolute() else p for p in named
+            if p.suffix in CONTRACT_SUFFIXES]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """xdist: hand each worker the baseline changes the controller made."""
+    node.workerinput[_CHANGES_KEY] = node.config.stash.get(_CHANGES, {})
+
+
 def _active(config: pytest.Config) -> bool:
-    return bool(config.getoption("eagle_contract", False))
+    return config.getoption("eagle_contract", None) is not None
+
+
+def _option_contracts(config: pytest.Config) -> list[Path]:
+    """Contracts named by ``--eagle-contract PATH`` (folders give their YAML files)."""
+    from ..errors import UsageError
+
+    here = config.invocation_params.dir
+    out: list[Path] = []
+    for value in config.getoption("eagle_contract") or []:
+        if not value:
+            continue
+        path = Path(value) if Path(value).is_absolute() else here / value
+        if path.is_dir():
+            found = sorted(p for p in path.iterdir() if p.suffix in CONTRACT_SUFFIXES)
+            if not found:
+                raise UsageError(f"{value} holds no contract (*.yaml); to run tests in it, "
+                                 "write --eagle-contract=CONTRACT or put the flag last")
+            out += found
+        elif path.suffix in CONTRACT_SUFFIXES and path.is_file():
+            out.append(path)
+        else:
+            raise UsageError(f"no such contract {value}: --eagle-contract takes a YAML file "
+                             "or a folder of them")
+    return out
+
+
+def _chosen_contracts(config: pytest.Config) -> list[Path]:
+    """The run's contracts: named by the option and as YAML arguments, else configured."""
+    named = _option_contracts(config) + _named_contracts(config)
+    return named or _configured_contracts(config)
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:
@@ -100,7 +179,7 @@ def pytest_report_header(config: pytest.Config) -> str | None:
 
 
 def _sampling(config: pytest.Config) -> tuple[Sampling, int]:
-    from ..planner import parse_sample
+    from ..shards.discovery import parse_sample
 
     sample = config.getoption("eagle_sample") or config.getini("eagle_sample")
     seed = config.getoption("eagle_seed")
@@ -130,30 +209,34 @@ def _configured_contracts(config: pytest.Config) -> list[Path]:
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    """A YAML file given as a positional argument is a contract (as pytest collects any
+    file it is handed); other contracts join the run in pytest_collection_modifyitems."""
     config = parent.config
     if not _active(config) or file_path.suffix not in CONTRACT_SUFFIXES:
         return None
-    explicit = parent.session.isinitpath(file_path)  # a YAML file given as an argument
-    if not explicit and file_path not in _configured_contracts(config):
+    if not parent.session.isinitpath(file_path):
         return None
-    config.stash[_COLLECTED].add(file_path)
+    config.stash[_COLLECTED].add(file_path.resolve())
     return ContractFile.from_parent(parent, path=file_path)
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
                                   items: list[pytest.Item]) -> None:
-    """With no contract among the arguments, add the configured ones to the run."""
-    if not _active(config) or config.stash[_COLLECTED]:
+    """Add the run's contracts (option, else ini, else contracts/) beside the tests pytest
+    collected from its own arguments, testpaths or rootdir."""
+    if not _active(config):
         return
-    contracts = _configured_contracts(config)
-    if not contracts:
+    contracts = [p for p in _chosen_contracts(config)
+                 if p.resolve() not in config.stash[_COLLECTED]]
+    if not contracts and not config.stash[_COLLECTED]:
         raise pytest.UsageError(
-            "--eagle-contract: no contract given. Pass CONTRACT.yaml paths, set ini "
+            "--eagle-contract: no contract given. Pass --eagle-contract PATH, set ini "
             f"eagle_contract_paths, or put contracts in {config.rootpath / DEFAULT_DIR}/")
     for path in contracts:
         if not path.is_file():
             raise pytest.UsageError(f"--eagle-contract: no such contract {path}")
+        config.stash[_COLLECTED].add(path.resolve())
         items.extend(session.genitems(ContractFile.from_parent(session, path=path)))
 
 
@@ -171,29 +254,30 @@ class ContractFile(pytest.File):
     def collect(self) -> Iterator[pytest.Item]:
         from ..contract.model import load_contract
         from ..errors import EagleContractError
-        from ..planner import CHECKS, SHARPNESS, plan
+        from ..planner import plan
 
         sample, seed = _sampling(self.config)
         shards = _shards_override(self.config) or None
-        changes: list[Any] = []
+        runner = _runner(self.config)
         try:
-            if self.config.getoption("eagle_update"):
-                from ..contract.baseline import update_contract
-
-                changes = update_contract(self.path, shards, sample, seed)
             contract = load_contract(self.path)
-            units = plan(contract, shards, sample, seed, (*CHECKS, SHARPNESS),
+            units = plan(contract, shards, sample, seed, also=("sharpness",),
                          target_model=_target_model(self.config),
-                         capture=_runner(self.config).captures_enabled)
-        except EagleContractError as exc:
-            raise self.CollectError(f"invalid contract or shards:\n{exc}") from None
+                         capture=runner.captures_enabled, reference=runner.wants_reference)
+        except EagleContractError as exc:  # one failing item: the user's tests still run
+            yield ContractProblemItem.from_parent(self, name="contract", message=str(exc))
+            return
+        changes = self.config.stash.get(_CHANGES, {}).get(str(self.path.resolve()))
         if changes:
             yield BaselineItem.from_parent(self, name="baseline", changes=changes)
         for unit in units:
             # The explicit nodeid parses as name + [params], as pytest's own parametrised
             # ids do, so --lf and --sw match the ids they stored.
-            yield ContractItem.from_parent(self, name=unit.name, unit=unit,
-                                           nodeid=f"{self.nodeid}::{unit.name}")
+            item = ContractItem.from_parent(self, name=unit.name, unit=unit,
+                                            nodeid=f"{self.nodeid}::{unit.name}")
+            if unit.shard is not None and getattr(self.config.option, "dist", "") == "loadgroup":
+                item.add_marker(pytest.mark.xdist_group(f"eagle-shard:{unit.shard}"))
+            yield item
 
 
 class ContractItem(pytest.Item):
@@ -224,12 +308,26 @@ class ContractItem(pytest.Item):
         return super().repr_failure(excinfo, style=style)
 
     def reportinfo(self) -> tuple[Path, int, str]:
+        from ..checks.registry import BY_NAME
+
         contract: Contract = self.unit.contract
-        key = {"layout": "training.fc_input", "shards": "training.shards",
-               "capture": "training.fc_input", "sharpness": "training.slots"}.get(
-                   self.unit.check, "training.slots")
-        line = contract.line_of(key)
+        line = contract.line_of(BY_NAME[self.unit.check].keys[0])
         return self.path, line - 1, f"{contract.name}::{self.unit.name}"
+
+
+class ContractProblemItem(pytest.Item):
+    """A contract that cannot be loaded or planned: fails with the located reasons, and
+    never stops the collection of anything else."""
+
+    def __init__(self, *, message: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.message = message
+
+    def runtest(self) -> None:
+        pytest.fail(f"invalid contract or shards:\n{self.message}", pytrace=False)
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.path, 0, f"{self.path.name}::contract"
 
 
 class BaselineItem(pytest.Item):
@@ -286,12 +384,15 @@ def _marked_contract(node: Any, config: pytest.Config) -> Path:
             candidates = [config.rootpath / path, Path(node.path).parent / path]
             path = next((c for c in candidates if c.is_file()), candidates[0])
         return path
-    configured = _configured_contracts(config)
-    if len(configured) == 1:
-        return configured[0]
-    pytest.fail(f"{node.nodeid}: mark the test with @pytest.mark.eagle_contract("
-                f"'contracts/x.yaml') to choose a contract ({len(configured)} configured)",
-                pytrace=False)
+    chosen = (_option_contracts(config) + _named_contracts(config)) if _active(config) else []
+    candidates = chosen or _configured_contracts(config)
+    if len(candidates) == 1:
+        return candidates[0]
+    from ..errors import UsageError
+
+    raise UsageError(f"{node.nodeid}: {len(candidates)} contracts could apply; mark the test "
+                     "with @pytest.mark.eagle_contract('contracts/x.yaml') or name one with "
+                     "--eagle-contract PATH")
 
 
 def _load(path: Path) -> Contract:
@@ -302,15 +403,21 @@ def _load(path: Path) -> Contract:
 
 @pytest.fixture
 def eagle_contract(request: pytest.FixtureRequest) -> Contract:
-    """The contract chosen by ``@pytest.mark.eagle_contract(path)`` (or the only one)."""
-    return _load(_marked_contract(request.node, request.config))
+    """The contract chosen by ``@pytest.mark.eagle_contract(path)``, else the one named with
+    ``--eagle-contract PATH``, else the only configured one."""
+    from ..errors import EagleContractError
+
+    try:
+        return _load(_marked_contract(request.node, request.config))
+    except EagleContractError as exc:
+        pytest.fail(str(exc), pytrace=False)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "eagle_shard" not in metafunc.fixturenames:
         return
     from ..errors import EagleContractError
-    from ..planner import shard_paths
+    from ..shards.discovery import shard_paths
 
     config = metafunc.config
     try:
@@ -318,9 +425,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         sample, seed = _sampling(config)
         found = shard_paths(contract, _shards_override(config) or None, sample, seed)
     except EagleContractError as exc:
+        from ..errors import UsageError
+
+        # no shards is a skip with the reason; an ambiguous or invalid contract fails
+        outcome = "fail" if isinstance(exc, UsageError) and "contracts could apply" in str(exc) \
+            else "skip"
         reason = str(exc).splitlines()[0]
-        metafunc.parametrize("eagle_shard", [pytest.param(None, marks=pytest.mark.skip(
-            reason=f"eagle_shard: {reason}"))], ids=["no-shards"], indirect=True)
+        metafunc.parametrize("eagle_shard", [(outcome, f"eagle_shard: {reason}")],
+                             ids=["no-shards"], indirect=True)
         return
     metafunc.parametrize("eagle_shard", [(contract, path) for path, _ in found],
                          ids=[label for _, label in found], indirect=True)
@@ -329,9 +441,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.fixture
 def eagle_shard(request: pytest.FixtureRequest) -> Any:
     """One sampled shard of the test's contract, read: an :class:`EagleShard`."""
-    from ..shards.eagle_shard import EagleShard
+    from ..shards.shard import EagleShard
 
     contract, path = request.param
+    if contract == "skip":
+        pytest.skip(path)
+    if contract == "fail":
+        pytest.fail(path, pytrace=False)
     return EagleShard.read(contract, path)
 
 
@@ -339,7 +455,7 @@ def eagle_shard(request: pytest.FixtureRequest) -> Any:
 def eagle_capture(request: pytest.FixtureRequest, eagle_shard: Any) -> Any:
     """The server's aux states [T, n_aux * H] for this test's ``eagle_shard``: live when
     --eagle-sglang-url is given, else from --eagle-captures, else skipped with the reason."""
-    from ..capture.core import aux_for_shard
+    from ..capture.fixture import aux_for_shard
     from ..errors import CaptureError, NoCapture
 
     config = request.config

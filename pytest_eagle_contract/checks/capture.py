@@ -1,0 +1,37 @@
+"""The ``capture`` family: each fc-input slot against what SGLang really feeds the draft,
+from capture files (``--captures``) or a live server (``--sglang-url``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..findings import Finding, finding
+from .family import CheckFamily
+
+if TYPE_CHECKING:
+    from ..planner import Runner, Unit
+
+
+def _run(runner: Runner, unit: Unit) -> list[Finding]:
+    from ..capture.compare import verify_against_capture, verify_live
+
+    shard = runner.shard_of(unit)
+    if runner.sglang_url:
+        return verify_live(unit.contract, shard, runner.sglang_url, runner.timeout)
+    index = runner.captures()
+    out = [
+        finding("EC707", problem, contract=unit.contract, file=unit.label)
+        for problem in runner.unreported_capture_problems(index)
+    ]
+    return out + verify_against_capture(unit.contract, shard, index)
+
+
+FAMILY = CheckFamily(
+    "capture",
+    "shard",
+    "each fc-input slot against the state the server feeds the draft",
+    codes=("EC701", "EC702", "EC703", "EC704", "EC705", "EC706", "EC707"),
+    keys=("training.fc_input", "serving"),
+    run=_run,
+    needs=frozenset({"training", "capture"}),
+)

@@ -1,0 +1,61 @@
+"""What a check family is: one object per family, declared in the family's own module.
+
+The planner, the pytest items, the CLI and the rule table in docs/rules.md are all driven
+by these objects (see :mod:`.registry`), so both shells behave the same and a new family is
+one new module plus one line in the registry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from ..contract.model import Contract, TrainingSpec
+    from ..findings import Finding, RuleCode
+    from ..planner import Runner, Unit
+    from ..shards.shard import Shard
+
+Scope = Literal["contract", "shard"]
+"""``contract``: one unit per contract; ``shard``: one unit per sampled shard."""
+
+Need = Literal["training", "serving", "target", "capture"]
+"""What a family needs to run: a contract section, a target model (``--target-model`` or
+``target.model``), or serving captures (``--captures`` / ``--sglang-url``)."""
+
+NEED_HOW: dict[str, str] = {
+    "training": "a training section in the contract",
+    "serving": "a serving section in the contract",
+    "target": "--target-model (or target.model in the contract)",
+    "capture": "--captures DIR or --sglang-url URL",
+}
+
+
+@dataclass(frozen=True)
+class CheckFamily:
+    """A family of checks: its name, what it needs and reads, the codes it owns, its run."""
+
+    name: str
+    scope: Scope
+    summary: str
+    codes: tuple[RuleCode, ...]
+    keys: tuple[str, ...]  # contract keys it reads; the first locates its items
+    run: Callable[[Runner, Unit], list[Finding]] | None = None  # with the run's resources
+    on_shard: Callable[[Contract, Shard], list[Finding]] | None = None  # or a shard alone
+    needs: frozenset[Need] = frozenset({"training"})
+    default: bool = True  # runs when nobody names the checks (and its needs are met)
+    selectable: bool = True  # may be named in --checks
+
+    def execute(self, runner: Runner, unit: Unit) -> list[Finding]:
+        if self.run is not None:
+            return self.run(runner, unit)
+        assert self.on_shard is not None
+        return self.on_shard(unit.contract, runner.shard_of(unit))
+
+
+def training_spec(contract: Contract) -> TrainingSpec:
+    """The contract's training section; shard families only run when it exists."""
+    if contract.training is None:
+        raise ValueError(f"{contract.path}: the contract has no 'training' section")
+    return contract.training

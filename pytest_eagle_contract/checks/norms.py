@@ -1,0 +1,76 @@
+"""The ``norms`` family: each slot's median per-token L2 norm inside its bounds."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from ..findings import Finding, finding
+from ..stats import NormStats, guess
+from .family import CheckFamily, training_spec
+
+if TYPE_CHECKING:
+    from ..contract.model import Contract, SlotSpec
+    from ..shards.shard import Shard
+
+
+def check_norms(contract: Contract, shard: Shard) -> list[Finding]:
+    spec = training_spec(contract)
+    out: list[Finding] = []
+    slots = [s for s in shard.slots if s.tensor.dim() == 2]
+    measured = {s.index: shard.stats(s.index) for s in slots}
+    for slot in slots:
+        if slot.index >= len(spec.slots):
+            continue
+        slot_spec = spec.slots[slot.index]
+        stats = measured[slot.index]
+        if slot_spec.norm is None or math.isnan(stats.median) or stats.median in slot_spec.norm:
+            continue
+        others = [v for k, v in measured.items() if k != slot.index]
+        out.append(
+            finding(
+                "EC401",
+                f"slot {slot.index} ({slot.source}) has median per-token "
+                f"norm {stats.median:.4g}, outside the bounds for {slot_spec.layer}",
+                key=f"training.slots[{slot.index}].norm",
+                slot=slot.index,
+                expected=f"{slot_spec.layer}: median in {slot_spec.norm}",
+                found=f"median {stats.median:.4g} (p5 {stats.p5:.4g}, p95 {stats.p95:.4g})",
+                hint=_norm_hint(slot.index, stats, spec.slots, contract.target.hidden_size, others),
+                contract=contract,
+                file=shard.label,
+            )
+        )
+    return out
+
+
+def _norm_hint(
+    index: int, stats: NormStats, specs: tuple[SlotSpec, ...], hidden: int, others: list[NormStats]
+) -> str:
+    words = guess(stats, hidden, others)
+    if words == "embedding-like":
+        return (
+            f"slot {index} looks like the embedding: median norm {stats.median:.3g}, "
+            "small and flat; an embedding slot in front of the fc input?"
+        )
+    fits = [s for s in specs if s.index != index and s.norm and stats.median in s.norm]
+    if fits:
+        names = ", ".join(f"slot {s.index} ({s.layer})" for s in fits)
+        return f"the value fits the bounds of {names}: slots swapped or layers shifted?"
+    bounds = specs[index].norm
+    assert bounds is not None
+    side = "above" if stats.median > bounds.high else "below"
+    return (
+        f"the norm is {side} the bounds: the capture took a deeper or shallower layer "
+        "(a one-layer shift), or the bounds need an update"
+    )
+
+
+FAMILY = CheckFamily(
+    "norms",
+    "shard",
+    "each slot's median per-token norm inside its bounds",
+    codes=("EC401",),
+    keys=("training.slots",),
+    on_shard=check_norms,
+)

@@ -1,0 +1,31 @@
+"""The ``sharpness`` family: does the contract catch every class of pipeline bug it can see?
+
+Runs the mutation self-test of :mod:`pytest_eagle_contract.sharpness` once per contract.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .family import CheckFamily
+
+if TYPE_CHECKING:
+    from ..findings import Finding
+    from ..planner import Runner, Unit
+
+
+def _run(runner: Runner, unit: Unit) -> list[Finding]:
+    from ..sharpness.selftest import check_sharpness
+
+    return check_sharpness(unit.contract)
+
+
+FAMILY = CheckFamily(
+    "sharpness",
+    "contract",
+    "every class of pipeline bug the contract can see is caught",
+    codes=("EC801", "EC802"),
+    keys=("training.slots",),
+    run=_run,
+    default=False,
+)

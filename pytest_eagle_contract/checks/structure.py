@@ -1,0 +1,210 @@
+"""The ``structure`` family: keys, dtypes, widths, slot count, lengths, dataset rows."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..findings import Finding, finding
+from ..shards.reading import dtype_name
+from .family import CheckFamily, training_spec
+
+if TYPE_CHECKING:
+    from ..contract.model import Contract
+    from ..shards.shard import Shard
+
+
+def check_structure(contract: Contract, shard: Shard) -> list[Finding]:
+    spec = training_spec(contract)
+    sample = shard.sample
+    assert sample is not None
+    out: list[Finding] = []
+    add = out.append
+    fmt = sample.format
+    keys = sample.keys
+    for key in sorted(fmt.required_keys - fmt.optional_keys - keys):
+        add(
+            finding(
+                "EC101",
+                f"key {key!r} is missing",
+                key="training.format",
+                expected=f"{fmt.name} keys {sorted(fmt.required_keys)}",
+                found=sorted(keys),
+                hint="the shard was written by another tool or version than "
+                f"training.format says ({fmt.name})",
+                contract=contract,
+                file=shard.label,
+            )
+        )
+    allowed = fmt.required_keys | fmt.optional_keys | spec.extra_keys
+    for key in sorted(keys - allowed):
+        add(
+            finding(
+                "EC102",
+                f"unexpected key {key!r}",
+                key="training.extra_keys",
+                expected=sorted(allowed),
+                found=key,
+                hint="list it under training.extra_keys if the pipeline means to write it",
+                contract=contract,
+                file=shard.label,
+            )
+        )
+    ids, mask = sample.input_ids, sample.loss_mask
+    for name, tensor, want, key in (
+        (fmt.ids_key, ids, spec.input_ids_dtype, "training.input_ids"),
+        (fmt.mask_key or "loss_mask", mask, spec.loss_mask_dtype, "training.loss_mask"),
+    ):
+        if tensor is not None and dtype_name(tensor.dtype) != want:
+            add(
+                finding(
+                    "EC201",
+                    f"{name} has dtype {dtype_name(tensor.dtype)}",
+                    key=key,
+                    expected=want,
+                    found=dtype_name(tensor.dtype),
+                    contract=contract,
+                    file=shard.label,
+                )
+            )
+    for problem in shard.split_problems:
+        add(
+            finding(
+                "EC203",
+                problem,
+                key="target.hidden_size",
+                expected=f"n_slots * hidden_size = n * {contract.target.hidden_size}",
+                found=problem,
+                hint="hidden_size in the contract, or the layers captured, disagree with the shard",
+                contract=contract,
+                file=shard.label,
+            )
+        )
+    slots = shard.slots
+    hidden = contract.target.hidden_size
+    for slot in slots:
+        if slot.tensor.dim() != 2 or slot.tensor.shape[-1] != hidden:
+            add(
+                finding(
+                    "EC203",
+                    f"slot {slot.index} ({slot.source}) has shape {list(slot.tensor.shape)}",
+                    key="target.hidden_size",
+                    slot=slot.index,
+                    expected=f"[T, {hidden}]",
+                    found=list(slot.tensor.shape),
+                    contract=contract,
+                    file=shard.label,
+                )
+            )
+    if not shard.split_problems and len(slots) != len(spec.slots):
+        add(
+            finding(
+                "EC204",
+                f"the shard holds {len(slots)} slots, the contract {len(spec.slots)}",
+                key="training.slots",
+                expected=len(spec.slots),
+                found=f"{len(slots)}: " + ", ".join(s.source for s in slots),
+                hint=_count_hint(len(slots), len(spec.slots)),
+                contract=contract,
+                file=shard.label,
+            )
+        )
+    for slot, slot_spec in zip(slots, spec.slots):
+        if slot.dtype != slot_spec.dtype:
+            add(
+                finding(
+                    "EC201",
+                    f"slot {slot.index} ({slot.source}) has dtype {slot.dtype}",
+                    key=f"training.slots[{slot.index}]",
+                    slot=slot.index,
+                    expected=slot_spec.dtype,
+                    found=slot.dtype,
+                    hint="the draft will be served on the target's activation dtype "
+                    f"({contract.target.dtype})",
+                    contract=contract,
+                    file=shard.label,
+                )
+            )
+    lengths = {}
+    if ids is not None:
+        lengths[fmt.ids_key] = int(ids.shape[0])
+    if mask is not None:
+        lengths[fmt.mask_key or "loss_mask"] = int(mask.shape[0])
+    for slot in slots:
+        if slot.tensor.dim() >= 1:
+            lengths[f"slot {slot.index} ({slot.source})"] = int(slot.tensor.shape[0])
+    reference = lengths.get(fmt.ids_key)
+    if reference is not None:
+        for name, length in lengths.items():
+            if length != reference:
+                add(
+                    finding(
+                        "EC202",
+                        f"{name} has {length} entries beside {reference} {fmt.ids_key}",
+                        key="training.sequence",
+                        expected=reference,
+                        found=length,
+                        hint="a generator truncated one and not the other "
+                        "(e.g. prompts cut to max_model_len - 1, mask left whole)",
+                        contract=contract,
+                        file=shard.label,
+                    )
+                )
+        row = sample.dataset_row
+        if row is not None and ids is not None:
+            row_ids = row.get("input_ids")
+            if row_ids is None or not (row_ids.shape == ids.shape and bool((row_ids == ids).all())):
+                add(
+                    finding(
+                        "EC206",
+                        f"token_ids differ from input_ids of row "
+                        f"{row['row']} of the dataset in {row['dataset']}",
+                        key="training.format",
+                        expected="the same ids (the trainer skips the sample otherwise)",
+                        found="no such row"
+                        if row_ids is None
+                        else f"{int(ids.numel())} token ids vs {int(row_ids.numel())} row ids",
+                        hint="hs_{i} must be the capture of dataset row i; the files were "
+                        "renumbered or the dataset regenerated",
+                        contract=contract,
+                        file=shard.label,
+                    )
+                )
+        if not spec.min_length <= reference <= spec.max_length:
+            add(
+                finding(
+                    "EC205",
+                    f"sequence of {reference} tokens",
+                    key="training.sequence",
+                    expected=f"[{spec.min_length}, {spec.max_length}]",
+                    found=reference,
+                    contract=contract,
+                    file=shard.label,
+                )
+            )
+    return out
+
+
+def _count_hint(found: int, expected: int) -> str:
+    if found == expected + 1:
+        return "one slot too many: an embedding or duplicated layer in front?"
+    if found + 1 == expected:
+        return "one slot missing: did the capture drop a layer, or the target state?"
+    return "the capture wrote another set of layers than the contract describes"
+
+
+FAMILY = CheckFamily(
+    "structure",
+    "shard",
+    "keys, dtypes, widths, slot count, lengths and dataset rows",
+    codes=("EC101", "EC102", "EC201", "EC202", "EC203", "EC204", "EC205", "EC206"),
+    keys=(
+        "training.slots",
+        "training.format",
+        "training.extra_keys",
+        "training.input_ids",
+        "training.loss_mask",
+        "training.sequence",
+        "target.hidden_size",
+    ),
+    on_shard=check_structure,
+)

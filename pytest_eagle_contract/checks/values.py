@@ -1,0 +1,101 @@
+"""The ``values`` family: ids inside the vocabulary, a binary non-empty mask, finite states."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..findings import Finding, finding
+from .family import CheckFamily, training_spec
+
+if TYPE_CHECKING:
+    from ..contract.model import Contract
+    from ..shards.shard import Shard
+
+
+def check_values(contract: Contract, shard: Shard) -> list[Finding]:
+    import torch
+
+    spec = training_spec(contract)
+    sample = shard.sample
+    assert sample is not None
+    out: list[Finding] = []
+    ids, mask = sample.input_ids, sample.loss_mask
+    vocab = contract.target.vocab_size
+    if ids is not None and ids.numel():
+        bad = ((ids < 0) | (ids >= vocab)) if vocab else (ids < 0)
+        if bool(bad.any()):
+            first = int(bad.nonzero()[0, 0])
+            out.append(
+                finding(
+                    "EC301",
+                    f"{int(bad.sum())} input ids outside the vocabulary, first at position {first}",
+                    key="target.vocab_size",
+                    expected=f"[0, {vocab})" if vocab else ">= 0",
+                    found=f"{int(ids[first])} (min {int(ids.min())}, max {int(ids.max())})",
+                    hint="the shard was tokenized with another tokenizer, or vocab_size is wrong",
+                    contract=contract,
+                    file=shard.label,
+                )
+            )
+    if mask is not None and mask.numel():
+        not_binary = (mask != 0) & (mask != 1)
+        if bool(not_binary.any()):
+            first = int(not_binary.nonzero()[0, 0])
+            values = sorted({int(v) for v in torch.unique(mask)[:8]})
+            out.append(
+                finding(
+                    "EC302",
+                    f"loss_mask holds {int(not_binary.sum())} values other "
+                    f"than 0 and 1, first at position {first}",
+                    key="training.loss_mask",
+                    expected="{0, 1}",
+                    found=values,
+                    contract=contract,
+                    file=shard.label,
+                )
+            )
+        elif not spec.allow_all_zero_loss_mask and not bool(mask.any()):
+            out.append(
+                finding(
+                    "EC303",
+                    f"loss_mask is all zero over {mask.numel()} tokens",
+                    key="training.loss_mask",
+                    expected="at least one 1",
+                    found="sum 0",
+                    hint="the chat template lost the assistant turns; set loss_mask.allow_all_zero "
+                    "if such samples are intended",
+                    contract=contract,
+                    file=shard.label,
+                )
+            )
+    for slot in shard.slots:
+        if slot.tensor.dim() != 2:
+            continue
+        stats = shard.stats(slot.index)
+        if stats.nonfinite_tokens:
+            out.append(
+                finding(
+                    "EC304",
+                    f"slot {slot.index} ({slot.source}) holds NaN or Inf in "
+                    f"{stats.nonfinite_tokens} of {stats.tokens} tokens, first at token "
+                    f"{stats.first_nonfinite}",
+                    key=f"training.slots[{slot.index}]",
+                    slot=slot.index,
+                    expected="finite values",
+                    found=f"{stats.nonfinite_tokens} bad tokens",
+                    hint="the target overflowed (fp16?) or the capture read uninitialised memory",
+                    contract=contract,
+                    file=shard.label,
+                )
+            )
+    return out
+
+
+FAMILY = CheckFamily(
+    "values",
+    "shard",
+    "ids inside the vocabulary, a binary non-empty loss mask, finite states",
+    codes=("EC301", "EC302", "EC303", "EC304"),
+    keys=("training.slots", "target.vocab_size", "training.loss_mask"),
+    on_shard=check_values,
+)

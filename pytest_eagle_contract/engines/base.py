@@ -1,0 +1,132 @@
+"""What an engine (or a trainer's capture) is, and what resolving its ids answers.
+
+An :class:`Engine` owns everything known about one side: the releases it knows and how a
+version spec expands to them, the draft ``config.json`` keys it reads its aux ids from, its
+default ids, how many aux states it builds the draft's fc for, and ``resolve``: the side's
+ids mapped onto canonical layers, in the order it concatenates them.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from ..errors import Problem
+from ..layers import Layer
+
+if TYPE_CHECKING:
+    from ..models.draft import DraftConfig
+
+
+@dataclass(frozen=True)
+class Position:
+    """One fc input position: the side's own id, the engine's capture index, the layer."""
+
+    id: int | None
+    capture: int
+    layer: Layer
+
+
+@dataclass(frozen=True)
+class Resolution:
+    engine: str
+    version: str | None
+    arch: str | None
+    num_layers: int
+    ids: tuple[int, ...] | None
+    positions: tuple[Position, ...]
+    source: str
+    notes: tuple[str, ...] = ()
+    problems: tuple[Problem, ...] = ()
+
+    @property
+    def layers(self) -> tuple[Layer, ...]:
+        return tuple(p.layer for p in self.positions)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "engine": self.engine,
+            "version": self.version,
+            "arch": self.arch,
+            "num_layers": self.num_layers,
+            "ids": None if self.ids is None else list(self.ids),
+            "layers": [str(x) for x in self.layers],
+            "positions": [
+                {"id": p.id, "capture": p.capture, "layer": str(p.layer)} for p in self.positions
+            ],
+            "source": self.source,
+            "notes": list(self.notes),
+            "problems": [{"code": p.code, "message": p.message} for p in self.problems],
+        }
+
+
+def eagle3_default_ids(num_layers: int) -> list[int]:
+    """The EAGLE-3 default ``[2, L//2, L-3]`` (SGLang, vLLM, SafeAILab)."""
+    return [2, num_layers // 2, num_layers - 3]
+
+
+def installed_version(distribution: str) -> str | None:
+    """The installed version of ``distribution`` when it is importable, else None."""
+    if importlib.util.find_spec(distribution) is None:
+        return None
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def positions(
+    ids: Sequence[int], captures: Sequence[int], layers: Sequence[Layer]
+) -> tuple[Position, ...]:
+    return tuple(Position(i, c, layer) for i, c, layer in zip(ids, captures, layers))
+
+
+def straight(ids: Sequence[int]) -> tuple[Position, ...]:
+    """Positions where id k is capture index k is ``residual:k``."""
+    return positions(ids, ids, [Layer(k) for k in ids])
+
+
+class Engine(ABC):
+    """One serving engine or trainer capture. Subclasses set ``name`` and ``resolve``."""
+
+    name: ClassVar[str]
+    title: ClassVar[str]  # as people write it, for messages: "SGLang"
+    # Dotted draft config.json keys the aux ids are read from, in the engine's order; () when
+    # this side takes no draft config (a trainer's capture).
+    id_keys: ClassVar[tuple[str, ...]] = ()
+
+    def versions(self, spec: str | None) -> list[str | None]:
+        """The releases a version or specifier names; an unversioned side takes it as given."""
+        return [spec]
+
+    def default_ids(self, num_layers: int) -> list[int] | None:
+        """The ids this side uses when none are given (None: it needs them)."""
+        return eagle3_default_ids(num_layers)
+
+    def draft_ids(self, draft: DraftConfig) -> tuple[int, ...] | None:
+        """The aux ids this side reads from the draft's config.json (None: its default): the
+        first of its keys with a non-empty list, else what its last key holds."""
+        found = [draft.aux_ids.get(key) for key in self.id_keys]
+        return next((ids for ids in found if ids), found[-1] if found else None)
+
+    def n_aux(self, draft: DraftConfig, version: str | None) -> int:
+        """How many aux states the draft's fc is built for on this side."""
+        return draft.num_aux_hidden_states or len(self.draft_ids(draft) or ()) or 3
+
+    @abstractmethod
+    def resolve(
+        self,
+        num_layers: int,
+        ids: Sequence[int] | None,
+        arch: str | None,
+        version: str | None,
+        use_installed: bool = True,
+    ) -> Resolution:
+        """The side's layers for ``ids`` in its concatenation order. Raises Unservable.
+
+        ``use_installed``: where the installed package can answer for itself (SGLang), let it.
+        """

@@ -1,0 +1,218 @@
+"""SGLang: its capture rules per release (``sglang_table``), or the installed sglang's own.
+
+When the installed sglang is the version asked for, its ``set_eagle3_layers_to_capture``
+answers (``sglang_native``); otherwise the built-in table. ``source`` says which.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from ..errors import EagleContractError, Problem, Unservable
+from ..layers import Layer
+from . import sglang_table as table
+from .base import Engine, Position, Resolution, eagle3_default_ids, installed_version
+from .sglang_native import native_layers_to_capture
+
+if TYPE_CHECKING:
+    from ..models.draft import DraftConfig
+
+
+def installed_sglang() -> str | None:
+    return installed_version("sglang")
+
+
+def _apply_rule(rule: str, ids: Sequence[int] | None, num_layers: int) -> list[int]:
+    if ids is None or rule == "default-only":
+        return eagle3_default_ids(num_layers)
+    if rule == "deepseek":
+        return [i + 1 for i in ids] if ids and ids[0] == 1 else list(ids)
+    if rule == "gpt-oss":
+        return list(ids) if ids and max(ids) == num_layers else [i + 1 for i in ids]
+    return [i + 1 for i in ids]  # plus1, plus1-flag
+
+
+def _capture(
+    arch: str, version: str, num_layers: int, ids: Sequence[int] | None, use_installed: bool
+) -> tuple[list[int], table.Row, str]:
+    """Capture indices as ``set_eagle3_layers_to_capture`` leaves them, and the source."""
+    row = table.row_for(arch, version)
+    if row is None:
+        raise Unservable(_absent(arch, version))
+    installed = installed_sglang() if use_installed else None
+    if installed is not None and table.parse_version(installed) == table.parse_version(version):
+        capture = native_layers_to_capture(arch, num_layers, ids)
+        return (
+            capture,
+            row,
+            (
+                f"installed sglang {installed}: its own "
+                f"set_eagle3_layers_to_capture on a stub ({row.source})"
+            ),
+        )
+    if ids is not None and row.rule == "plus1-flag" and any(i + 1 >= num_layers for i in ids):
+        raise Unservable(
+            f"sglang {version} {row.source}: id + 1 >= {num_layers} raises "
+            "IndexError at start-up (the inner model flags layers[id + 1])"
+        )
+    capture = _apply_rule(row.rule, ids, num_layers)
+    return capture, row, f"built-in table: sglang {_span(row)} {row.source}, rule {row.rule}"
+
+
+def _span(row: table.Row) -> str:
+    return f"{row.since} <= v < {row.until}" if row.until else f">={row.since}"
+
+
+def _absent(arch: str, version: str) -> str:
+    if arch in table.NO_CAPTURE:
+        return f"{arch}: {table.NO_CAPTURE[arch]}"
+    if arch not in table.KNOWN_ARCHS:
+        return (
+            f"{arch} is not in the built-in table ({', '.join(sorted(table.KNOWN_ARCHS))}); "
+            "install that sglang to use its own rules"
+        )
+    first = min((r.since for r in table.ROWS if arch in r.archs), key=table.parse_version)
+    return f"sglang {version} has no EAGLE-3 capture for {arch} (from {first} on)"
+
+
+def _check_version(version: str) -> table.Version:
+    v = table.parse_version(version)
+    if not v:
+        raise EagleContractError(f"{version!r} is not an sglang version (e.g. 0.5.14)")
+    if v < table.parse_version(table.FIRST_EAGLE3):
+        raise Unservable(f"sglang {version} has no EAGLE-3 (first in {table.FIRST_EAGLE3})")
+    if (
+        v > table.parse_version(table.NEWEST)
+        and table.parse_version(installed_sglang() or "0") != v
+    ):
+        raise Unservable(
+            f"sglang {version} is newer than the built-in table (up to "
+            f"{table.NEWEST}); install it so its own rules are used"
+        )
+    return v
+
+
+def _ids_by_capture(ids: Sequence[int] | None, capture: Sequence[int]) -> dict[int, int]:
+    if ids is None or len(ids) != len(capture):
+        return {}
+    out: dict[int, int] = {}
+    for i, c in zip(ids, capture):
+        out.setdefault(c, i)
+    return out
+
+
+class SGLang(Engine):
+    name = "sglang"
+    title = "SGLang"
+    id_keys = ("eagle_config.eagle_aux_hidden_state_layer_ids",)
+
+    def versions(self, spec: str | None) -> list[str | None]:
+        return list(sglang_versions(spec))
+
+    def n_aux(self, draft: DraftConfig, version: str | None) -> int:
+        v = table.parse_version(version or "")
+        if v and v < (0, 5, 12):
+            return 3  # hard-coded hidden * 3
+        return super().n_aux(draft, version)
+
+    def resolve(
+        self,
+        num_layers: int,
+        ids: Sequence[int] | None,
+        arch: str | None,
+        version: str | None,
+        use_installed: bool = True,
+    ) -> Resolution:
+        if not arch:
+            raise Unservable("sglang rules depend on the architecture: give --arch")
+        arch = table.canonical_arch(arch)
+        notes: list[str] = []
+        problems: list[Problem] = []
+        default = eagle3_default_ids(num_layers)
+        if version is None:
+            version = installed_sglang() or table.NEWEST
+            notes.append(f"no version given: sglang {version} assumed")
+        v = _check_version(version)
+        if ids is not None and any(i < 0 for i in ids):
+            raise Unservable(f"negative ids {list(ids)}: SGLang would index from the end")
+        capture, row, source = _capture(arch, version, num_layers, ids, use_installed)
+        if ids is None:
+            notes.append(f"no ids: SGLang's default capture {default} (no +1)")
+        elif row.rule == "default-only":
+            notes.append(f"sglang {version} ignores the draft's ids: default capture used")
+        if 0 in capture:
+            raise Unservable(
+                "capture index 0 (before layer 0, where residual is None): "
+                f"{row.source}'s forward adds None; not a served case"
+            )
+        limit = num_layers if row.final_boundary else num_layers - 1
+        dropped = sorted({c for c in capture if c > limit})
+        kept = sorted({c for c in capture if c <= limit})
+        if dropped:
+            if row.rule == "deepseek" and v >= table.parse_version(table.MISSING_CAPTURE_RAISES):
+                raise Unservable(
+                    f"capture index {dropped} is never reached; sglang {version} "
+                    f"fails at the first forward ('captured {len(kept)} of "
+                    f"{len(set(capture))} aux hidden states')"
+                )
+            problems.append(
+                Problem(
+                    "EC511",
+                    f"capture index {dropped} is never reached by the "
+                    f"layer loop (L = {num_layers}): SGLang silently feeds "
+                    f"{len(kept)} states, not {len(set(capture))}",
+                )
+            )
+        if len(set(capture)) != len(capture):
+            notes.append("duplicate ids collapse: each layer is captured once")
+        if ids is not None and list(ids) != sorted(ids):
+            notes.append(f"ids {list(ids)} are not ascending: SGLang concatenates in layer order")
+        low, high = (table.parse_version(x) for x in table.CUDA_GRAPH_DEFAULT_BUG)
+        if ids is not None and low <= v < high and kept != default:
+            problems.append(
+                Problem(
+                    "EC514",
+                    "CUDA graphs are captured before the draft's ids "
+                    f"are applied: decode and verify passes get the default "
+                    f"{default}, prefill gets {kept} (fixed in "
+                    f"{table.CUDA_GRAPH_DEFAULT_BUG[1]}); use "
+                    "--disable-cuda-graph or upgrade",
+                )
+            )
+        by_capture = _ids_by_capture(ids, capture)
+        return Resolution(
+            self.name,
+            version,
+            arch,
+            num_layers,
+            None if ids is None else tuple(ids),
+            tuple(Position(by_capture.get(c), c, Layer(c)) for c in kept),
+            source,
+            tuple(notes),
+            tuple(problems),
+        )
+
+
+def sglang_versions(spec: str | None) -> list[str]:
+    """The covered releases a version or specifier (">=0.5.13", "0.5.9") names."""
+    if spec is None:
+        return [installed_sglang() or table.NEWEST]
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+    from packaging.version import Version
+
+    text = spec.strip()
+    if text[:1].isdigit():
+        return [text]
+    try:
+        wanted = SpecifierSet(text)
+    except InvalidSpecifier:
+        raise EagleContractError(
+            f"serving.version {spec!r} is neither a version nor a specifier like '>=0.5.13'"
+        ) from None
+    found = [r for r in table.RELEASES if Version(r) in wanted]
+    if not found:
+        raise EagleContractError(
+            f"no sglang release from {table.RELEASES[0]} to {table.NEWEST} matches {spec!r}"
+        )
+    return found

@@ -1,0 +1,169 @@
+"""What every shard format is: its keys, how its keys hold slots, and what its generator
+and trainer do. One subclass per format, in this package (see docs/formats.md)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    import torch
+
+    from ...layers import Layer
+
+Packing = Literal["concat", "single", "list", "stacked"]
+"""How a key holds slots: ``concat`` [1,T,n*H] split along the last dim; ``single`` one
+[1,T,H] or [T,H]; ``list`` a list of [T,H]; ``stacked`` [T,n,H] split along axis 1."""
+
+
+def dtype_name(dtype: Any) -> str:
+    """``torch.bfloat16`` -> ``bfloat16``."""
+    return str(dtype).removeprefix("torch.")
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One hidden state as a [T, H] view, and where it came from in the file."""
+
+    index: int
+    source: str
+    tensor: torch.Tensor
+
+    @property
+    def dtype(self) -> str:
+        return dtype_name(self.tensor.dtype)
+
+
+@dataclass(frozen=True)
+class Format(ABC):
+    """One shard format. ``signature`` is the key that says a file is this format;
+    ``target_post_norm`` whether its trainer expects the target slot after the final norm.
+    Subclasses write shards (``shard_name``, ``shard_dict``) and may read extras."""
+
+    name: str
+    globs: tuple[str, ...]
+    ids_key: str
+    mask_key: str | None
+    states: tuple[tuple[str, Packing], ...]
+    signature: str
+    target_post_norm: bool
+    optional_keys: frozenset[str] = frozenset()
+
+    @property
+    def required_keys(self) -> frozenset[str]:
+        keys = {self.ids_key, *(key for key, _ in self.states)}
+        if self.mask_key is not None:
+            keys.add(self.mask_key)
+        return frozenset(keys)
+
+    @property
+    def suffixes(self) -> tuple[str, ...]:
+        """The file name endings of its globs (``data_*.pt`` -> ``.pt``)."""
+        return tuple(glob.rsplit("*", 1)[-1] for glob in self.globs)
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def read_extras(self, path: Path, tensors: dict[str, Any]) -> dict[str, Any]:
+        """What the format keeps beside the shard file (a sidecar, a dataset row)."""
+        return {}
+
+    def split(
+        self,
+        tensors: dict[str, Any],
+        hidden_size: int | None,
+    ) -> tuple[list[Slot], list[str]]:
+        """The state keys as [T, H] slots in stored order, and for any key that cannot be
+        split a message saying why. Without ``hidden_size`` it is guessed from a ``single``
+        key when the format has one."""
+        import torch
+
+        hidden = hidden_size or self._guess_hidden_size(tensors)
+        slots: list[Slot] = []
+        problems: list[str] = []
+        for key, packing in self.states:
+            value = tensors.get(key)
+            if value is None:
+                continue
+            if packing == "list":
+                for j, item in enumerate(value):
+                    if not isinstance(item, torch.Tensor):
+                        problems.append(f"{key}[{j}] is {type(item).__name__}, not a tensor")
+                        continue
+                    slots.append(Slot(len(slots), f"{key}[{j}]", _squeeze_batch(item)))
+                continue
+            if not isinstance(value, torch.Tensor):
+                problems.append(f"{key} is {type(value).__name__}, not a tensor")
+                continue
+            # a batch dimension of 1 leads [1, T, k, H] (stacked) or [1, T, W] (the others)
+            tensor = _squeeze_batch(value, 4 if packing == "stacked" else 3)
+            if packing == "stacked":
+                if tensor.dim() != 3:
+                    problems.append(f"{key} has shape {list(value.shape)}, expected [T, k, H]")
+                    continue
+                for j in range(tensor.shape[1]):
+                    slots.append(Slot(len(slots), f"{key}[:, {j}]", tensor[:, j]))
+            elif packing == "concat":
+                width = tensor.shape[-1]
+                if hidden is None or width % hidden:
+                    problems.append(
+                        f"{key} is {width} wide, not a multiple of hidden_size {hidden}"
+                    )
+                    continue
+                for j in range(width // hidden):
+                    slots.append(
+                        Slot(
+                            len(slots),
+                            f"{key}[..., {j * hidden}:{(j + 1) * hidden}]",
+                            tensor[..., j * hidden : (j + 1) * hidden],
+                        )
+                    )
+            else:
+                slots.append(Slot(len(slots), key, tensor))
+        return slots, problems
+
+    def _guess_hidden_size(self, tensors: dict[str, Any]) -> int | None:
+        for key, packing in self.states:
+            value = tensors.get(key)
+            if packing == "single" and value is not None and hasattr(value, "shape"):
+                return int(value.shape[-1])
+        return None
+
+    # -- writing ---------------------------------------------------------------------------
+
+    @abstractmethod
+    def shard_name(self, index: int, compress: bool = False) -> str:
+        """The relative path the format's generator gives sample ``index``."""
+
+    @abstractmethod
+    def shard_dict(
+        self, input_ids: torch.Tensor, loss_mask: torch.Tensor, slots: Sequence[torch.Tensor]
+    ) -> dict[str, Any]:
+        """The dict the format's generator saves; ``slots`` are [T, H] in stored order."""
+
+    def can_hold(self, n_slots: int) -> bool:
+        """Whether a shard of this format can hold ``n_slots`` states."""
+        return n_slots >= 1
+
+    def record_dict(
+        self, input_ids: torch.Tensor, loss_mask: torch.Tensor, slots: Sequence[torch.Tensor]
+    ) -> dict[str, Any] | None:
+        """The smallest shard of this layout that holds ``slots`` (any count a generated
+        record may have); None when the format cannot hold them."""
+        if not self.can_hold(len(slots)):
+            return None
+        return self.shard_dict(input_ids, loss_mask, slots)
+
+    # -- what its trainer does -------------------------------------------------------------
+
+    @abstractmethod
+    def default_layers(
+        self, num_layers: int, metadata: dict[str, Any], arch: str | None = None
+    ) -> list[Layer]:
+        """The layers the trainer's own defaults capture (docs/layers.md), in stored order."""
+
+
+def _squeeze_batch(t: torch.Tensor, batched_dims: int = 3) -> torch.Tensor:
+    return t[0] if t.dim() == batched_dims and t.shape[0] == 1 else t

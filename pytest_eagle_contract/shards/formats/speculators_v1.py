@@ -1,0 +1,85 @@
+"""speculators v1 data generation: ``data_{i}.pt`` with a list of [T, H] states (the last
+the pre-norm target), and ``data_config.json`` beside (or one level above) the shards."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .base import Format
+
+if TYPE_CHECKING:
+    import torch
+
+    from ...layers import Layer
+
+
+class SpeculatorsV1(Format):
+    def read_extras(self, path: Path, tensors: dict[str, Any]) -> dict[str, Any]:
+        """The sidecar ``data_config.json``, or {} when there is none or it is unreadable."""
+        for folder in (path.parent, path.parent.parent):
+            candidate = folder / "data_config.json"
+            if candidate.is_file():
+                try:
+                    data = json.loads(candidate.read_text("utf-8"))
+                except (OSError, ValueError):
+                    return {}
+                return data if isinstance(data, dict) else {}
+        return {}
+
+    def shard_name(self, index: int, compress: bool = False) -> str:
+        return f"data_{index}.pt"
+
+    def shard_dict(
+        self, input_ids: torch.Tensor, loss_mask: torch.Tensor, slots: Sequence[torch.Tensor]
+    ) -> dict[str, Any]:
+        return {
+            "input_ids": input_ids,
+            "hidden_states": [s.contiguous() for s in slots],
+            "loss_mask": loss_mask,
+        }
+
+    def default_layers(
+        self, num_layers: int, metadata: dict[str, Any], arch: str | None = None
+    ) -> list[Layer]:
+        """The sidecar's ``layer_ids`` when it has them, else the generator's defaults."""
+        from ...engines.resolve import resolve
+
+        ids = metadata.get("hidden_states", {}).get("layer_ids")
+        L = num_layers or (max(ids) + 1 if ids else 0)
+        return list(resolve("speculators-v1", L, ids).layers)
+
+
+def write_data_config(root: Path, layer_ids: Sequence[int], hidden_size: int) -> Path:
+    """speculators v1's data_config.json (the fields this tool reads)."""
+    path = root / "data_config.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        json.dumps(
+            {
+                "version": "2.0",
+                "model": {"hidden_size": hidden_size},
+                "hidden_states": {
+                    "layer_ids": list(layer_ids),
+                    "description": "Layers selected for EAGLE3 fusion and target logits",
+                },
+                "format": {"file_pattern": "data_{idx}.pt"},
+            },
+            indent=2,
+        ),
+        "utf-8",
+    )
+    return path
+
+
+FORMAT = SpeculatorsV1(
+    "speculators-v1",
+    ("data_*.pt",),
+    "input_ids",
+    "loss_mask",
+    (("hidden_states", "list"),),
+    signature="hidden_states",
+    target_post_norm=False,
+)

@@ -33,7 +33,8 @@ says how many were cached. ``extra_key`` is part of the cache key from 0.5.3
 or HTTP 400 ``Flush cache failed.`` while other requests run (``busy``).
 
 ``fault``, when set, may take over any request before it is served (for the hostile-server
-tests): ``fault(handler, path)`` returns True when it answered.
+tests): ``fault(handler, path)`` returns True when it answered; a POST's body is read
+first (``handler.request_body``).
 
 Loopback only (127.0.0.1, an ephemeral port), bounded (``max_requests``) and it stops by
 itself after ``lifetime_s`` seconds.
@@ -160,6 +161,7 @@ class _State:
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
+    request_body = b""
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -225,6 +227,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.request_body = raw  # for a fault that answers in the request's terms
         if not self._count() or self._faulted():
             return
         if urlsplit(self.path).path == "/flush_cache":
@@ -294,6 +297,12 @@ class SGLangStandin:
         self.launch = launch or Launch()
         self._server: _Server | None = None
         self._timer: threading.Timer | None = None
+
+    @property
+    def state(self) -> _State:
+        """What the stand-in saw: ``requests``, ``flushes``, ``bodies``."""
+        assert self._server is not None
+        return self._server.state
 
     @property
     def url(self) -> str:

@@ -119,24 +119,24 @@ def server_info(url: str, timeout: float = 10.0) -> ServerInfo:
     shape; a server that answers without these endpoints gives an info with unknown fields.
     """
     base = check_url(url)
-    info = _first_object(base, ("/server_info", "/get_server_info"), timeout)
-    model = _first_object(base, ("/model_info", "/get_model_info"), timeout)
+    info = _first_json(base, "/server_info", "/get_server_info", timeout=timeout)
+    model = _first_json(base, "/model_info", "/get_model_info", timeout=timeout)
+    for path, payload in (("/server_info", info), ("/model_info", model)):
+        if not isinstance(payload, dict):
+            raise _unusable(base + path, f"a JSON {type(payload).__name__}, not an object")
     return ServerInfo(
         url=base, version=_version(base, info), arch=_arch(base, model), mode=_mode(info),
         layer_ids=_layer_ids(base, info), args={k: info[k] for k in _KEPT_ARGS if k in info})
 
 
-def _first_object(base: str, paths: tuple[str, ...], timeout: float) -> dict[str, Any]:
-    """The first of ``paths`` that answers 200 with a JSON object; {} when none does (an
-    older server, a proxy page). EC705 for a 200 whose JSON is not an object."""
+def _first_json(base: str, *paths: str, timeout: float) -> Any:
+    """The JSON of the first of ``paths`` that answers 200 with JSON; {} when none does (an
+    older server, a proxy page)."""
     for path in paths:
         reply = exchange(base + path, None, timeout=timeout, cap=INFO_CAP)
         ok, payload = _parse(reply.body)
-        if reply.status != 200 or not ok:
-            continue
-        if not isinstance(payload, dict):
-            raise _unusable(base + path, f"a JSON {type(payload).__name__}, not an object")
-        return payload
+        if reply.status == 200 and ok:
+            return payload
     return {}
 
 

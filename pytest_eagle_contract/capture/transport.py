@@ -52,7 +52,7 @@ def check_timeout(value: object) -> float:
     """``value`` as a request timeout in seconds; UsageError unless 0 < value <= a day."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
             0 < value <= MAX_TIMEOUT):  # also refuses nan and inf
-        raise UsageError(f"timeout {value!r}: give seconds, a number above 0 and at most "
+        raise UsageError(f"SGLang timeout {value!r}: give seconds, a number above 0 and at most "
                          f"{MAX_TIMEOUT:g}")
     return float(value)
 

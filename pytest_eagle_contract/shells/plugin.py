@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from . import options
+from .fixtures import eagle_capture, eagle_contract, eagle_shard, pytest_generate_tests
+
 if TYPE_CHECKING:
     from ..contract.model import Contract
     from ..findings import Finding
     from ..planner import Runner, Unit
-    from ..shards.discovery import Sampling
 
-CONTRACT_SUFFIXES = (".yaml", ".yml")
-DEFAULT_DIR = "contracts"
 _RUNNER: pytest.StashKey[Runner] = pytest.StashKey()
 _COLLECTED: pytest.StashKey[set[Path]] = pytest.StashKey()
 _CHANGES: pytest.StashKey[dict[str, list[str]]] = pytest.StashKey()
@@ -59,6 +59,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="verify shards against a live SGLang server")
     group.addoption("--eagle-sglang-timeout", dest="eagle_sglang_timeout", metavar="S",
                     type=float, default=60.0, help="seconds per request to the server")
+    group.addoption("--eagle-sglang-flush-cache", action="store_true",
+                    dest="eagle_sglang_flush_cache",
+                    help="let the capture flush the server's prefix cache when it ignores the "
+                         "request's cache key (SGLang < 0.5.3)")
     group.addoption("--eagle-sglang-skip-unreachable", action="store_true",
                     dest="eagle_sglang_skip",
                     help="skip (with the reason), instead of fail, when the server is down")
@@ -77,20 +81,30 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "eagle_contract(path): the contract the eagle_contract and eagle_shard "
                    "fixtures of this test use")
     config.stash[_COLLECTED] = set()
-    if _active(config) and getattr(config.option, "dist", "no") == "load":
+    if config.getoption("eagle_sglang_url"):  # a bad URL or timeout is a usage error now
+        from ..capture.sglang_client import use_server
+        from ..errors import UsageError
+
+        try:
+            use_server(config.getoption("eagle_sglang_url"),
+                       config.getoption("eagle_sglang_timeout"),
+                       flush_cache=config.getoption("eagle_sglang_flush_cache"))
+        except UsageError as exc:
+            raise pytest.UsageError(str(exc)) from None
+    if options.active(config) and getattr(config.option, "dist", "no") == "load":
         # xdist: a shard's items go to one worker, which reads the shard once. For items
         # without a group (the user's own tests) loadgroup schedules exactly as load does.
         config.option.dist = "loadgroup"
-    if _active(config):  # bad options are usage errors now, not a traceback per item later
+    if options.active(config):  # bad options are usage errors now, not a traceback per item later
         from ..errors import EagleContractError, UsageError
 
         try:
-            _sampling(config)
-            _option_contracts(config)
-            for shards in _shards_override(config):
+            options.sampling(config)
+            options.option_contracts(config)
+            for shards in options.shards_override(config):
                 if not shards.exists():
                     raise UsageError(f"--eagle-shards: shard path {shards} does not exist")
-            model = _target_model(config)
+            model = options.target_model(config)
             if model is not None:
                 _runner(config).open_target(model)  # kept: the items reuse it
             else:
@@ -111,22 +125,14 @@ def _rewrite_baselines(config: pytest.Config) -> dict[str, list[str]]:
         return {}
     from ..contract.baseline import update_contract
 
-    sample, seed = _sampling(config)
-    shards = _shards_override(config) or None
+    sample, seed = options.sampling(config)
+    shards = options.shards_override(config) or None
     out = {}
-    for path in _chosen_contracts(config):
+    for path in options.chosen_contracts(config):
         if path.is_file():
             out[str(path.resolve())] = [str(c) for c in update_contract(path, shards, sample,
                                                                           seed)]
     return out
-
-
-def _named_contracts(config: pytest.Config) -> list[Path]:
-    """The contract files among the command line's arguments."""
-    here = config.invocation_params.dir
-    named = (Path(arg.split("::")[0]) for arg in config.args)
-    return [here / p if not p.is_absolute() else p for p in named
-            if p.suffix in CONTRACT_SUFFIXES]
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -135,84 +141,20 @@ def pytest_configure_node(node: Any) -> None:
     node.workerinput[_CHANGES_KEY] = node.config.stash.get(_CHANGES, {})
 
 
-def _active(config: pytest.Config) -> bool:
-    return config.getoption("eagle_contract", None) is not None
-
-
-def _option_contracts(config: pytest.Config) -> list[Path]:
-    """Contracts named by ``--eagle-contract PATH`` (folders give their YAML files)."""
-    from ..errors import UsageError
-
-    here = config.invocation_params.dir
-    out: list[Path] = []
-    for value in config.getoption("eagle_contract") or []:
-        if not value:
-            continue
-        path = Path(value) if Path(value).is_absolute() else here / value
-        if path.is_dir():
-            found = sorted(p for p in path.iterdir() if p.suffix in CONTRACT_SUFFIXES)
-            if not found:
-                raise UsageError(f"{value} holds no contract (*.yaml); to run tests in it, "
-                                 "write --eagle-contract=CONTRACT or put the flag last")
-            out += found
-        elif path.suffix in CONTRACT_SUFFIXES and path.is_file():
-            out.append(path)
-        else:
-            raise UsageError(f"no such contract {value}: --eagle-contract takes a YAML file "
-                             "or a folder of them")
-    return out
-
-
-def _chosen_contracts(config: pytest.Config) -> list[Path]:
-    """The run's contracts: named by the option and as YAML arguments, else configured."""
-    named = _option_contracts(config) + _named_contracts(config)
-    return named or _configured_contracts(config)
-
-
 def pytest_report_header(config: pytest.Config) -> str | None:
-    if not _active(config):
+    if not options.active(config):
         return None
-    sample, seed = _sampling(config)
-    shards = _shards_override(config)
+    sample, seed = options.sampling(config)
+    shards = options.shards_override(config)
     where = f", shards {', '.join(map(str, shards))}" if shards else ""
     return (f"eagle-contract: sample {'all' if sample is None else sample}, seed {seed}{where}")
-
-
-def _sampling(config: pytest.Config) -> tuple[Sampling, int]:
-    from ..shards.discovery import parse_sample
-
-    sample = config.getoption("eagle_sample") or config.getini("eagle_sample")
-    seed = config.getoption("eagle_seed")
-    return parse_sample(str(sample)), int(seed if seed is not None else config.getini("eagle_seed"))
-
-
-def _shards_override(config: pytest.Config) -> list[Path]:
-    given = config.getoption("eagle_shards")
-    if given:
-        return [Path(p).resolve() for p in given]
-    return [Path(p) for p in config.getini("eagle_shards")]
-
-
-def _configured_contracts(config: pytest.Config) -> list[Path]:
-    """Contracts for a run with no contract argument: ini, else <rootdir>/contracts/."""
-    listed = [Path(p) for p in config.getini("eagle_contract_paths")]
-    if not listed:
-        folders = (config.rootpath / DEFAULT_DIR, config.invocation_params.dir / DEFAULT_DIR)
-        listed = next(([f] for f in folders if f.is_dir()), [])
-    out: list[Path] = []
-    for path in listed:
-        if path.is_dir():
-            out += sorted(p for p in path.iterdir() if p.suffix in CONTRACT_SUFFIXES)
-        else:
-            out.append(path)
-    return out
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
     """A YAML file given as a positional argument is a contract (as pytest collects any
     file it is handed); other contracts join the run in pytest_collection_modifyitems."""
     config = parent.config
-    if not _active(config) or file_path.suffix not in CONTRACT_SUFFIXES:
+    if not options.active(config) or file_path.suffix not in options.CONTRACT_SUFFIXES:
         return None
     if not parent.session.isinitpath(file_path):
         return None
@@ -225,14 +167,14 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
                                   items: list[pytest.Item]) -> None:
     """Add the run's contracts (option, else ini, else contracts/) beside the tests pytest
     collected from its own arguments, testpaths or rootdir."""
-    if not _active(config):
+    if not options.active(config):
         return
-    contracts = [p for p in _chosen_contracts(config)
+    contracts = [p for p in options.chosen_contracts(config)
                  if p.resolve() not in config.stash[_COLLECTED]]
     if not contracts and not config.stash[_COLLECTED]:
         raise pytest.UsageError(
             "--eagle-contract: no contract given. Pass --eagle-contract PATH, set ini "
-            f"eagle_contract_paths, or put contracts in {config.rootpath / DEFAULT_DIR}/")
+            f"eagle_contract_paths, or put contracts in {config.rootpath / options.DEFAULT_DIR}/")
     for path in contracts:
         if not path.is_file():
             raise pytest.UsageError(f"--eagle-contract: no such contract {path}")
@@ -256,13 +198,13 @@ class ContractFile(pytest.File):
         from ..errors import EagleContractError
         from ..planner import plan
 
-        sample, seed = _sampling(self.config)
-        shards = _shards_override(self.config) or None
+        sample, seed = options.sampling(self.config)
+        shards = options.shards_override(self.config) or None
         runner = _runner(self.config)
         try:
             contract = load_contract(self.path)
             units = plan(contract, shards, sample, seed, also=("sharpness",),
-                         target_model=_target_model(self.config),
+                         target_model=options.target_model(self.config),
                          capture=runner.captures_enabled, reference=runner.wants_reference)
         except EagleContractError as exc:  # one failing item: the user's tests still run
             yield ContractProblemItem.from_parent(self, name="contract", message=str(exc))
@@ -362,111 +304,10 @@ def _runner(config: pytest.Config) -> Runner:
                 raise pytest.UsageError(f"--eagle-captures: {d} does not exist")
         config.stash[_RUNNER] = Runner(
             serving_args=config.getoption("eagle_serving_args"),
-            target_model=_target_model(config), reference=config.getoption("eagle_reference"),
+            target_model=options.target_model(config), reference=config.getoption("eagle_reference"),
             captures=dirs, sglang_url=config.getoption("eagle_sglang_url"),
             timeout=config.getoption("eagle_sglang_timeout"))
     return config.stash[_RUNNER]
 
 
-def _target_model(config: pytest.Config) -> Path | None:
-    given = config.getoption("eagle_target_model")
-    return Path(given).resolve() if given else None
-
-
-# Fixtures for users' own tests ----------------------------------------------------------
-
-
-def _marked_contract(node: Any, config: pytest.Config) -> Path:
-    marker = node.get_closest_marker("eagle_contract")
-    if marker is not None and marker.args:
-        path = Path(marker.args[0])
-        if not path.is_absolute():
-            candidates = [config.rootpath / path, Path(node.path).parent / path]
-            path = next((c for c in candidates if c.is_file()), candidates[0])
-        return path
-    chosen = (_option_contracts(config) + _named_contracts(config)) if _active(config) else []
-    candidates = chosen or _configured_contracts(config)
-    if len(candidates) == 1:
-        return candidates[0]
-    from ..errors import UsageError
-
-    raise UsageError(f"{node.nodeid}: {len(candidates)} contracts could apply; mark the test "
-                     "with @pytest.mark.eagle_contract('contracts/x.yaml') or name one with "
-                     "--eagle-contract PATH")
-
-
-def _load(path: Path) -> Contract:
-    from ..contract.model import load_contract
-
-    return load_contract(path)
-
-
-@pytest.fixture
-def eagle_contract(request: pytest.FixtureRequest) -> Contract:
-    """The contract chosen by ``@pytest.mark.eagle_contract(path)``, else the one named with
-    ``--eagle-contract PATH``, else the only configured one."""
-    from ..errors import EagleContractError
-
-    try:
-        return _load(_marked_contract(request.node, request.config))
-    except EagleContractError as exc:
-        pytest.fail(str(exc), pytrace=False)
-
-
-def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "eagle_shard" not in metafunc.fixturenames:
-        return
-    from ..errors import EagleContractError
-    from ..shards.discovery import shard_paths
-
-    config = metafunc.config
-    try:
-        contract = _load(_marked_contract(metafunc.definition, config))
-        sample, seed = _sampling(config)
-        found = shard_paths(contract, _shards_override(config) or None, sample, seed)
-    except EagleContractError as exc:
-        from ..errors import UsageError
-
-        # no shards is a skip with the reason; an ambiguous or invalid contract fails
-        outcome = "fail" if isinstance(exc, UsageError) and "contracts could apply" in str(exc) \
-            else "skip"
-        reason = str(exc).splitlines()[0]
-        metafunc.parametrize("eagle_shard", [(outcome, f"eagle_shard: {reason}")],
-                             ids=["no-shards"], indirect=True)
-        return
-    metafunc.parametrize("eagle_shard", [(contract, path) for path, _ in found],
-                         ids=[label for _, label in found], indirect=True)
-
-
-@pytest.fixture
-def eagle_shard(request: pytest.FixtureRequest) -> Any:
-    """One sampled shard of the test's contract, read: an :class:`EagleShard`."""
-    from ..shards.shard import EagleShard
-
-    contract, path = request.param
-    if contract == "skip":
-        pytest.skip(path)
-    if contract == "fail":
-        pytest.fail(path, pytrace=False)
-    return EagleShard.read(contract, path)
-
-
-@pytest.fixture
-def eagle_capture(request: pytest.FixtureRequest, eagle_shard: Any) -> Any:
-    """The server's aux states [T, n_aux * H] for this test's ``eagle_shard``: live when
-    --eagle-sglang-url is given, else from --eagle-captures, else skipped with the reason."""
-    from ..capture.fixture import aux_for_shard
-    from ..errors import CaptureError, NoCapture
-
-    config = request.config
-    dirs = [Path(d) for d in (config.getoption("eagle_captures") or [])]
-    try:
-        return aux_for_shard(eagle_shard.contract, eagle_shard.path,
-                             url=config.getoption("eagle_sglang_url"), captures=dirs or None,
-                             timeout=config.getoption("eagle_sglang_timeout"))
-    except NoCapture as exc:
-        pytest.skip(f"eagle_capture: {exc}")
-    except CaptureError as exc:
-        if exc.code == "EC705" and config.getoption("eagle_sglang_skip"):
-            pytest.skip(f"eagle_capture: {exc.message}")
-        raise
+__all__ = ["eagle_capture", "eagle_contract", "eagle_shard", "pytest_generate_tests"]

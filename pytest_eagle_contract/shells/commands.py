@@ -1,0 +1,188 @@
+"""The other commands: inspect, infer, record, identify, resolve, schema."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..errors import EagleContractError, UsageError
+from .exit_codes import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
+
+if TYPE_CHECKING:
+    pass
+
+
+def inspect(args: argparse.Namespace) -> int:
+    from ..errors import ShardReadError
+    from ..render import to_json
+    from ..shards.inspection import format_report, inspect_shard
+
+    try:
+        report = inspect_shard(args.path, args.format, args.hidden_size)
+    except ShardReadError as exc:
+        print(f"{args.path}: {exc.code} {exc.message}", file=sys.stderr)
+        if exc.hint:
+            print(f"  hint: {exc.hint}", file=sys.stderr)
+        return EXIT_FINDINGS
+    print(to_json(report) if args.json else format_report(report))
+    return EXIT_OK
+
+
+def infer(args: argparse.Namespace) -> int:
+    from ..contract.infer import infer_contract
+    from ..shards.discovery import parse_sample
+
+    if args.update is not None:
+        from ..contract.baseline import update_contract
+
+        changes = update_contract(args.update, args.paths or None, parse_sample(args.sample),
+                                  args.seed)
+        for change in changes:
+            print(f"{args.update}: {change}")
+        print(f"{len(changes)} bound(s) changed" if changes else "no bound changed: nothing "
+              "written")
+        return EXIT_FINDINGS if changes else EXIT_OK
+    if not args.paths:
+        raise UsageError("infer needs shard PATHs (or --update CONTRACT)")
+
+    name = args.name or (args.output.stem if args.output else "drafted")
+    import os
+
+    from ..contract.model import schema_path
+
+    shards_ref = schema_ref = None
+    if args.output is not None:
+        here = args.output.resolve().parent
+        schema_ref = os.path.relpath(schema_path(), here)
+        if len(args.paths) == 1:
+            shards_ref = os.path.relpath(args.paths[0].resolve(), here)
+    text = infer_contract(
+        args.paths, name=name, format=args.format, layers=args.layers,
+        num_layers=args.num_layers, hidden_size=args.hidden_size, vocab_size=args.vocab_size,
+        arch=args.arch, sample=parse_sample(args.sample), seed=args.seed, shards_ref=shards_ref,
+        schema_ref=schema_ref)
+    _validate_drafted(text, args.output)
+    if args.output is None:
+        sys.stdout.write(text)
+    else:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(text, "utf-8")
+        print(f"wrote {args.output}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _validate_drafted(text: str, output: Path | None) -> None:
+    """A drafted contract must load: never write one that `check` would refuse."""
+    from ..contract.model import parse_contract
+
+    try:
+        parse_contract(text, output or Path("<stdout>"))
+    except EagleContractError as exc:
+        raise UsageError(f"the drafted contract would be invalid:\n{exc}") from None
+
+
+def record(args: argparse.Namespace) -> int:
+    from ..capture.record import record
+    from ..capture.sglang_client import use_server
+    from ..contract.model import load_contract
+    from ..errors import CaptureError
+    from ..shards.discovery import parse_sample, shard_paths
+
+    use_server(args.sglang_url, args.timeout, flush_cache=args.sglang_flush_cache)
+    contract = load_contract(args.contract)
+    paths = [p for p, _ in shard_paths(contract, args.paths or None, parse_sample(args.sample),
+                                       args.seed)]
+    try:
+        written = record(args.sglang_url, paths, contract, args.out, args.timeout)
+    except CaptureError as exc:
+        text = str(exc) if str(exc).startswith(exc.code) else f"{exc.code} {exc}"
+        print(f"eagle-contract record: {text}", file=sys.stderr)
+        return EXIT_FINDINGS
+    print(f"recorded {len(written)} capture file(s) in {args.out}")
+    return EXIT_OK
+
+
+def identify(args: argparse.Namespace) -> int:
+    from ..checks.evidence import identify
+    from ..errors import ShardReadError
+    from ..models.target import TargetModel
+    from ..render import to_json
+    from ..shards.reading import read_sample
+
+    target = TargetModel.open(args.target_model)
+    try:
+        sample = read_sample(args.path, args.format)
+    except ShardReadError as exc:
+        print(f"{args.path}: {exc.code} {exc.message}", file=sys.stderr)
+        return EXIT_FINDINGS
+    from ..checks.evidence import vocabulary_problem, width_problem
+
+    slots, problems = sample.slots(target.hidden_size)
+    if sample.input_ids is None:
+        problems.append("no input ids")
+    else:
+        problems += [p for p in (vocabulary_problem(sample.input_ids, target),
+                                 width_problem(slots, target)) if p]
+    if problems:
+        print(f"{args.path}: EC605 " + "; ".join(problems), file=sys.stderr)
+        return EXIT_FINDINGS
+    assert sample.input_ids is not None
+    start = time.perf_counter()
+    found = identify([s.tensor for s in slots], sample.input_ids, target)
+    took = time.perf_counter() - start
+    if args.json:
+        print(to_json({"file": str(args.path), "target_model": str(args.target_model),
+                       "arch": target.arch, "seconds": round(took, 3),
+                       "slots": [{**i.to_dict(), "source": slots[i.slot].source}
+                                 for i in found]}))
+        return EXIT_OK
+    print(f"{args.path}: {len(slots)} slots, target {target.arch} ({target.num_layers} layers); "
+          f"reference capture in {took:.2f} s")
+    print(f"  {'slot':<6}{'layer':<14}{'cosine':>8}{'rel.err':>10}   runner-up")
+    for i in found:
+        r = i.runner_up
+        print(f"  {i.slot:<6}{i.best.layer!s:<14}{i.best.cosine:>8.4f}{i.best.rel_error:>10.3g}"
+              f"   {r.layer} (cosine {r.cosine:.4f}, rel.err {r.rel_error:.3g})")
+    return EXIT_OK
+
+
+def resolve(args: argparse.Namespace) -> int:
+    from ..engines.resolve import resolve
+    from ..errors import Unservable
+    from ..render import to_json
+
+    try:
+        res = resolve(args.engine, args.num_layers, args.ids, args.arch, args.version,
+                      use_installed=args.source == "auto")
+    except Unservable as exc:
+        if args.json:
+            print(to_json({"engine": args.engine, "version": args.version, "arch": args.arch,
+                           "refused": str(exc), "layers": None}))
+        print(f"eagle-contract resolve: {args.engine} would not serve this: {exc}",
+              file=sys.stderr)
+        return EXIT_USAGE
+    if args.json:
+        print(to_json(res.to_dict()))
+        return EXIT_OK
+    head = f"{res.engine} {res.version or ''} {res.arch or ''}".split()
+    print(" ".join(head) + f", L = {res.num_layers}, ids "
+          f"{'(default)' if res.ids is None else list(res.ids)}")
+    print(f"  {'pos':<5}{'id':<10}{'capture':<10}layer")
+    for i, p in enumerate(res.positions):
+        print(f"  {i:<5}{'-' if p.id is None else p.id!s:<10}{p.capture:<10}{p.layer}")
+    print(f"source: {res.source}")
+    for note in res.notes:
+        print(f"note: {note}")
+    for problem in res.problems:
+        print(f"{problem.code}: {problem.message}")
+    return EXIT_OK
+
+
+def schema(args: argparse.Namespace) -> int:
+    from ..contract.model import schema_path
+
+    print(schema_path() if args.path else schema_path().read_text("utf-8"), end="\n")
+    return EXIT_OK

@@ -1,0 +1,130 @@
+"""The gate commands: ``check`` (and ``check --sharpness``) and the built-in ``demo``."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..errors import UsageError
+from .exit_codes import EXIT_FINDINGS, EXIT_OK
+
+if TYPE_CHECKING:
+    from ..planner import Runner
+
+
+def _gate(contract_path: Path, paths: list[Path] | None, sample: str | None, seed: int,
+          quiet: bool = False, report: Path | None = None, checks: str | None = None,
+          target_model: Path | None = None, runner: Runner | None = None) -> int:
+    from ..contract.model import load_contract
+    from ..planner import plan, run_units
+    from ..render import format_findings, summary, to_json
+    from ..shards.discovery import parse_sample
+
+    if report is not None and not report.parent.is_dir():
+        raise UsageError(f"--json: folder {report.parent} does not exist")
+    contract = load_contract(contract_path)
+    named = [c.strip() for c in checks.split(",") if c.strip()] if checks is not None else None
+    units = plan(contract, paths or None, parse_sample(sample), seed, named, target_model,
+                 capture=runner is not None and runner.captures_enabled,
+                 reference=runner is not None and runner.wants_reference)
+    if not units:
+        raise UsageError(f"{contract_path}: nothing to check (no training or serving section, "
+                         "or no check of those asked for applies)")
+    outcome = run_units(units, runner)
+    findings = outcome.findings
+    if not quiet and findings:
+        print(format_findings(findings) + "\n")
+    line = summary(findings, len(outcome.units), outcome.shards)
+    print(line)
+    if report:
+        report.write_text(to_json({
+            "contract": str(contract.path), "name": contract.name, "ok": not outcome.failed,
+            "summary": line,
+            "units": [{"check": u.check, "shard": u.label, "findings": [f.to_dict() for f in fs]}
+                      for u, fs in zip(outcome.units, outcome.per_unit)],
+            "findings": [f.to_dict() for f in findings],
+        }) + "\n", "utf-8")
+    return EXIT_FINDINGS if outcome.failed else EXIT_OK
+
+
+def check(args: argparse.Namespace) -> int:
+    from ..planner import Runner
+
+    if args.sharpness:
+        if args.paths or args.checks or args.target_model or args.captures or args.sglang_url:
+            raise UsageError("--sharpness tests the contract alone: it takes no shard PATH, "
+                             "--checks, --target-model or capture options")
+        return _sharpness(args.contract, args.quiet, args.json)
+    if args.sglang_url:
+        from ..capture.sglang_client import use_server
+
+        use_server(args.sglang_url, args.sglang_timeout, flush_cache=args.sglang_flush_cache)
+    runner = Runner(serving_args=args.serving_args, target_model=args.target_model,
+                    reference=args.reference_capture, captures=args.captures or (),
+                    sglang_url=args.sglang_url, timeout=args.sglang_timeout)
+    return _gate(args.contract, args.paths, args.sample, args.seed, args.quiet, args.json,
+                 args.checks, args.target_model, runner)
+
+
+def _sharpness(contract_path: Path, quiet: bool, report: Path | None) -> int:
+    from ..contract.model import load_contract
+    from ..render import format_findings, to_json
+    from ..sharpness.selftest import format_sharpness_table, sharpness
+
+    contract = load_contract(contract_path)
+    if contract.training is None:
+        raise UsageError(f"{contract_path}: no training section: nothing to mutate")
+    start = time.perf_counter()
+    result = sharpness(contract)
+    took = time.perf_counter() - start
+    print(format_sharpness_table(result.rows))
+    if result.findings and not quiet:
+        print("\n" + format_findings(result.findings))
+    applicable = [r for r in result.rows if r.caught is not None]
+    caught = sum(bool(r.caught) for r in applicable)
+    print(f"\n{'sharp' if result.sharp else 'NOT SHARP'}: {caught} of {len(applicable)} "
+          f"mutation classes caught ({took:.2f} s)")
+    if report:
+        report.write_text(to_json({
+            "contract": str(contract.path), "sharp": result.sharp,
+            "rows": [dataclasses.asdict(r) for r in result.rows],
+            "findings": [f.to_dict() for f in result.findings]}) + "\n", "utf-8")
+    return EXIT_OK if result.sharp else EXIT_FINDINGS
+
+
+def demo(args: argparse.Namespace) -> int:
+    from . import demo
+
+    if args.out.exists() and not args.out.is_dir():
+        raise UsageError(f"--out {args.out} is a file, not a folder")
+    start = time.perf_counter()
+    spec = demo.SPEC
+    print(f"demo: a tiny {spec.arch} target ({spec.num_layers} layers, H={spec.hidden_size}, "
+          "random weights, no download); shards captured the way SGLang feeds the draft")
+    good, buggy = demo.write_demo_shards(args.out, save_target=True)
+    from ..planner import Runner
+    from ..render import display_path
+
+    contract = Path(display_path(str(demo.shipped_contract())))
+    target = args.out / "target"
+    print(f"  {good}: fc input cat({', '.join(map(str, demo.GOOD[:-1]))}), target final_norm")
+    print(f"  {buggy}: the real bug, fc input cat({', '.join(map(str, demo.BUGGY[:-1]))})")
+    print(f"  {target}: the target's weights, for the evidence checks")
+    results = {}
+    runs = (("good", good, None), ("embed-in-front", buggy, None),
+            ("embed-in-front + weights", buggy, target))
+    for label, shards, model in runs:
+        extra = f" --target-model {model} --reference-capture" if model else ""
+        print(f"\n== eagle-contract check {contract} {shards}{extra} ==")
+        runner = Runner(target_model=model, reference=True) if model else None
+        results[label] = _gate(contract, [shards], "all", 0, target_model=model, runner=runner)
+    took = time.perf_counter() - start
+    ok = set(results.values()) == {EXIT_OK, EXIT_FINDINGS} and results["good"] == EXIT_OK
+    verdict = ("the good set passed and the bug was caught, by its norms and, with the "
+               "target's weights, by name" if ok else f"UNEXPECTED: exit codes {results}")
+    print(f"\ndemo: {verdict} ({took:.1f} s). The same gate in pytest:\n"
+          f"  pytest --eagle-contract {contract} --eagle-shards {buggy}")
+    return EXIT_OK if ok else EXIT_FINDINGS

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
-_RESIDUAL = re.compile(r"^residual:(\d+)$")
+_RESIDUAL = re.compile(r"^residual:([0-9]{1,6})$", re.ASCII)
 EMBED: Final = "embed"
 FINAL_NORM: Final = "final_norm"
 
@@ -34,7 +34,7 @@ class Layer:
         match = _RESIDUAL.match(text)
         if match is None:
             raise ValueError(
-                f"{text!r} is not a canonical layer: use 'embed', 'residual:K' or 'final_norm'"
+                f"{text[:40]!r} is not a canonical layer: use 'embed', 'residual:K' or 'final_norm'"
             )
         return cls(int(match.group(1)))
 

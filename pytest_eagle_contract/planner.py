@@ -60,16 +60,16 @@ def families(
     contract: Contract,
     checks: Iterable[str] | None = None,
     *,
-    also: Iterable[str] = (),
+    without: Iterable[str] = (),
     target_model: Path | None = None,
     capture: bool = False,
     reference: bool = False,
 ) -> list[CheckFamily]:
     """The families to run, in registry order.
 
-    ``checks=None``: every default family (plus ``also``) whose needs are met; the rest are
-    left out quietly. Named ``checks``: exactly those, and a family whose needs are not met
-    is a :class:`UsageError` saying what to add.
+    ``checks=None``: every default family whose needs are met, less ``without`` (e.g.
+    ``--no-sharpness``); the rest are left out quietly. Named ``checks``: exactly those, and
+    a family whose needs are not met is a :class:`UsageError` saying what to add.
     """
     from .checks.family import NEED_HOW
     from .checks.registry import BY_NAME, FAMILIES, SELECTABLE
@@ -78,15 +78,15 @@ def families(
     if reference and "target" not in have:
         raise UsageError("--reference-capture needs " + NEED_HOW["target"])
     named = list(checks) if checks is not None else None
-    extra = set(also)
-    unknown = [c for c in [*(named or []), *extra] if c not in SELECTABLE]
+    skip = set(without)
+    unknown = [c for c in [*(named or []), *skip] if c not in SELECTABLE]
     if unknown:
         raise UsageError(f"unknown checks {unknown}: choose from {', '.join(SELECTABLE)}")
     if named is None:
         return [
             f
             for f in FAMILIES
-            if (f.default or f.name in extra) and f.selectable and f.needs <= have
+            if f.default and f.selectable and f.needs <= have and f.name not in skip
         ]
     if not named:
         raise UsageError("--checks is empty: name at least one check")
@@ -94,7 +94,7 @@ def families(
         missing = sorted(BY_NAME[name].needs - have)
         if missing:
             raise UsageError(f"check {name!r} needs " + " and ".join(NEED_HOW[m] for m in missing))
-    return [f for f in FAMILIES if f.name in named or (f.name in extra and f.needs <= have)]
+    return [f for f in FAMILIES if f.name in named]
 
 
 def plan(
@@ -105,7 +105,7 @@ def plan(
     checks: Iterable[str] | None = None,
     target_model: Path | None = None,
     capture: bool = False,
-    also: Iterable[str] = (),
+    without: Iterable[str] = (),
     reference: bool = False,
 ) -> list[Unit]:
     """All units of a contract: contract-level families first, then the shard families
@@ -116,7 +116,12 @@ def plan(
     contract-level checks still run.
     """
     chosen = families(
-        contract, checks, also=also, target_model=target_model, capture=capture, reference=reference
+        contract,
+        checks,
+        without=without,
+        target_model=target_model,
+        capture=capture,
+        reference=reference,
     )
     per_contract = [f for f in chosen if f.scope == "contract"]
     per_shard = [f for f in chosen if f.scope == "shard"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -35,9 +36,14 @@ def format_findings(findings: Sequence[Finding], shown: int = 3) -> str:
     """Diagnostics grouped: the same rule at the same place in many shards prints once,
     followed by the other shards' names and what they showed."""
     groups: dict[tuple[Any, ...], list[Finding]] = {}
+    seen: Counter[tuple[Any, ...]] = Counter()
     for n, f in enumerate(findings):
-        key = (f.code, f.contract, f.line, f.slot) if f.file else (n,)  # contract-level: alone
-        groups.setdefault(key, []).append(f)
+        if not f.file:  # contract-level: alone
+            groups[(n,)] = [f]
+            continue
+        place = (f.code, f.contract, f.line, f.slot)
+        seen[(*place, f.file)] += 1  # the k-th such finding of one shard groups with the
+        groups.setdefault((*place, seen[(*place, f.file)]), []).append(f)  # others' k-th
     blocks = []
     for same in groups.values():
         text = format_finding(same[0])

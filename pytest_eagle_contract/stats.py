@@ -40,22 +40,30 @@ def token_norms(x: torch.Tensor, chunk_rows: int = CHUNK_ROWS) -> torch.Tensor:
     rows = x.shape[0]
     out = torch.empty(rows, dtype=torch.float32)
     for start in range(0, rows, chunk_rows):
-        chunk = x[start : start + chunk_rows]
-        if chunk.dtype != torch.float32:
-            chunk = chunk.float()
+        chunk = _real(x[start : start + chunk_rows], torch.float32)
         torch.linalg.vector_norm(chunk, dim=-1, out=out[start : start + chunk_rows])
     return out
+
+
+def _real(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``x`` as ``dtype`` whatever it holds (float8, integers; complex by magnitude)."""
+    return (x.abs() if x.is_complex() else x).to(dtype)
 
 
 def norm_stats(x: torch.Tensor) -> NormStats:
     """One streaming pass: norms, quantiles, and the rows holding NaN or Inf."""
     import torch
 
+    if x.dim() != 2:  # not [T, H]: nothing to measure (the structure family says why)
+        nan = math.nan
+        return NormStats(nan, nan, nan, nan, 0, 0, None)
     norms = token_norms(x)
     finite = torch.isfinite(norms)
     bad_rows = (~finite).nonzero().flatten()
     # A finite row can only give a non-finite norm by overflow: confirm row by row.
-    bad = [int(r) for r in bad_rows if not bool(torch.isfinite(x[int(r)]).all())]
+    bad = [
+        int(r) for r in bad_rows if not bool(torch.isfinite(_real(x[int(r)], torch.float64)).all())
+    ]
     good = norms[finite]
     if good.numel() == 0:
         nan = math.nan

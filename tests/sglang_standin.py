@@ -123,7 +123,7 @@ class Launch:
 class _State:
     def __init__(self, launch: Launch) -> None:
         self.launch = launch
-        self.model = tiny_target(launch.spec)
+        self._model: Any = None  # built at the first /generate
         self.cache: list[tuple[str | None, list[int]]] = []  # (extra_key, ids) prefilled
         self.requests = 0
         self.flushes = 0  # /flush_cache calls that emptied the cache
@@ -135,7 +135,9 @@ class _State:
         key = key if self.launch.honours_extra_key() else None
         cached = 0 if self.launch.disable_radix_cache else self._cached_prefix(ids, key)
         with torch.no_grad():
-            out = self.model(torch.tensor([ids]), output_hidden_states=True)
+            if self._model is None:
+                self._model = tiny_target(self.launch.spec)
+            out = self._model(torch.tensor([ids]), output_hidden_states=True)
         hidden = out.hidden_states  # [0] = embed, [k] = residual:k (k < L), [L] = final_norm
         L = self.launch.spec.num_layers
         if self.launch.mode in ("aux", "eagle3"):

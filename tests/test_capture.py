@@ -14,6 +14,7 @@ import pytest
 import torch
 from sglang_standin import Launch, SGLangStandin
 
+from pytest_eagle_contract.capture import sglang_client, transport
 from pytest_eagle_contract.capture.compare import verify_against_capture, verify_live
 from pytest_eagle_contract.capture.files import (
     CaptureMeta,
@@ -23,7 +24,7 @@ from pytest_eagle_contract.capture.files import (
 )
 from pytest_eagle_contract.capture.fixture import aux_for_shard
 from pytest_eagle_contract.capture.record import record
-from pytest_eagle_contract.capture.sglang_client import capture, server_info
+from pytest_eagle_contract.capture.sglang_client import capture, server_info, use_server
 from pytest_eagle_contract.contract.model import Contract, load_contract
 from pytest_eagle_contract.errors import CaptureError, CaptureFileError, NoCapture
 from pytest_eagle_contract.layers import Layer
@@ -36,6 +37,14 @@ from pytest_eagle_contract.shells.demo import SPEC, shipped_contract, write_demo
 
 SHIFTED = [Layer(3), Layer(5), Layer(6), Layer(-1)]  # one layer deeper than the server feeds
 H, N_AUX = SPEC.hidden_size, 3
+
+
+@pytest.fixture(autouse=True)
+def _fresh_run():
+    """Each test is its own run: no server remembered as down, no flush allowed."""
+    yield
+    transport._DOWN.clear()
+    sglang_client._FLUSH.clear()
 
 
 @pytest.fixture(scope="module")
@@ -179,6 +188,41 @@ def test_prefix_cache_hit_gives_fewer_rows(sets):
             capture(url, ids, N_AUX, H)  # the same prompt again: all but one token cached
     assert exc.value.code == "EC703"
     assert f"1 prefill rows for {len(ids)} input ids" in exc.value.message
+    assert "--disable-radix-cache" in exc.value.hint
+    assert "--sglang-flush-cache (pytest: --eagle-sglang-flush-cache)" in exc.value.hint
+
+
+def test_a_caching_server_answers_in_full(sets):
+    """0.5.3+ keys its radix cache by the request's extra_key: a fresh one misses."""
+    ids = _ids(sets)
+    standin = SGLangStandin(Launch(mode="aux", layer_ids=[1, 3, 4], disable_radix_cache=False))
+    with standin as url:
+        first, again = capture(url, ids, N_AUX, H), capture(url, ids, N_AUX, H)
+    assert torch.equal(first, again)
+    keys = [body["extra_key"] for body in standin.state.bodies]
+    assert len(set(keys)) == 2 and standin.state.flushes == 0
+
+
+def test_a_server_ignoring_the_key_is_flushed_when_allowed(sets):
+    ids = _ids(sets)
+    standin = SGLangStandin(Launch(mode="aux", layer_ids=[1, 3, 4], version="0.5.2",
+                                   disable_radix_cache=False))
+    with standin as url:
+        use_server(url, 60, flush_cache=True)
+        first, again = capture(url, ids, N_AUX, H), capture(url, ids, N_AUX, H)
+    assert torch.equal(first, again) and standin.state.flushes == 1
+
+
+def test_a_busy_server_refuses_the_flush(sets):
+    ids = _ids(sets)
+    with SGLangStandin(Launch(mode="aux", layer_ids=[1, 3, 4], version="0.5.2", busy=True,
+                              disable_radix_cache=False)) as url:
+        use_server(url, 60, flush_cache=True)
+        capture(url, ids, N_AUX, H)
+        with pytest.raises(CaptureError) as exc:
+            capture(url, ids, N_AUX, H)
+    assert exc.value.code == "EC703"
+    assert "flush was refused (HTTP 400: Flush cache failed." in exc.value.hint
     assert "--disable-radix-cache" in exc.value.hint
 
 

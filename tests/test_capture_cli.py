@@ -10,12 +10,19 @@ import pytest
 import torch
 from sglang_standin import Launch, SGLangStandin
 
+from pytest_eagle_contract.capture import sglang_client
 from pytest_eagle_contract.layers import Layer
 from pytest_eagle_contract.models.tiny import capture_canonical, tiny_target
 from pytest_eagle_contract.shards.discovery import discover
 from pytest_eagle_contract.shards.reading import read_sample
 from pytest_eagle_contract.shards.writing import write_shard
 from pytest_eagle_contract.shells.demo import SPEC, shipped_contract, write_demo_shards
+
+
+@pytest.fixture(autouse=True)
+def _no_flush_permission_left():
+    yield
+    sglang_client._FLUSH.clear()  # pytester runs in this process
 
 
 @pytest.fixture(scope="module")
@@ -90,3 +97,31 @@ def test_plugin_items_and_fixture_from_recorded_files(pytester, sets, captures):
     skipped = pytester.runpytest("test_fc.py", "-rs")
     skipped.assert_outcomes(skipped=3)
     skipped.stdout.fnmatch_lines(["*eagle_capture: *"])
+
+
+def test_second_run_against_a_caching_server(sets, cli, tmp_path, pytester):
+    """A server that caches prefixes and ignores the request's extra_key (SGLang < 0.5.3):
+    the second run of the same shards is EC703 naming the option, green with it."""
+    standin = SGLangStandin(Launch(mode="aux", layer_ids=[1, 3, 4], version="0.5.2",
+                                   disable_radix_cache=False))
+    check = ("check", shipped_contract(), sets / "good", "--checks", "capture", "--sample",
+             "all")
+    with standin as url:
+        first = cli("record", shipped_contract(), sets / "good", "--sglang-url", url, "-o",
+                    tmp_path / "c")
+        assert first.returncode == 0, first.stdout + first.stderr
+        again = cli(*check, "--sglang-url", url)
+        assert again.returncode == 1 and "EC703 capture-rows" in again.stdout
+        assert "came from the prefix cache" in again.stdout
+        assert "--sglang-flush-cache (pytest: --eagle-sglang-flush-cache)" in again.stdout
+        assert standin.state.flushes == 0
+        flushed = cli(*check, "--sglang-url", url, "--sglang-flush-cache")
+        assert flushed.returncode == 0, flushed.stdout
+        assert standin.state.flushes == 1  # the first shard found cached: all are flushed
+        (pytester.path / "contracts").mkdir()
+        text = shipped_contract().read_text().replace("../eagle-demo/good", str(sets / "good"))
+        (pytester.path / "contracts" / "demo.yaml").write_text(text)
+        gate = pytester.runpytest("--eagle-contract", "contracts/demo.yaml", "-k", "capture",
+                                  "--eagle-sample", "all", "--eagle-sglang-url", url,
+                                  "--eagle-sglang-flush-cache")
+    gate.assert_outcomes(passed=3)

@@ -11,6 +11,7 @@ import json
 import os
 import resource
 import select
+import shutil
 import socket
 import subprocess
 import sys
@@ -222,9 +223,19 @@ MODEL_INFO: dict[str, object] = {
 
 
 @pytest.fixture(scope="module")
-def ids(tmp_path_factory: pytest.TempPathFactory) -> list[int]:
-    good, _ = write_demo_shards(tmp_path_factory.mktemp("ids"), shards=1)
-    tensor = read_sample(discover(good)[0], "specforge").input_ids
+def shards(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One demo shard per bad /generate answer, and one more (copies: each asks anew)."""
+    root = tmp_path_factory.mktemp("hostile-http")
+    good, _ = write_demo_shards(root, shards=1)
+    (first,) = discover(good)
+    for i in range(1, len(GENERATE) + 1):
+        shutil.copyfile(first, first.with_name(f"data_{i}.ckpt"))
+    return good
+
+
+@pytest.fixture(scope="module")
+def ids(shards: Path) -> list[int]:
+    tensor = read_sample(discover(shards)[0], "specforge").input_ids
     assert tensor is not None
     return [int(i) for i in tensor.tolist()]
 
@@ -248,7 +259,7 @@ def test_generate_answer(name: str, ids: list[int]) -> None:
 def test_info_answer(where: str, name: str) -> None:
     table = SERVER_INFO if where == "/server_info" else MODEL_INFO
     fault = (_answer({"version": "0.5.23", "pad": "x" * (5 << 20)}) if name == "5MB" else
-             _raw(b"HTTP/1.1 200 OK\r\n" + b"\x00" * 100) if name == "garbage" else
+             _raw(b"\x00" * 100) if name == "garbage" else
              _answer(table[name]))
     with SGLangStandin(Launch(fault=Script({where: [fault]}))) as url, \
             pytest.raises(CaptureError) as exc:
@@ -264,8 +275,9 @@ def test_redirect_to_the_same_host_is_followed(ids: list[int]) -> None:
     assert standin.state.requests == 2
 
 
-def test_a_hung_server_is_asked_once_per_process(ids: list[int]) -> None:
-    standin = SGLangStandin(Launch(fault=_hang))
+@pytest.mark.parametrize("fault", [_hang, _trickle], ids=["hang", "trickle"])
+def test_a_dead_server_is_asked_once_per_process(fault: Fault, ids: list[int]) -> None:
+    standin = SGLangStandin(Launch(fault=fault))
     with standin as url:
         for _ in range(3):
             with pytest.raises(CaptureError) as exc:
@@ -292,12 +304,6 @@ def _cli(*args: object) -> subprocess.CompletedProcess[str]:
     assert "Traceback" not in out and "MemoryError" not in out, out[-3000:]
     assert res.returncode in (1, 2), out[-3000:]
     return res
-
-
-@pytest.fixture(scope="module")
-def shards(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    good, _ = write_demo_shards(tmp_path_factory.mktemp("hostile-http"), shards=len(GENERATE) + 1)
-    return good
 
 
 def _codes(report: Path) -> list[list[str]]:
@@ -330,10 +336,8 @@ def test_check_goes_on_through_every_bad_server_info(shards: Path, tmp_path: Pat
     assert _codes(tmp_path / "r.json") == [[]] + [["EC705"]] * (len(server) + len(model))
 
 
-@pytest.mark.parametrize("fault", [_hang, _trickle], ids=["hang", "trickle"])
-def test_a_dead_server_costs_one_timeout_per_run(fault: Fault, shards: Path,
-                                                 tmp_path: Path) -> None:
-    standin = SGLangStandin(Launch(fault=fault))
+def test_a_dead_server_costs_one_timeout_per_run(shards: Path, tmp_path: Path) -> None:
+    standin = SGLangStandin(Launch(fault=_hang))
     with standin as url:
         res = _cli("check", shipped_contract(), *discover(shards)[:4], "--checks", "capture",
                    "--sample", "all", "--sglang-url", url, "--sglang-timeout", "1",
@@ -375,9 +379,9 @@ def test_bad_timeout_is_a_usage_error(timeout: str, shards: Path, tmp_path: Path
                                       capsys: pytest.CaptureFixture[str]) -> None:
     contract, shard = shipped_contract(), discover(shards)[0]
     assert main(["check", str(contract), str(shard), "--sglang-url", "http://127.0.0.1:9",
-                 "--sglang-timeout", timeout]) == 2
+                 f"--sglang-timeout={timeout}"]) == 2
     assert main(["record", str(contract), str(shard), "--sglang-url", "http://127.0.0.1:9",
-                 "--timeout", timeout, "-o", str(tmp_path)]) == 2
+                 f"--timeout={timeout}", "-o", str(tmp_path)]) == 2
     assert capsys.readouterr().err.count("give seconds") == 2
 
 

@@ -247,3 +247,74 @@ def test_kimi_sglang_versions_resolve_differently_and_the_check_says_so(tmp_path
     absent = cli("check", fixed_kimi(tmp_path, "0.5.9"), "--checks", "layout")
     assert absent.returncode == 1 and "EC510" in absent.stdout
     assert "has no EAGLE-3 capture for KimiK25ForConditionalGeneration" in absent.stdout
+
+
+# -- EC501's fix: the ids to paste, or what to retrain on ------------------------------------
+
+
+def _ec501(found):
+    return [f for f in found if f.code == "EC501"]
+
+
+def test_ec501_names_the_ids_that_serve_the_trained_layers(tmp_path):
+    # Llama 0.5.13+: id k feeds residual:k+1, so residual 2, 4, 5 need ids [1, 3, 4]
+    (ec501,) = _ec501(_case(tmp_path, serving="  aux_layer_ids: [2, 4, 5]\n"))
+    assert ec501.hint == (
+        'SGLang 0.5.13..0.5.23: set "eagle_config": {"eagle_aux_hidden_state_layer_ids": '
+        "[1, 3, 4]} in the draft's config.json and aux_layer_ids: [1, 3, 4] in serving "
+        "(the same ids on every SGLang version in >=0.5.13)"
+    )
+
+
+def test_ec501_fix_from_the_engine_default_goes_into_the_draft_config(tmp_path):
+    draft_dir(tmp_path, {"hidden_size": 64})
+    text = BASE.replace("residual:4}", "residual:3}") + "  draft_config: draft/config.json\n"
+    (ec501,) = _ec501(findings_of(tmp_path, text))
+    assert '"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 2, 4]}' in ec501.hint
+    assert "aux_layer_ids" not in ec501.hint.replace("eagle_aux_hidden_state_layer_ids", "")
+
+
+def test_ec501_says_what_to_retrain_on_when_no_ids_can(tmp_path):
+    text = BASE.replace("{layer: residual:2}", "{layer: embed}") + "  aux_layer_ids: [1, 3, 4]\n"
+    (ec501,) = _ec501(findings_of(tmp_path, text))
+    assert ec501.hint.startswith(
+        "SGLang 0.5.13..0.5.23 on LlamaForCausalLM: no ids make it feed embed; retrain on "
+        "residual:1, residual:4, residual:5 (the nearest it can feed), then set "
+        '"eagle_config": {"eagle_aux_hidden_state_layer_ids": [0, 3, 4]}'
+    )
+
+
+def test_ec501_on_vllm_finds_the_embedding_id(tmp_path):
+    text = BASE.replace("{layer: residual:2}", "{layer: embed}").replace(
+        'engine: sglang\n  version: ">=0.5.13"', "engine: vllm"
+    )
+    (ec501,) = _ec501(findings_of(tmp_path, text + "  aux_layer_ids: [2, 4, 5]\n"))
+    assert ec501.hint == (
+        'vLLM: set "eagle_aux_hidden_state_layer_ids": [0, 4, 5] in the draft\'s config.json '
+        "and aux_layer_ids: [0, 4, 5] in serving"
+    )
+
+
+def test_kimi_ec501_end_to_end_says_what_to_retrain_on(tmp_path, cli):
+    res = cli("check", CONTRACTS / "kimi-k2.5-eagle3.yaml", "--checks", "layout")
+    assert res.returncode == 1
+    hint = next(line for line in res.stdout.splitlines() if "no ids make it feed" in line)
+    assert hint.strip() == (
+        "hint: SGLang 0.5.13..0.5.23 on KimiK25ForConditionalGeneration: no ids make it feed "
+        "embed; retrain on residual:2, residual:3, residual:31 (the nearest it can feed), then "
+        'set "eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 3, 31]} in the '
+        "draft's config.json and aux_layer_ids: [2, 3, 31] in serving"
+    )
+
+
+def test_kimi_fix_per_version_prefers_ids_that_serve_every_version(tmp_path, cli):
+    # 0.5.10..0.5.12 add 1 to every id; 0.5.13+ add 1 only when the first id is 1:
+    # [1, 29, 57] feeds residual 2, 30, 58 on both, [2, 30, 58] only on 0.5.13+
+    res = cli("check", fixed_kimi(tmp_path, ">=0.5.10"), "--checks", "layout")
+    pasted = '"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 29, 57]}'
+    every = "(the same ids on every SGLang version in >=0.5.10)"
+    for label in ("0.5.10", "0.5.11..0.5.12"):
+        assert f"hint: SGLang {label}: set {pasted} in the draft's config.json" in res.stdout
+    assert res.stdout.count(every) == 2
+    one = cli("check", fixed_kimi(tmp_path, "0.5.12"), "--checks", "layout")
+    assert f"hint: SGLang 0.5.12: set {pasted} in the draft's config.json and aux" in one.stdout

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -89,7 +90,7 @@ def test_silently_dropped_layer_is_said(cli):
         30,
         60,
     )
-    assert code == 0 and out["layers"] == ["residual:3", "residual:31"]
+    assert code == 1 and out["layers"] == ["residual:3", "residual:31"]  # a finding: exit 1
     assert out["problems"][0]["code"] == "EC511"
 
 
@@ -112,7 +113,7 @@ def test_text_output(cli):
         "table",
     )
     assert res.returncode == 0
-    assert "  0    2         2         residual:2" in res.stdout
+    assert re.search(r"^\s+0\s+2\s+2\s+residual:2$", res.stdout, re.M)
     assert "rule deepseek" in res.stdout
 
 
@@ -150,3 +151,114 @@ def test_each_engine_says_its_default_ids():
         "eagle": [2, 30, 58],
         "hf": None,
     }
+
+
+# -- the inverse: which ids make an engine feed given layers ---------------------------------
+
+
+def _layers(*names):
+    from pytest_eagle_contract.layers import Layer
+
+    return [Layer.parse(n) for n in names]
+
+
+@pytest.mark.parametrize(
+    ("engine", "arch", "version", "layers", "ids"),
+    [
+        # the Kimi/DeepSeek case: SGLang 0.5.13+ feeds residual:2, 30, 58 for ids [2, 30, 58]
+        ("sglang", "DeepseekV3ForCausalLM", "0.5.14", ["residual:2", "residual:30", "residual:58"],
+         (2, 30, 58)),
+        # before PR #25454 every id gets +1
+        ("sglang", "DeepseekV3ForCausalLM", "0.5.9", ["residual:2", "residual:30", "residual:58"],
+         (1, 29, 57)),
+        ("sglang", "KimiK25ForConditionalGeneration", "0.5.23",
+         ["residual:3", "residual:31", "residual:59"], (3, 31, 59)),
+        ("sglang", "LlamaForCausalLM", "0.5.23", ["residual:3", "residual:31", "residual:59"],
+         (2, 30, 58)),
+        ("sglang", "GptOssForCausalLM", "0.5.23", ["residual:1", "residual:30", "residual:61"],
+         (1, 30, 61)),
+        ("vllm", None, None, ["embed", "residual:3", "residual:31"], (0, 3, 31)),
+        ("vllm", None, None, ["residual:2", "residual:30", "residual:61"], (2, 30, 61)),
+    ],
+)
+def test_ids_for_finds_the_ids_that_resolve_to_the_layers(engine, arch, version, layers, ids):
+    from pytest_eagle_contract.engines.resolve import get_engine, resolve
+
+    wanted = _layers(*layers)
+    assert get_engine(engine).ids_for(wanted, 61, arch, version) == ids
+    assert list(resolve(engine, 61, ids, arch, version).layers) == wanted
+
+
+@pytest.mark.parametrize(
+    ("arch", "version", "nearest", "ids"),
+    [
+        # no SGLang id captures index 0 (residual is None before layer 0); DeepSeek 0.5.13+
+        # uses ascending ids as given unless the first is 1 (then +1): residual:1 is out too
+        ("DeepseekV3ForCausalLM", "0.5.14", ["residual:2", "residual:3", "residual:31"],
+         (2, 3, 31)),
+        ("KimiK25ForConditionalGeneration", "0.5.12", ["residual:1", "residual:3", "residual:31"],
+         (0, 2, 30)),
+        ("LlamaForCausalLM", "0.5.23", ["residual:1", "residual:3", "residual:31"], (0, 2, 30)),
+    ],
+)
+def test_no_sglang_ids_feed_the_embedding_and_the_nearest_is_named(arch, version, nearest, ids):
+    from pytest_eagle_contract.engines.resolve import get_engine
+
+    sglang, trained = get_engine("sglang"), _layers("embed", "residual:3", "residual:31")
+    assert sglang.ids_for(trained, 61, arch, version) is None
+    best = sglang.reachable(trained, 61, arch, version)[0]
+    assert list(best.layers) == _layers(*nearest) and best.ids == ids
+
+
+def test_ids_for_respects_sorting_dedup_and_the_layer_loop():
+    from pytest_eagle_contract.engines.resolve import get_engine
+
+    sglang, vllm = get_engine("sglang"), get_engine("vllm")
+    llama = (61, "LlamaForCausalLM", "0.5.23")
+    assert sglang.ids_for(_layers("residual:31", "residual:3", "residual:59"), *llama) is None
+    assert sglang.ids_for(_layers("residual:3", "residual:3", "residual:59"), *llama) is None
+    assert vllm.ids_for(_layers("residual:3", "residual:3", "residual:59"), 61, None, None) is None
+    # residual:61 (pre-norm last layer) is past SGLang's generic loop; vLLM serves it
+    assert sglang.ids_for(_layers("residual:2", "residual:30", "residual:61"), *llama) is None
+    assert [str(x) for x in sglang.reachable(_layers("final_norm"), *llama)[0].layers] == [
+        "residual:60"
+    ]
+    assert vllm.ids_for(_layers("residual:2", "residual:30", "final_norm"), 61, None, None) is None
+
+
+@pytest.mark.parametrize(
+    ("engine", "arch", "version"),
+    [
+        ("sglang", "LlamaForCausalLM", "0.5.23"),
+        ("sglang", "DeepseekV3ForCausalLM", "0.5.14"),
+        ("sglang", "DeepseekV3ForCausalLM", "0.5.9"),
+        ("sglang", "GptOssForCausalLM", "0.5.23"),
+        ("sglang", "Qwen3MoeForCausalLM", "0.5.23"),
+        ("vllm", None, None),
+    ],
+)
+def test_ids_for_inverts_resolve(engine, arch, version):
+    from pytest_eagle_contract.engines.base import Engine
+    from pytest_eagle_contract.engines.resolve import get_engine
+    from pytest_eagle_contract.errors import Unservable
+
+    side: Engine = get_engine(engine)
+    for ids in [(1, 2, 3), (1, 10, 20), (2, 16, 29), (5, 6, 30), (0, 15, 31), (3, 17, 32)]:
+        try:
+            served = side.resolve(32, ids, arch, version).layers
+        except Unservable:
+            continue
+        if len(served) == 3:
+            found = side.ids_for(served, 32, arch, version)
+            assert found is not None and side.resolve(32, found, arch, version).layers == served
+
+
+def test_config_line_is_the_key_each_engine_reads():
+    from pytest_eagle_contract.engines.resolve import get_engine
+
+    assert get_engine("sglang").config_line([2, 3, 31]) == (
+        '"eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 3, 31]}'
+    )
+    assert get_engine("vllm").config_line((0, 3, 31)) == (
+        '"eagle_aux_hidden_state_layer_ids": [0, 3, 31]'
+    )

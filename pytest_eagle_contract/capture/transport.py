@@ -85,7 +85,10 @@ def exchange(url: str, body: bytes | None, *, timeout: float, cap: int) -> Reply
             raise
         if location is None:
             return Reply(status, data, url)
-        target = urljoin(url, location)
+        try:
+            target = urljoin(url, location)
+        except ValueError:  # a Location that is no URL
+            target = location
         if _origin(target) != origin:
             raise CaptureError("EC705", f"{url} redirects to {target[:200]!r}, another host: "
                                "not followed", "if that server is the one, give its address "

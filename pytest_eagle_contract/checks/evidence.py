@@ -101,6 +101,17 @@ def vocabulary_problem(input_ids: torch.Tensor, target: TargetModel) -> str:
     return ""
 
 
+def length_problem(slots: list[Any], input_ids: torch.Tensor) -> str:
+    """Why the slots cannot be compared position by position with the ids, if they cannot."""
+    for slot in slots:
+        if slot.tensor.dim() < 1 or slot.tensor.shape[0] != input_ids.shape[0]:
+            return (
+                f"slot {slot.index} ({slot.source}) has {slot.tensor.shape[0] if slot.tensor.dim() else 0}"
+                f" rows beside {input_ids.shape[0]} input ids (EC202)"
+            )
+    return ""
+
+
 def width_problem(slots: list[Any], target: TargetModel) -> str:
     for slot in slots:
         if slot.tensor.shape[-1] != target.hidden_size:
@@ -199,8 +210,11 @@ def check_evidence(
         return out
     ids, mask = sample.input_ids, sample.loss_mask
     slots = [s for s in shard.slots if s.tensor.dim() == 2]
-    if ids is None or len(slots) != len(training.slots):
-        return out  # structure findings say why
+    if ids is None or ids.is_floating_point() or ids.is_complex():
+        return out  # the structure family's EC201 says what the ids are
+    ids = ids.long()  # uint16 and kin compare as int64
+    if len(slots) != len(training.slots) or length_problem(slots, ids):
+        return out  # the structure family's findings (EC202, EC204) say why
     problem = vocabulary_problem(ids, target) or width_problem(slots, target)
     if problem:
         return [

@@ -7,11 +7,13 @@ resolved per engine version to canonical layers. Compared position by position.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..contract.model import Contract, ServingSpec, TrainingSpec
+from ..engines.fixes import ANY, Fixes, runs, span_label
 from ..engines.resolve import Resolution, get_engine, resolve, serving_ids
 from ..engines.sglang_launch import lint_sglang, served_dtype
 from ..errors import EagleContractError, Unservable
@@ -36,37 +38,26 @@ class Span:
 
     @property
     def label(self) -> str:
-        first, last = self.versions[0], self.versions[-1]
-        return first if first == last else f"{first}..{last}"
+        return span_label(self.versions)
 
 
 def _resolve_spans(
     serving: ServingSpec, arch: str | None, num_layers: int, ids: tuple[int, ...] | None
 ) -> list[Span]:
-    versions = [v or "any" for v in get_engine(serving.engine).versions(serving.version)]
-    spans: list[Span] = []
+    versions = [v or ANY for v in get_engine(serving.engine).versions(serving.version)]
+    found: dict[str, tuple[Resolution | None, str | None]] = {}
     for version in versions:
         try:
-            res: Resolution | None = resolve(
-                serving.engine, num_layers, ids, arch, None if version == "any" else version
-            )
-            refused = None
+            asked = None if version == ANY else version
+            found[version] = (resolve(serving.engine, num_layers, ids, arch, asked), None)
         except Unservable as exc:
-            res, refused = None, str(exc)
-        key = (None if res is None else (res.layers, res.problems, res.source), refused)
-        if spans:
-            last = spans[-1]
-            last_key = (
-                None
-                if last.resolution is None
-                else (last.resolution.layers, last.resolution.problems, last.resolution.source),
-                last.refused,
-            )
-            if last_key == key:
-                last.versions.append(version)
-                continue
-        spans.append(Span([version], res, refused))
-    return spans
+            found[version] = (None, str(exc))
+
+    def key(version: str) -> object:
+        res, refused = found[version]
+        return None if res is None else (res.layers, res.problems, res.source), refused
+
+    return [Span(run, *found[run[0]]) for run in runs(versions, key)]
 
 
 class _Report:
@@ -219,6 +210,15 @@ def check_layout(
             )
             + ")"
         )
+    fixes = Fixes(
+        get_engine(serving.engine),
+        [v for span in spans for v in span.versions],
+        fc_layers,
+        L,
+        arch,
+        serving.version,
+        serving.aux_layer_ids is not None,
+    )
     for span in spans:
         engine = f"{serving.engine} {span.label}" if serving.engine == "sglang" else serving.engine
         if span.resolution is None:
@@ -232,7 +232,8 @@ def check_layout(
         res = span.resolution
         for p in res.problems:
             report.add(p.code, f"{engine}: {p.message}", "serving")
-        _compare(report, training, res, fc_layers, engine, fmt, H, stats_of, evidence)
+        fix = functools.partial(fixes.hint, span.versions)
+        _compare(report, training, res, fc_layers, engine, fmt, H, stats_of, evidence, fix)
         _fc_width(report, contract, draft, weights, res, engine, span)
     _dtype(report, contract, serving, serving_args)
     _target_norm(report, training, fmt, L)
@@ -312,6 +313,7 @@ def _compare(
     hidden: int,
     stats_of: Callable[[int], object] | None,
     evidence: str,
+    fix: Callable[[], str],
 ) -> None:
     table = _table(training, res, fmt, engine, fc_layers) + f"\ntraining side: {evidence}"
     if len(fc_layers) != len(res.layers):
@@ -335,6 +337,7 @@ def _compare(
         if h
     ]
     hints += _pattern_hints(fc_layers, list(res.layers))
+    causes = "".join(f"\nlikely cause: {h}" for h in hints)
     report.add(
         "EC501",
         f"the draft's fc is trained on {', '.join(map(str, fc_layers))} but "
@@ -342,8 +345,8 @@ def _compare(
         "training.fc_input",
         expected=", ".join(map(str, res.layers)),
         found=", ".join(map(str, fc_layers)),
-        details=table + f"\nserving source: {res.source}",
-        hint="; ".join(hints) or "capture the layers the engine serves, or change the draft's ids",
+        details=table + f"\nserving source: {res.source}" + causes,
+        hint=fix(),
     )
 
 
@@ -482,9 +485,14 @@ def _run(runner: Runner, unit: Unit) -> list[Finding]:
 
             target = runner.target(contract)
             ids = shard.sample.input_ids
-            if target is not None and runner.reference(contract) and ids is not None:
-                from .evidence import identify
+            from .evidence import identify, length_problem
 
+            if (
+                target is not None
+                and runner.reference(contract)
+                and ids is not None
+                and not length_problem(shard.slots, ids)
+            ):
                 found = identify([s.tensor for s in shard.slots], ids, target)
                 identified = {i.slot: i for i in found}
     return check_layout(contract, runner.serving_args, stats_of, identified)

@@ -27,5 +27,4 @@ FAMILY = CheckFamily(
     codes=("EC801", "EC802"),
     keys=("training.slots",),
     run=_run,
-    default=False,
 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING
 
 from ..findings import Finding, finding
@@ -133,22 +134,22 @@ def check_structure(contract: Contract, shard: Shard) -> list[Finding]:
         if slot.tensor.dim() >= 1:
             lengths[f"slot {slot.index} ({slot.source})"] = int(slot.tensor.shape[0])
     reference = lengths.get(fmt.ids_key)
+    for name, length, majority, agree in _length_outliers(lengths, fmt.ids_key):
+        add(
+            finding(
+                "EC202",
+                f"{name} has {length} entries beside {majority} in {', '.join(agree)}",
+                key="training.sequence",
+                expected=f"{majority} (as {', '.join(agree)})",
+                found=length,
+                hint="a generator truncated one and not the others "
+                "(e.g. prompts cut to max_model_len - 1, mask left whole): "
+                f"regenerate {name} with {majority} entries",
+                contract=contract,
+                file=shard.label,
+            )
+        )
     if reference is not None:
-        for name, length in lengths.items():
-            if length != reference:
-                add(
-                    finding(
-                        "EC202",
-                        f"{name} has {length} entries beside {reference} {fmt.ids_key}",
-                        key="training.sequence",
-                        expected=reference,
-                        found=length,
-                        hint="a generator truncated one and not the other "
-                        "(e.g. prompts cut to max_model_len - 1, mask left whole)",
-                        contract=contract,
-                        file=shard.label,
-                    )
-                )
         row = sample.dataset_row
         if row is not None and ids is not None:
             row_ids = row.get("input_ids")
@@ -182,6 +183,21 @@ def check_structure(contract: Contract, shard: Shard) -> list[Finding]:
                 )
             )
     return out
+
+
+def _length_outliers(
+    lengths: dict[str, int], ids_key: str
+) -> list[tuple[str, int, int, list[str]]]:
+    """Each key whose length differs from the majority's (ties go to the ids' length), with
+    that majority length and the keys that hold it."""
+    if not lengths:
+        return []
+    counts = Counter(lengths.values())
+    top = max(counts.values())
+    tied = [n for n, c in counts.items() if c == top]
+    majority = lengths[ids_key] if lengths.get(ids_key) in tied else tied[0]
+    agree = [k for k, n in lengths.items() if n == majority]
+    return [(k, n, majority, agree) for k, n in lengths.items() if n != majority]
 
 
 def _count_hint(found: int, expected: int) -> str:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from ..findings import Finding, finding
+from ..shards.reading import as_numbers
 from .family import CheckFamily, training_spec
 
 if TYPE_CHECKING:
+    import torch
+
     from ..contract.model import Contract
     from ..shards.shard import Shard
 
@@ -19,10 +23,12 @@ def check_values(contract: Contract, shard: Shard) -> list[Finding]:
     sample = shard.sample
     assert sample is not None
     out: list[Finding] = []
-    ids, mask = sample.input_ids, sample.loss_mask
+    ids, mask = _numbers(sample.input_ids), _numbers(sample.loss_mask)
     vocab = contract.target.vocab_size
     if ids is not None and ids.numel():
-        bad = ((ids < 0) | (ids >= vocab)) if vocab else (ids < 0)
+        bad = (ids < 0) | (ids >= vocab) if vocab else (ids < 0)
+        if ids.is_floating_point():  # NaN, Inf or a fraction is no token id either
+            bad |= ~torch.isfinite(ids) | (ids != ids.round())
         if bool(bad.any()):
             first = int(bad.nonzero()[0, 0])
             out.append(
@@ -31,7 +37,7 @@ def check_values(contract: Contract, shard: Shard) -> list[Finding]:
                     f"{int(bad.sum())} input ids outside the vocabulary, first at position {first}",
                     key="target.vocab_size",
                     expected=f"[0, {vocab})" if vocab else ">= 0",
-                    found=f"{int(ids[first])} (min {int(ids.min())}, max {int(ids.max())})",
+                    found=f"{_text(ids[first])} (min {_text(ids.min())}, max {_text(ids.max())})",
                     hint="the shard was tokenized with another tokenizer, or vocab_size is wrong",
                     contract=contract,
                     file=shard.label,
@@ -41,7 +47,7 @@ def check_values(contract: Contract, shard: Shard) -> list[Finding]:
         not_binary = (mask != 0) & (mask != 1)
         if bool(not_binary.any()):
             first = int(not_binary.nonzero()[0, 0])
-            values = sorted({int(v) for v in torch.unique(mask)[:8]})
+            values = [_text(v) for v in torch.unique(mask)[:8]]
             out.append(
                 finding(
                     "EC302",
@@ -89,6 +95,18 @@ def check_values(contract: Contract, shard: Shard) -> list[Finding]:
                 )
             )
     return out
+
+
+def _numbers(t: torch.Tensor | None) -> torch.Tensor | None:
+    """ids or mask in a dtype every comparison takes; None when there are none or they are
+    complex (the structure family's EC201 says what was found and what is expected)."""
+    return None if t is None else as_numbers(t)
+
+
+def _text(v: torch.Tensor) -> int | str:
+    """One value: an int when it is one, else its float text (nan, inf, 0.5)."""
+    x = v.item()
+    return int(x) if isinstance(x, int) or (math.isfinite(x) and x == int(x)) else str(x)
 
 
 FAMILY = CheckFamily(

@@ -1,14 +1,22 @@
-"""``eagle-contract infer``: draft a contract from shards the user trusts."""
+"""``eagle-contract infer``: draft a contract from shards the user trusts.
+
+Bounds (docs/first-contract.md): each slot's norm bounds reach beyond the range of its
+per-shard medians by that range again (at least ``MIN_MARGIN``), and never past
+``GAP_SHARE`` of the gap to another slot's medians, so slots whose medians are apart get
+bounds that are apart. Slots whose medians overlap cannot be told apart by norms: the
+draft names the evidence that can (a reference capture of the target) and uses it when
+``--target-model`` is given. Every draft is run through the sharpness self-test.
+"""
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..errors import ShardReadError, UsageError
+from ..errors import EagleContractError, ShardReadError, Unservable, UsageError
 from ..layers import Layer
 from ..shards.discovery import Sampling, choose, discover
 from ..shards.formats import FORMATS
@@ -16,7 +24,14 @@ from ..shards.reading import dtype_name, read_sample
 from ..stats import norm_stats
 from .model import schema_path
 
+if TYPE_CHECKING:
+    import torch
+
+    from ..models.target import TargetModel
+
 MIN_MARGIN = 0.05  # bounds reach at least 5 % beyond the observed medians
+GAP_SHARE = 0.45  # and at most this share of the gap to another slot's medians
+IDENTIFY_MAX_ERROR = 0.05  # a slot is named by identification below this relative error
 
 
 def default_layers(
@@ -26,7 +41,7 @@ def default_layers(
     return FORMATS[format].default_layers(num_layers, metadata, arch)
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Observed:
     format: str
     hidden_size: int
@@ -37,6 +52,7 @@ class _Observed:
     metadata: dict[str, Any]
     ids_dtype: str
     mask_dtype: str
+    probe: tuple[torch.Tensor, list[torch.Tensor]] | None = field(default=None, repr=False)
 
 
 def observe(paths: Sequence[Path], format: str, hidden_size: int | None) -> _Observed:
@@ -47,14 +63,15 @@ def observe(paths: Sequence[Path], format: str, hidden_size: int | None) -> _Obs
     hidden = hidden_size
     metadata: dict[str, Any] = {}
     ids_dtype = mask_dtype = "int64"
+    probe = None
     for path in paths:
         try:
             sample = read_sample(path, format)
         except ShardReadError as exc:
             raise UsageError(f"{path}: {exc.code} {exc.message}: infer needs good shards") from None
         if hidden is None:
-            probe, _ = sample.slots(None)
-            hidden = int(probe[-1].tensor.shape[-1]) if probe else None
+            first, _ = sample.slots(None)
+            hidden = int(first[-1].tensor.shape[-1]) if first else None
         slots, problems = sample.slots(hidden)
         if problems:
             raise UsageError(f"{path}: {'; '.join(problems)}: pass --hidden-size")
@@ -74,22 +91,58 @@ def observe(paths: Sequence[Path], format: str, hidden_size: int | None) -> _Obs
                 mask_dtype = dtype_name(sample.loss_mask.dtype)
         for slot in slots:
             medians[slot.index].append(norm_stats(slot.tensor).median)
-        if sample.input_ids is not None:
-            lengths.append(int(sample.input_ids.numel()))
-    assert hidden is not None
+        ids = sample.input_ids
+        if ids is not None:
+            lengths.append(int(ids.numel()))
+            states = [s.tensor for s in slots]
+            if probe is None and all(s.dim() == 2 and s.shape[0] == ids.numel() for s in states):
+                probe = (ids.reshape(-1), states)
+    if hidden is None or not medians:
+        raise UsageError("the shards hold no hidden states: infer needs at least one slot")
     return _Observed(
-        fmt_name, hidden, dtypes, medians, lengths, len(paths), metadata, ids_dtype, mask_dtype
+        fmt_name, hidden, dtypes, medians, lengths, len(paths), metadata, ids_dtype, mask_dtype,
+        probe,
     )
 
 
-def bounds_from(values: list[float]) -> tuple[float, float]:
+def bounds_from(
+    values: list[float], others: Sequence[list[float]] = ()
+) -> tuple[float, float]:
+    """Bounds on a slot's median norm from its per-shard ``values``: their range widened by
+    itself on each side (at least ``MIN_MARGIN``), cut to ``GAP_SHARE`` of the gap to each
+    of ``others`` (other slots' per-shard medians) whose range does not meet this one."""
     lo, hi = min(values), max(values)
     center = statistics.median(values)
     margin = max(MIN_MARGIN, (hi - lo) / center if center else MIN_MARGIN)
-    return lo / (1 + margin), hi * (1 + margin)
+    low, high = lo / (1 + margin), hi * (1 + margin)
+    for other in others:
+        olo, ohi = min(other), max(other)
+        if olo > hi:
+            high = min(high, hi + GAP_SHARE * (olo - hi))
+        elif ohi < lo:
+            low = max(low, lo - GAP_SHARE * (lo - ohi))
+    return low, high
 
 
-def infer_contract(
+def _apart(a: list[float], b: list[float]) -> bool:
+    return max(a) < min(b) or max(b) < min(a)
+
+
+@dataclass(frozen=True)
+class Draft:
+    """A drafted contract, what infer has to tell about it, and whether it is sharp."""
+
+    text: str
+    notes: tuple[str, ...] = ()
+    sharp: bool = True
+
+
+def infer_contract(paths: Sequence[Path], *, name: str, **options: Any) -> str:
+    """The text of a drafted contract (YAML with comments); see :func:`draft_contract`."""
+    return draft_contract(paths, name=name, **options).text
+
+
+def draft_contract(
     paths: Sequence[Path],
     *,
     name: str,
@@ -103,88 +156,274 @@ def infer_contract(
     seed: int = 0,
     shards_ref: str | None = None,
     schema_ref: str | None = None,
-) -> str:
-    """The text of a drafted contract (YAML with comments)."""
+    target_model: Path | None = None,
+    draft: Path | None = None,
+    model_ref: str | None = None,
+    draft_ref: str | None = None,
+    where: Path | None = None,
+) -> Draft:
+    """Draft a contract from ``paths``; ``target_model`` (an HF directory) supplies L, H,
+    vocab and arch (the explicit options override them) and names the slots; ``draft``
+    (the draft's directory or config.json) supplies the serving side's aux ids."""
+    target = None
+    if target_model is not None:
+        from ..models.target import TargetModel
+
+        target = TargetModel.open(target_model)
+        num_layers = num_layers or target.num_layers
+        hidden_size = hidden_size or target.hidden_size
+        vocab_size = vocab_size or target.vocab_size
+        arch = arch or target.arch
     files = [f for p in paths for f in discover(Path(p), format)]
     if not files:
         raise UsageError("no shard files found under " + ", ".join(map(str, paths)))
-    files = choose(files, sample, seed)
-    obs = observe(files, format, hidden_size)
+    obs = observe(choose(files, sample, seed), format, hidden_size)
+    named, why = _name_slots(obs, layers, num_layers, arch, target)
+    L = num_layers or max((ly.index for ly in named), default=1) or 1
+    d = _Drafting(obs, named, why, name, L, arch, vocab_size, shards_ref, schema_ref)
+    serving = _serving(d, draft, draft_ref)
+    model = None if target_model is None else (model_ref or str(target_model.resolve()))
+    path = where or Path("drafted.yaml")
+    plain = _judge(d.text(model, False, serving), path)
+    if plain.sharp or model is None:
+        return Draft(plain.text, (*d.overlap_notes(model is not None), *plain.notes), plain.sharp)
+    evidence = _judge(d.text(model, True, serving), path)
+    return Draft(evidence.text, evidence.notes, evidence.sharp)
+
+
+def _judge(text: str, path: Path) -> Draft:
+    """``text`` with the sharpness self-test's verdict on it."""
+    from ..sharpness.selftest import sharpness
+    from .model import parse_contract
+
+    try:
+        findings = sharpness(parse_contract(text, path)).findings
+    except EagleContractError:
+        return Draft(text)  # the caller's validation says why
+    notes = tuple(f"{f.code} {f.message}" + (f"; {f.hint}" if f.hint else "") for f in findings)
+    return Draft(text, notes, not findings)
+
+
+def _name_slots(
+    obs: _Observed,
+    layers: Sequence[str] | None,
+    num_layers: int | None,
+    arch: str | None,
+    target: TargetModel | None,
+) -> tuple[list[Layer], list[str]]:
+    """Each slot's layer and why: --layers, else identification, else the trainer's defaults."""
     n = len(obs.medians)
     if layers:
         try:
             named = [Layer.parse(x) for x in layers]
         except ValueError as exc:
             raise UsageError(f"--layers: {exc}") from None
-    elif obs.metadata.get("hidden_states", {}).get("layer_ids") or num_layers:
-        named = default_layers(obs.format, num_layers or 0, obs.metadata, arch)
-    else:
-        raise UsageError(
-            "cannot name the slots' layers: pass --layers (one per slot, e.g. "
-            "residual:2 residual:16 residual:29 final_norm) or --num-layers for "
-            f"the {obs.format} defaults"
-        )
+        _check_count(n, named)
+        return named, ["as --layers says"] * n
+    defaults: list[Layer] | None = None
+    if obs.metadata.get("hidden_states", {}).get("layer_ids") or num_layers:
+        defaults = default_layers(obs.format, num_layers or 0, obs.metadata, arch)
+        _check_count(n, defaults)
+    found = _identified(obs, target)
+    named, why = [], []
+    for i in range(n):
+        if i in found:
+            named.append(found[i][0])
+            why.append(found[i][1])
+        elif defaults is not None:
+            named.append(defaults[i])
+            why.append(f"{obs.format} default")
+        else:
+            raise UsageError(
+                "cannot name the slots' layers: pass --target-model DIR (identifies them), "
+                "--layers (one per slot, e.g. residual:2 residual:16 residual:29 final_norm) "
+                f"or --num-layers for the {obs.format} defaults"
+            )
+    return named, why
+
+
+def _check_count(n: int, named: list[Layer]) -> None:
     if len(named) != n:
         raise UsageError(
             f"the shards hold {n} slots but {len(named)} layers were named: "
             + " ".join(map(str, named))
         )
-    L = num_layers or max((ly.index for ly in named), default=1) or 1
-    target_slot = n - 1 if n > 1 else None
-    out = [
-        f"# yaml-language-server: $schema={schema_ref or schema_path()}",
-        f"# Drafted by `eagle-contract infer` from {obs.shards} shard(s). Review every line:",
-        "# the layer names are what you told infer (or the trainer's defaults); the bounds",
-        "# are measured.",
-        f"contract: {name}",
-        "version: 1",
-        "target:",
-    ]
-    if arch:
-        out.append(f"  arch: {arch}")
-    out += [
-        f"  num_hidden_layers: {L}" + ("" if num_layers else "  # TODO: set from config.json"),
-        f"  hidden_size: {obs.hidden_size}",
-    ]
-    if vocab_size:
-        out.append(f"  vocab_size: {vocab_size}")
-    else:
-        out.append("  # vocab_size: ...   # set it to check input ids against the vocabulary")
-    out += [f"  dtype: {obs.dtypes[0]}", "training:", f"  format: {obs.format}"]
-    if shards_ref:
-        out.append(f"  shards: {shards_ref}")
-    out.append("  slots:  # stored order; norm = bounds on the median per-token L2 norm")
-    for i, (layer, dtype, values) in enumerate(zip(named, obs.dtypes, obs.medians)):
-        lo, hi = bounds_from(values)
-        dtype_part = "" if dtype == obs.dtypes[0] else f", dtype: {dtype}"
-        out.append(
-            f"    - {{layer: {layer}{dtype_part}, norm: {{min: {lo:.6g}, max: {hi:.6g}}}}}"
-            f"  # slot {i}: medians {min(values):.6g}..{max(values):.6g}"
-        )
-    if target_slot is not None:
-        fc = [i for i in range(n) if i != target_slot]
-        out += [
-            f"  fc_input: [{', '.join(map(str, fc))}]  # slots the trainer concatenates",
-            f"  target_slot: {target_slot}",
-        ]
-    if obs.ids_dtype != "int64" or obs.mask_dtype != "int64":
-        out += [
-            f"  input_ids: {{dtype: {obs.ids_dtype}}}",
-            f"  loss_mask: {{dtype: {obs.mask_dtype}}}",
-        ]
-    overlaps = _overlaps([bounds_from(v) for v in obs.medians])
-    for a, b in overlaps:
-        out.append(
-            f"# WARNING: the norm bounds of slots {a} and {b} overlap: a swap of these two "
-            "would pass; add evidence (issue: serving layout) or tighten them."
-        )
-    return "\n".join(out) + "\n"
 
 
-def _overlaps(bounds: list[tuple[float, float]]) -> list[tuple[int, int]]:
-    return [
-        (i, j)
-        for i in range(len(bounds))
-        for j in range(i + 1, len(bounds))
-        if bounds[i][0] <= bounds[j][1] and bounds[j][0] <= bounds[i][1]
-    ]
+def _identified(obs: _Observed, target: TargetModel | None) -> dict[int, tuple[Layer, str]]:
+    """Slots named by a reference capture of the target on the first usable shard."""
+    if target is None or obs.probe is None:
+        return {}
+    from ..checks.evidence import identify
+
+    ids, states = obs.probe
+    if obs.hidden_size != target.hidden_size:
+        raise UsageError(
+            f"the shards' states are {obs.hidden_size} wide, {target.path} has hidden_size "
+            f"{target.hidden_size}: not this target's shards"
+        )
+    if ids.numel() and int(ids.max()) >= int(target.embedding.shape[0]):
+        return {}
+    return {
+        i.slot: (i.best.layer, f"identified: rel. error {i.best.rel_error:.2g}, "
+                 f"runner-up {i.runner_up.layer} {i.runner_up.rel_error:.2g}")
+        for i in identify(states, ids, target)
+        if i.best.rel_error <= IDENTIFY_MAX_ERROR
+    }
+
+
+@dataclass(frozen=True)
+class _Drafting:
+    obs: _Observed
+    named: list[Layer]
+    why: list[str]
+    name: str
+    num_layers: int
+    arch: str | None
+    vocab_size: int | None
+    shards_ref: str | None
+    schema_ref: str | None
+
+    @property
+    def fc(self) -> list[int]:
+        n = len(self.named)
+        return [i for i in range(n - 1)] if n > 1 else []
+
+    def bounds(self, i: int) -> tuple[float, float]:
+        m = self.obs.medians
+        return bounds_from(m[i], [v for j, v in enumerate(m) if j != i])
+
+    def together(self) -> list[tuple[int, int]]:
+        """Pairs of slots whose per-shard medians overlap: norms cannot tell them apart."""
+        m = self.obs.medians
+        return [
+            (i, j)
+            for i in range(len(m))
+            for j in range(i + 1, len(m))
+            if not _apart(m[i], m[j])
+        ]
+
+    def overlap_notes(self, has_model: bool) -> list[str]:
+        m = self.obs.medians
+        return [
+            f"slots {i} ({self.named[i]}) and {j} ({self.named[j]}) have overlapping per-shard "
+            f"median norms [{min(m[i]):.4g}, {max(m[i]):.4g}] and [{min(m[j]):.4g}, "
+            f"{max(m[j]):.4g}]: norms cannot tell them apart; "
+            + ("the target model did not either" if has_model else
+               "pass --target-model DIR (a reference capture names each slot) or verify "
+               "against a serving capture (check --captures DIR or --sglang-url)")
+            for i, j in self.together()
+        ]
+
+    def text(self, model: str | None, reference: bool, serving: list[str]) -> str:
+        obs, n = self.obs, len(self.named)
+        out = [
+            f"# yaml-language-server: $schema={self.schema_ref or schema_path()}",
+            f"# Drafted by `eagle-contract infer` from {obs.shards} shard(s). Review every line:",
+            "# each slot's layer says where it came from; the bounds are measured (the range of",
+            "# the per-shard medians, widened by itself, cut short of other slots' medians).",
+            f"contract: {self.name}",
+            "version: 1",
+            "target:",
+        ]
+        if self.arch:
+            out.append(f"  arch: {self.arch}")
+        out += [f"  num_hidden_layers: {self.num_layers}", f"  hidden_size: {obs.hidden_size}"]
+        if self.vocab_size:
+            out.append(f"  vocab_size: {self.vocab_size}")
+        else:
+            out.append("  # vocab_size: ...   # set it to check input ids against the vocabulary")
+        out.append(f"  dtype: {obs.dtypes[0]}")
+        if model is not None:
+            out.append(f"  model: {model}")
+        if reference:
+            pairs = ", ".join(f"{i} and {j}" for i, j in self.together()) or "some"
+            out.append(f"  reference_capture: true  # slots {pairs}: norms alone cannot tell "
+                       "them apart, a run of the target on each shard's tokens does")
+        out += ["training:", f"  format: {obs.format}"]
+        if self.shards_ref:
+            out.append(f"  shards: {self.shards_ref}")
+        out.append("  slots:  # stored order; norm = bounds on the median per-token L2 norm")
+        for i, (layer, dtype, values) in enumerate(zip(self.named, obs.dtypes, obs.medians)):
+            lo, hi = self.bounds(i)
+            dtype_part = "" if dtype == obs.dtypes[0] else f", dtype: {dtype}"
+            out.append(
+                f"    - {{layer: {layer}{dtype_part}, norm: {{min: {lo:.6g}, max: {hi:.6g}}}}}"
+                f"  # slot {i}: {self.why[i]}; medians {min(values):.6g}..{max(values):.6g}"
+            )
+        if n > 1:
+            out += [
+                f"  fc_input: [{', '.join(map(str, self.fc))}]  # slots the trainer concatenates",
+                f"  target_slot: {n - 1}",
+            ]
+        if obs.ids_dtype != "int64" or obs.mask_dtype != "int64":
+            out += [
+                f"  input_ids: {{dtype: {obs.ids_dtype}}}",
+                f"  loss_mask: {{dtype: {obs.mask_dtype}}}",
+            ]
+        if not reference:
+            out += [f"# WARNING: {note}" for note in self.overlap_notes(model is not None)]
+        return "\n".join(out + serving) + "\n"
+
+
+def _serving(d: _Drafting, draft: Path | None, draft_ref: str | None) -> list[str]:
+    """A ``serving`` section for SGLang whose aux ids feed the draft the fc input's layers:
+    the draft config's ids, else the engine's default or the ids that give those layers."""
+    want = tuple(d.named[i] for i in d.fc)
+    if not want:
+        return []
+    if draft is not None:
+        from ..engines.resolve import ENGINES
+        from ..models.draft import read_draft_config
+
+        ids = ENGINES["sglang"].draft_ids(read_draft_config(draft))
+        since = _since(d, ids, want)
+        ref = draft_ref or str(draft.resolve())
+        return [
+            "serving:",
+            "  engine: sglang",
+            f"  version: \"{since or '>=' + _newest()}\""
+            + ("" if since else "  # no version feeds the fc input's layers: see EC501"),
+            *([f"  arch: {d.arch}"] if d.arch else []),
+            f"  draft_config: {ref}  # aux ids {list(ids) if ids else 'the default'}",
+        ]
+    ks = [x.index for x in want]
+    for ids in (None, tuple(k - 1 for k in ks), tuple(ks)):
+        since = _since(d, ids, want)
+        if since:
+            return [
+                "serving:",
+                "  engine: sglang",
+                f"  version: \"{since}\"  # the releases that feed the draft these layers",
+                *([f"  arch: {d.arch}"] if d.arch else []),
+                "  # aux_layer_ids: none, SGLang's default capture feeds these layers"
+                if ids is None
+                else f"  aux_layer_ids: {list(ids)}  # the draft's eagle_config."
+                "eagle_aux_hidden_state_layer_ids",
+            ]
+    return [f"# serving: no aux ids make sglang feed {', '.join(map(str, want))}; write it by "
+            "hand (eagle-contract resolve)"]
+
+
+def _newest() -> str:
+    from ..engines.sglang_table import NEWEST
+
+    return NEWEST
+
+
+def _since(d: _Drafting, ids: tuple[int, ...] | None, want: tuple[Layer, ...]) -> str | None:
+    """``>=V`` for the oldest release V from which every release up to the newest feeds
+    ``want`` for ``ids``; None when the newest does not."""
+    from ..engines.resolve import resolve
+    from ..engines.sglang_table import RELEASES
+
+    oldest = None
+    for version in reversed(RELEASES):
+        try:
+            res = resolve("sglang", d.num_layers, ids, d.arch, version)
+        except Unservable:
+            break
+        if res.layers != want or res.problems:
+            break
+        oldest = version
+    return None if oldest is None else f">={oldest}"

@@ -3,19 +3,23 @@
 An :class:`Engine` owns everything known about one side: the releases it knows and how a
 version spec expands to them, the draft ``config.json`` keys it reads its aux ids from, its
 default ids, how many aux states it builds the draft's fc for, and ``resolve``: the side's
-ids mapped onto canonical layers, in the order it concatenates them.
+ids mapped onto canonical layers, in the order it concatenates them. ``reachable`` and
+``ids_for`` run ``resolve`` backwards: which ids make the side feed given layers.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import importlib.util
+import itertools
+import json
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from ..errors import Problem
+from ..errors import Problem, Unservable
 from ..layers import Layer
 
 if TYPE_CHECKING:
@@ -69,8 +73,10 @@ def eagle3_default_ids(num_layers: int) -> list[int]:
     return [2, num_layers // 2, num_layers - 3]
 
 
+@functools.cache
 def installed_version(distribution: str) -> str | None:
-    """The installed version of ``distribution`` when it is importable, else None."""
+    """The installed version of ``distribution`` when it is importable, else None (looked up
+    once: ``reachable`` resolves hundreds of candidates)."""
     if importlib.util.find_spec(distribution) is None:
         return None
     try:
@@ -83,6 +89,20 @@ def positions(
     ids: Sequence[int], captures: Sequence[int], layers: Sequence[Layer]
 ) -> tuple[Position, ...]:
     return tuple(Position(i, c, layer) for i, c, layer in zip(ids, captures, layers))
+
+
+def depth(layer: Layer, num_layers: int) -> int:
+    """Where a layer sits in the forward pass: embed 0, residual:k k, final_norm L + 1."""
+    return num_layers + 1 if layer.is_final_norm else layer.index
+
+
+def _distance(a: Sequence[Layer], b: Sequence[Layer], num_layers: int) -> int:
+    return sum(abs(depth(x, num_layers) - depth(y, num_layers)) for x, y in zip(a, b))
+
+
+# Every known rule moves an id at most one layer from the state it captures; candidates for
+# a wanted layer are the ids within this many layers of it.
+_REACH = 3
 
 
 def straight(ids: Sequence[int]) -> tuple[Position, ...]:
@@ -130,3 +150,52 @@ class Engine(ABC):
 
         ``use_installed``: where the installed package can answer for itself (SGLang), let it.
         """
+
+    def reachable(
+        self, layers: Sequence[Layer], num_layers: int, arch: str | None, version: str | None
+    ) -> list[Resolution]:
+        """What this side feeds for ascending ids near ``layers`` (each id within ``_REACH``
+        of its layer), by its own ``resolve``: as many states as ``layers``, closest to them
+        first (exact ones lead), then problem-free, then ids nearest the layers.
+
+        Only ascending ids are tried: the engines concatenate in layer order, and unsorted
+        ids draw EC506 even where a rule would make them work."""
+        wanted = [depth(x, num_layers) for x in layers]
+        windows = [
+            range(max(0, d - _REACH), min(num_layers, d + _REACH) + 1) for d in wanted
+        ]
+        found = []
+        for ids in itertools.product(*windows):
+            if any(a >= b for a, b in itertools.pairwise(ids)):
+                continue
+            try:
+                res = self.resolve(num_layers, ids, arch, version)
+            except Unservable:
+                continue
+            if len(res.layers) == len(layers):
+                found.append(res)
+
+        def key(res: Resolution) -> tuple[int, bool, int, tuple[int, ...]]:
+            ids = res.ids or ()
+            moved = sum(abs(i - d) for i, d in zip(ids, wanted))
+            return (_distance(res.layers, layers, num_layers), bool(res.problems), moved, ids)
+
+        return sorted(found, key=key)
+
+    def ids_for(
+        self, layers: Sequence[Layer], num_layers: int, arch: str | None, version: str | None
+    ) -> tuple[int, ...] | None:
+        """Ids whose resolution is exactly ``layers`` (None: no ids make this side feed them)."""
+        found = self.reachable(layers, num_layers, arch, version)
+        return found[0].ids if found and found[0].layers == tuple(layers) else None
+
+    def config_line(self, ids: Sequence[int]) -> str:
+        """``ids`` as the draft config.json entry this side reads first, ready to paste."""
+        text = json.dumps(list(ids))
+        if not self.id_keys:
+            return text
+        *outer, key = self.id_keys[0].split(".")
+        text = f"{json.dumps(key)}: {text}"
+        for name in reversed(outer):
+            text = f"{json.dumps(name)}: {{{text}}}"
+        return text

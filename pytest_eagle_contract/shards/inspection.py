@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from ..stats import GUESS_WORDS, guess, norm_stats
-from .reading import dtype_name, read_sample
+from .reading import as_numbers, dtype_name, read_sample
 
 
 def inspect_shard(
@@ -23,17 +23,20 @@ def inspect_shard(
     }
     ids, mask = sample.input_ids, sample.loss_mask
     if ids is not None:
+        values = as_numbers(ids)
+        some = values is not None and values.numel() > 0
         report["input_ids"] = {
             "key": sample.format.ids_key,
             "dtype": dtype_name(ids.dtype),
             "length": int(ids.numel()),
-            "min": int(ids.min()) if ids.numel() else None,
-            "max": int(ids.max()) if ids.numel() else None,
+            "min": values.min().item() if values is not None and some else None,
+            "max": values.max().item() if values is not None and some else None,
         }
     if mask is not None:
+        values = as_numbers(mask)
         report["loss_mask"] = {
             "length": int(mask.numel()),
-            "sum": int(mask.sum()),
+            "sum": None if values is None else values.sum().item(),
             "dtype": dtype_name(mask.dtype),
         }
     out_slots = []

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
 import pickle
 import re
 import zipfile
@@ -23,7 +24,11 @@ from .formats import FORMATS, Format, Slot, detect, dtype_name
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["Sample", "Slot", "dtype_name", "read_sample"]
+__all__ = ["Sample", "Slot", "as_numbers", "dtype_name", "read_sample"]
+
+GUNZIP_CAP_ENV = "EAGLE_SHARD_MAX_GUNZIP_BYTES"
+GUNZIP_CAP = 1 << 30  # a .ckpt.gz shard expands to at most 1 GiB unless the env var says more
+_CHUNK = 1 << 20
 
 
 @dataclass
@@ -139,16 +144,7 @@ def _torch_load(path: Path) -> Any:
         return load(source, False) if retry else None
 
     if path.name.endswith(".gz"):
-        try:
-            with gzip.open(path, "rb") as f:
-                data = f.read()
-        except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
-            raise ShardReadError(
-                "EC002",
-                f"gzip stream is truncated or corrupt: {exc}",
-                "the file was probably cut short while writing",
-            ) from None
-        return load(io.BytesIO(data), False)
+        return load(_gunzip(path), False)
     with open(path, "rb") as raw:
         zipped = raw.read(4) == b"PK\x03\x04"
     if zipped and not zipfile.is_zipfile(path):
@@ -158,6 +154,50 @@ def _torch_load(path: Path) -> Any:
             "the file was probably cut short while writing",
         )
     return load(str(path), True)
+
+
+def gunzip_cap() -> int:
+    """The most bytes a compressed shard may expand to: ``EAGLE_SHARD_MAX_GUNZIP_BYTES``
+    (a byte count, or with a K, M or G suffix), else 1 GiB."""
+    text = os.environ.get(GUNZIP_CAP_ENV, "").strip()
+    if not text:
+        return GUNZIP_CAP
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:].upper(), 1)
+    try:
+        value = int(text[:-1] if scale > 1 else text) * scale
+    except ValueError:
+        value = -1
+    if value <= 0:
+        raise ShardReadError(
+            "EC001",
+            f"{GUNZIP_CAP_ENV}={text!r} is not a size",
+            "give a positive byte count such as 4G",
+        )
+    return value
+
+
+def _gunzip(path: Path) -> io.BytesIO:
+    """The expanded bytes of a gzip file, read a chunk at a time up to :func:`gunzip_cap`."""
+    cap = gunzip_cap()
+    out = io.BytesIO()
+    try:
+        with gzip.open(path, "rb") as f:
+            while chunk := f.read(_CHUNK):
+                if out.tell() + len(chunk) > cap:
+                    raise ShardReadError(
+                        "EC001",
+                        f"expands to more than {cap} bytes",
+                        f"a shard this large is unusual; if it is real, raise {GUNZIP_CAP_ENV}",
+                    )
+                out.write(chunk)
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        raise ShardReadError(
+            "EC002",
+            f"gzip stream is truncated or corrupt: {exc}",
+            "the file was probably cut short while writing",
+        ) from None
+    out.seek(0)
+    return out
 
 
 def _safetensors_load(path: Path) -> dict[str, Any]:
@@ -172,6 +212,8 @@ def _safetensors_load(path: Path) -> dict[str, Any]:
             f"truncated or corrupt safetensors file: {exc}",
             "the file was probably cut short while writing",
         ) from None
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise ShardReadError("EC001", f"unusable safetensors file: {_first_line(str(exc))}") from None
 
 
 def _first_line(text: str) -> str:
@@ -195,6 +237,10 @@ def read_sample(path: str | Path, format: str = "auto") -> Sample:
             tensors = _torch_load(path)
     except OSError as exc:
         raise ShardReadError("EC001", f"cannot read: {exc.strerror or exc}") from None
+    except MemoryError:
+        raise ShardReadError(
+            "EC001", "not enough memory to read it", "a shard is one sample: is this one?"
+        ) from None
     if not isinstance(tensors, dict):
         raise ShardReadError(
             "EC001",
@@ -207,6 +253,7 @@ def read_sample(path: str | Path, format: str = "auto") -> Sample:
             f"holds no tensors (keys {sorted(map(str, tensors))})",
             "a shard is a dict of named tensors",
         )
+    tensors = _screened(tensors)
     fmt = FORMATS[format] if format != "auto" else detect(path.name, set(tensors))
     if fmt is None:
         raise ShardReadError(
@@ -214,4 +261,57 @@ def read_sample(path: str | Path, format: str = "auto") -> Sample:
             "not a shard of any known format",
             "name the format in the contract: training.format",
         )
-    return Sample(path, fmt, dict(tensors), fmt.read_extras(path, tensors))
+    for key in (fmt.ids_key, fmt.mask_key):
+        value = tensors.get(key or "")
+        if value is not None and (not hasattr(value, "dim") or value.dim() == 0):
+            found = "a 0-d tensor" if hasattr(value, "dim") else f"a {type(value).__name__}"
+            raise ShardReadError(
+                "EC001", f"{key} is {found}, not a [T] tensor", "one id or mask value per token"
+            )
+    return Sample(path, fmt, tensors, fmt.read_extras(path, tensors))
+
+
+_DENSE_HINT = "a shard holds dense CPU tensors: save them with .to_dense() / .dequantize()"
+
+
+def _screened(tensors: dict[Any, Any]) -> dict[str, Any]:
+    """The dict with plain tensors only (a Parameter or a tensor that requires grad is
+    detached); non-string keys and sparse, quantized, nested or meta tensors are refused."""
+    import torch
+
+    def plain(key: str, value: Any, top: bool = True) -> Any:
+        if top and isinstance(value, (list, tuple)):
+            return [plain(key, v, False) for v in value]
+        if not isinstance(value, torch.Tensor):
+            return value
+        kind = (
+            "a nested" if value.is_nested
+            else "a sparse" if value.layout != torch.strided
+            else "a quantized" if value.is_quantized
+            else "a meta" if value.is_meta
+            else ""
+        )
+        if kind:
+            raise ShardReadError("EC001", f"{key} holds {kind} tensor", _DENSE_HINT)
+        return value.detach()
+
+    bad = [k for k in tensors if not isinstance(k, str)]
+    if bad:
+        raise ShardReadError(
+            "EC001",
+            f"key {bad[0]!r} is a {type(bad[0]).__name__}, not a name",
+            "a shard is a dict of named tensors",
+        )
+    return {k: plain(k, v) for k, v in tensors.items()}
+
+
+def as_numbers(t: torch.Tensor) -> torch.Tensor | None:
+    """``t`` as int64 (integers, bool) or float64 (floating) so every comparison works
+    whatever the stored dtype (uint16, float8); None for complex and other dtypes."""
+    import torch
+
+    if t.is_complex():
+        return None
+    if t.is_floating_point():
+        return t.to(torch.float64)
+    return t.to(torch.int64)

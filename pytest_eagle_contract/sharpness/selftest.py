@@ -34,6 +34,8 @@ from .records import (
 TOKENS = 8  # tokens of a witness record (within training.sequence)
 SEED = 0
 SPREAD = 0.2
+EVIDENCE_KINDS = frozenset({"swap-slots", "shift-layers", "embed-in-front", "target-twin"})
+"""Mutation classes that put another layer's state in a slot: a reference capture sees them."""
 
 
 @dataclass(frozen=True)
@@ -76,9 +78,16 @@ def _errors(findings: Sequence[Finding]) -> tuple[str, ...]:
     return tuple(sorted({f.code for f in findings if f.severity == "error"}))
 
 
+MAX_ELEMENTS = 1 << 24  # tokens * hidden * slots of one witness record (64 MiB in float32)
+
+
 def _length(contract: Contract) -> int:
-    assert contract.training is not None
-    return min(max(TOKENS, contract.training.min_length), contract.training.max_length)
+    """Tokens of a witness record: within training.sequence, and never more than the
+    element budget allows (a contract may allow 2**24 tokens of width 65536)."""
+    spec = contract.training
+    assert spec is not None
+    budget = max(1, MAX_ELEMENTS // (contract.target.hidden_size * max(len(spec.slots), 1)))
+    return min(max(TOKENS, spec.min_length), spec.max_length, budget)
 
 
 def _recipe(contract: Contract, norms: Sequence[float]) -> Recipe:
@@ -175,10 +184,24 @@ def _run(
     except NotApplicable:
         return None
     codes = _errors(check_record(contract, mutated))
-    caught = mutation.expected in codes
+    if mutation.expected not in codes and _evidence_catches(contract, mutation):
+        codes = tuple(sorted({*codes, "EC604"}))
+    caught = mutation.expected in codes or "EC604" in codes
     advice, key = ("", "") if caught else _advice(contract, mutation)
     return CaseResult(
         mutation, caught, codes, advice, key, reproduce=f"check_record(contract, {mutated!r})"
+    )
+
+
+def _evidence_catches(contract: Contract, m: Mutation) -> bool:
+    """A reference capture (``target.model`` with ``reference_capture``) names every slot's
+    layer on the shard's own tokens, so a slot holding another layer's state is EC604."""
+    t = contract.target
+    return (
+        t.model is not None
+        and t.reference_capture
+        and "EC604" not in contract.waivers
+        and m.kind in EVIDENCE_KINDS
     )
 
 
@@ -221,7 +244,8 @@ def _advice(contract: Contract, m: Mutation) -> tuple[str, str]:
             f"norm bounds {a} and {b}: a shard whose two medians both lie in "
             f"[{lo:.4g}, {hi:.4g}] passes with the two swapped; tighten {_slot_key(i)} "
             f"(line {contract.line_of(_slot_key(i))}) or {_slot_key(j)} "
-            f"(line {contract.line_of(_slot_key(j))}) so they do not overlap",
+            f"(line {contract.line_of(_slot_key(j))}) so they do not overlap, or set "
+            "target.model with reference_capture: true (a reference capture tells them apart)",
             _slot_key(i),
         )
     parts = []

@@ -13,13 +13,16 @@ from pathlib import Path
 from ..errors import EagleContractError
 from . import commands, gate
 from .exit_codes import EXIT_USAGE
+from .terminal import QuietPipe
 
 
 def _parser() -> argparse.ArgumentParser:
+    from .. import __version__
     from ..engines.resolve import ENGINES
     from ..shards.formats import FORMAT_NAMES
 
     p = argparse.ArgumentParser(prog="eagle-contract", description=__doc__.splitlines()[0])
+    p.add_argument("--version", action="version", version=f"eagle-contract {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     ins = sub.add_parser("inspect", help="keys, shapes, dtypes and per-slot norms of one shard")
@@ -40,10 +43,17 @@ def _parser() -> argparse.ArgumentParser:
     inf.add_argument("--layers", nargs="+", metavar="LAYER",
                      help="canonical layer of each slot in stored order (embed, residual:K, "
                           "final_norm)")
-    inf.add_argument("--num-layers", type=int, help="target num_hidden_layers")
+    inf.add_argument("--num-layers", type=int,
+                     help="target num_hidden_layers (overrides --target-model's)")
     inf.add_argument("--hidden-size", type=int)
     inf.add_argument("--vocab-size", type=int)
     inf.add_argument("--arch", help="target architecture, e.g. LlamaForCausalLM")
+    inf.add_argument("--target-model", type=Path, metavar="DIR",
+                     help="HF model directory of the target: L, H, vocab and arch from its "
+                          "config.json, each slot named by a reference capture, and the "
+                          "evidence the contract needs when norms cannot tell slots apart")
+    inf.add_argument("--draft", type=Path, metavar="DIR",
+                     help="the draft model's directory (or config.json): serving's aux ids")
     inf.add_argument("--sample", default="all", help="N shards or 'all' (default: all)")
     inf.add_argument("--seed", type=int, default=0)
 
@@ -54,6 +64,12 @@ def _parser() -> argparse.ArgumentParser:
     chk.add_argument("--sample", default=None, help="N shards or 'all' (default: 10)")
     chk.add_argument("--seed", type=int, default=0)
     chk.add_argument("--json", type=Path, metavar="REPORT", help="also write a JSON report here")
+    chk.add_argument("--report", type=Path, metavar="HTML",
+                     help="also write one self-contained HTML report (plots with the report "
+                          "extra)")
+    chk.add_argument("--annotations", choices=("auto", "github", "none"), default="auto",
+                     help="GitHub Actions annotations and step summary (auto: when "
+                          "GITHUB_ACTIONS=true)")
     chk.add_argument("-q", "--quiet", action="store_true", help="print only the summary")
     chk.add_argument("--checks", default=None, metavar="LIST",
                      help="comma-separated check families (default: layout,structure,values,"
@@ -67,6 +83,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="run the target on each shard's tokens and identify every slot "
                           "(default: target.reference_capture)")
 
+    chk.add_argument("--no-sharpness", action="store_true",
+                     help="leave out the sharpness self-test that runs with the other checks "
+                          "(as pytest --eagle-no-sharpness)")
     chk.add_argument("--sharpness", action="store_true",
                      help="run the sharpness self-test: every class of real pipeline bug, "
                           "mutated into a shard the contract accepts, must be caught")
@@ -136,11 +155,16 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    stdout = sys.stdout
+    sys.stdout = QuietPipe(stdout)
     try:
         return _COMMANDS[args.command](args)
     except EagleContractError as exc:
         print(f"eagle-contract: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    finally:
+        sys.stdout.flush()
+        sys.stdout = stdout
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ def inspect(args: argparse.Namespace) -> int:
 
 
 def infer(args: argparse.Namespace) -> int:
-    from ..contract.infer import infer_contract
+    from ..contract.infer import draft_contract
     from ..shards.discovery import parse_sample
 
     if args.update is not None:
@@ -53,25 +53,37 @@ def infer(args: argparse.Namespace) -> int:
 
     from ..contract.model import schema_path
 
+    here = (args.output or Path("drafted.yaml")).resolve().parent
+
+    def ref(path: Path | None) -> str | None:
+        return None if path is None else os.path.relpath(path.resolve(), here)
+
     shards_ref = schema_ref = None
     if args.output is not None:
-        here = args.output.resolve().parent
         schema_ref = os.path.relpath(schema_path(), here)
         if len(args.paths) == 1:
-            shards_ref = os.path.relpath(args.paths[0].resolve(), here)
-    text = infer_contract(
+            shards_ref = ref(args.paths[0])
+    draft = draft_contract(
         args.paths, name=name, format=args.format, layers=args.layers,
         num_layers=args.num_layers, hidden_size=args.hidden_size, vocab_size=args.vocab_size,
         arch=args.arch, sample=parse_sample(args.sample), seed=args.seed, shards_ref=shards_ref,
-        schema_ref=schema_ref)
-    _validate_drafted(text, args.output)
+        schema_ref=schema_ref, target_model=args.target_model, draft=args.draft,
+        model_ref=ref(args.target_model) if args.output else None,
+        draft_ref=ref(args.draft) if args.output else None,
+        where=args.output)
+    _validate_drafted(draft.text, args.output)
     if args.output is None:
-        sys.stdout.write(text)
+        sys.stdout.write(draft.text)
     else:
         args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(text, "utf-8")
+        args.output.write_text(draft.text, "utf-8")
         print(f"wrote {args.output}", file=sys.stderr)
-    return EXIT_OK
+    for note in draft.notes:
+        print(f"eagle-contract infer: {note}", file=sys.stderr)
+    if not draft.sharp:
+        print("eagle-contract infer: the drafted contract is not sharp (it lets a pipeline bug "
+              "through): see above", file=sys.stderr)
+    return EXIT_OK if draft.sharp else EXIT_FINDINGS
 
 
 def _validate_drafted(text: str, output: Path | None) -> None:
@@ -111,6 +123,7 @@ def identify(args: argparse.Namespace) -> int:
     from ..models.target import TargetModel
     from ..render import to_json
     from ..shards.reading import read_sample
+    from ..tables import table
 
     target = TargetModel.open(args.target_model)
     try:
@@ -118,13 +131,14 @@ def identify(args: argparse.Namespace) -> int:
     except ShardReadError as exc:
         print(f"{args.path}: {exc.code} {exc.message}", file=sys.stderr)
         return EXIT_FINDINGS
-    from ..checks.evidence import vocabulary_problem, width_problem
+    from ..checks.evidence import length_problem, vocabulary_problem, width_problem
 
     slots, problems = sample.slots(target.hidden_size)
     if sample.input_ids is None:
         problems.append("no input ids")
     else:
-        problems += [p for p in (vocabulary_problem(sample.input_ids, target),
+        problems += [p for p in (length_problem(slots, sample.input_ids),
+                                 vocabulary_problem(sample.input_ids, target),
                                  width_problem(slots, target)) if p]
     if problems:
         print(f"{args.path}: EC605 " + "; ".join(problems), file=sys.stderr)
@@ -132,6 +146,10 @@ def identify(args: argparse.Namespace) -> int:
     assert sample.input_ids is not None
     start = time.perf_counter()
     found = identify([s.tensor for s in slots], sample.input_ids, target)
+    if len(found) != len(slots):
+        print(f"{args.path}: EC605 only {len(found)} of {len(slots)} slots could be compared "
+              "with the target's states (shapes differ)", file=sys.stderr)
+        return EXIT_FINDINGS
     took = time.perf_counter() - start
     if args.json:
         print(to_json({"file": str(args.path), "target_model": str(args.target_model),
@@ -141,11 +159,10 @@ def identify(args: argparse.Namespace) -> int:
         return EXIT_OK
     print(f"{args.path}: {len(slots)} slots, target {target.arch} ({target.num_layers} layers); "
           f"reference capture in {took:.2f} s")
-    print(f"  {'slot':<6}{'layer':<14}{'cosine':>8}{'rel.err':>10}   runner-up")
-    for i in found:
-        r = i.runner_up
-        print(f"  {i.slot:<6}{i.best.layer!s:<14}{i.best.cosine:>8.4f}{i.best.rel_error:>10.3g}"
-              f"   {r.layer} (cosine {r.cosine:.4f}, rel.err {r.rel_error:.3g})")
+    print(table(["slot", "layer", "cosine", "rel.err", "runner-up"],
+                [[i.slot, i.best.layer, f"{i.best.cosine:.4f}", f"{i.best.rel_error:.3g}",
+                  f"{i.runner_up.layer} (cosine {i.runner_up.cosine:.4f}, "
+                  f"rel.err {i.runner_up.rel_error:.3g})"] for i in found], right=(2, 3)))
     return EXIT_OK
 
 
@@ -153,6 +170,7 @@ def resolve(args: argparse.Namespace) -> int:
     from ..engines.resolve import resolve
     from ..errors import Unservable
     from ..render import to_json
+    from ..tables import table
 
     try:
         res = resolve(args.engine, args.num_layers, args.ids, args.arch, args.version,
@@ -166,19 +184,19 @@ def resolve(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     if args.json:
         print(to_json(res.to_dict()))
-        return EXIT_OK
+        return EXIT_FINDINGS if res.problems else EXIT_OK
     head = f"{res.engine} {res.version or ''} {res.arch or ''}".split()
     print(" ".join(head) + f", L = {res.num_layers}, ids "
           f"{'(default)' if res.ids is None else list(res.ids)}")
-    print(f"  {'pos':<5}{'id':<10}{'capture':<10}layer")
-    for i, p in enumerate(res.positions):
-        print(f"  {i:<5}{'-' if p.id is None else p.id!s:<10}{p.capture:<10}{p.layer}")
+    print(table(["pos", "id", "capture", "layer"],
+                [[i, "-" if p.id is None else p.id, p.capture, p.layer]
+                 for i, p in enumerate(res.positions)]))
     print(f"source: {res.source}")
     for note in res.notes:
         print(f"note: {note}")
     for problem in res.problems:
         print(f"{problem.code}: {problem.message}")
-    return EXIT_OK
+    return EXIT_FINDINGS if res.problems else EXIT_OK
 
 
 def schema(args: argparse.Namespace) -> int:

@@ -54,8 +54,6 @@ def write_demo_shards(out: Path, shards: int = SHARDS, save_target: bool = False
 
 
 def shipped_contract() -> Path:
-    """contracts/demo-tiny-llama-eagle3.yaml, from the checkout or the installed package."""
-    local = Path(__file__).resolve().parents[2] / "contracts" / CONTRACT_NAME
-    if local.is_file():
-        return local
-    return Path(str(resources.files(__package__).joinpath("contracts", CONTRACT_NAME)))
+    """The demo contract, shipped in the package (a test keeps it equal to the checkout's
+    contracts/demo-tiny-llama-eagle3.yaml, the copy users read)."""
+    return Path(str(resources.files(__package__).joinpath("data", CONTRACT_NAME)))

@@ -17,36 +17,39 @@ if TYPE_CHECKING:
 
 def _gate(contract_path: Path, paths: list[Path] | None, sample: str | None, seed: int,
           quiet: bool = False, report: Path | None = None, checks: str | None = None,
-          target_model: Path | None = None, runner: Runner | None = None) -> int:
+          target_model: Path | None = None, runner: Runner | None = None,
+          without: tuple[str, ...] = (), html: Path | None = None,
+          annotations: str = "auto") -> int:
     from ..contract.model import load_contract
-    from ..planner import plan, run_units
-    from ..render import format_findings, summary, to_json
+    from ..planner import Outcome, Runner, plan
+    from ..render import format_findings, summary
     from ..shards.discovery import parse_sample
+    from .terminal import progress
 
     if report is not None and not report.parent.is_dir():
         raise UsageError(f"--json: folder {report.parent} does not exist")
+    if html is not None and not html.parent.is_dir():
+        raise UsageError(f"--report: folder {html.parent} does not exist")
     contract = load_contract(contract_path)
     named = [c.strip() for c in checks.split(",") if c.strip()] if checks is not None else None
     units = plan(contract, paths or None, parse_sample(sample), seed, named, target_model,
                  capture=runner is not None and runner.captures_enabled,
-                 reference=runner is not None and runner.wants_reference)
+                 reference=runner is not None and runner.wants_reference, without=without)
     if not units:
         raise UsageError(f"{contract_path}: nothing to check (no training or serving section, "
                          "or no check of those asked for applies)")
-    outcome = run_units(units, runner)
+    runner = runner or Runner()
+    outcome = Outcome(units, [runner.run(u) for u in progress(units, len(units), "checking")])
     findings = outcome.findings
     if not quiet and findings:
         print(format_findings(findings) + "\n")
     line = summary(findings, len(outcome.units), outcome.shards)
     print(line)
-    if report:
-        report.write_text(to_json({
-            "contract": str(contract.path), "name": contract.name, "ok": not outcome.failed,
-            "summary": line,
-            "units": [{"check": u.check, "shard": u.label, "findings": [f.to_dict() for f in fs]}
-                      for u, fs in zip(outcome.units, outcome.per_unit)],
-            "findings": [f.to_dict() for f in findings],
-        }) + "\n", "utf-8")
+    from ..reports.publish import publish
+    from ..reports.run import CheckRun
+
+    publish([CheckRun.of(contract, outcome, line)], json_path=report, html_path=html,
+            annotations=annotations, runner=runner)
     return EXIT_FINDINGS if outcome.failed else EXIT_OK
 
 
@@ -58,7 +61,7 @@ def check(args: argparse.Namespace) -> int:
             raise UsageError("--sharpness tests the contract alone: it takes no shard PATH, "
                              "--checks, --target-model or capture options")
         return _sharpness(args.contract, args.quiet, args.json)
-    if args.sglang_url:
+    if args.sglang_url is not None:
         from ..capture.sglang_client import use_server
 
         use_server(args.sglang_url, args.sglang_timeout, flush_cache=args.sglang_flush_cache)
@@ -66,12 +69,15 @@ def check(args: argparse.Namespace) -> int:
                     reference=args.reference_capture, captures=args.captures or (),
                     sglang_url=args.sglang_url, timeout=args.sglang_timeout)
     return _gate(args.contract, args.paths, args.sample, args.seed, args.quiet, args.json,
-                 args.checks, args.target_model, runner)
+                 args.checks, args.target_model, runner,
+                 without=("sharpness",) if args.no_sharpness else (), html=args.report,
+                 annotations=args.annotations)
 
 
 def _sharpness(contract_path: Path, quiet: bool, report: Path | None) -> int:
     from ..contract.model import load_contract
     from ..render import format_findings, to_json
+    from ..reports.json_report import stamped
     from ..sharpness.selftest import format_sharpness_table, sharpness
 
     contract = load_contract(contract_path)
@@ -88,10 +94,10 @@ def _sharpness(contract_path: Path, quiet: bool, report: Path | None) -> int:
     print(f"\n{'sharp' if result.sharp else 'NOT SHARP'}: {caught} of {len(applicable)} "
           f"mutation classes caught ({took:.2f} s)")
     if report:
-        report.write_text(to_json({
+        report.write_text(to_json(stamped("sharpness", {
             "contract": str(contract.path), "sharp": result.sharp,
             "rows": [dataclasses.asdict(r) for r in result.rows],
-            "findings": [f.to_dict() for f in result.findings]}) + "\n", "utf-8")
+            "findings": [f.to_dict() for f in result.findings]})) + "\n", "utf-8")
     return EXIT_OK if result.sharp else EXIT_FINDINGS
 
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from ..reports import pytest_hooks as report_hooks
 from . import options
 from .fixtures import eagle_capture, eagle_contract, eagle_shard, pytest_generate_tests
 
@@ -66,9 +67,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--eagle-sglang-skip-unreachable", action="store_true",
                     dest="eagle_sglang_skip",
                     help="skip (with the reason), instead of fail, when the server is down")
+    group.addoption("--eagle-no-sharpness", action="store_true", dest="eagle_no_sharpness",
+                    help="leave out the sharpness self-test (as eagle-contract check "
+                         "--no-sharpness)")
     group.addoption("--eagle-serving-args", dest="eagle_serving_args", metavar="COMMAND",
                     default=None, help="the engine's launch command line, linted and used by "
                                        "the layout check (overrides serving.launch)")
+    report_hooks.addoption(group)
     parser.addini("eagle_contract_paths", "contracts run by --eagle-contract without PATH",
                   type="paths", default=[])
     parser.addini("eagle_shards", "default for --eagle-shards", type="paths", default=[])
@@ -81,7 +86,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "eagle_contract(path): the contract the eagle_contract and eagle_shard "
                    "fixtures of this test use")
     config.stash[_COLLECTED] = set()
-    if config.getoption("eagle_sglang_url"):  # a bad URL or timeout is a usage error now
+    if config.getoption("eagle_sglang_url") is not None:  # a bad URL or timeout: usage error
         from ..capture.sglang_client import use_server
         from ..errors import UsageError
 
@@ -96,6 +101,7 @@ def pytest_configure(config: pytest.Config) -> None:
         # without a group (the user's own tests) loadgroup schedules exactly as load does.
         config.option.dist = "loadgroup"
     if options.active(config):  # bad options are usage errors now, not a traceback per item later
+        config.pluginmanager.register(report_hooks.ReportHooks(config), "eagle-contract-reports")
         from ..errors import EagleContractError, UsageError
 
         try:
@@ -203,7 +209,7 @@ class ContractFile(pytest.File):
         runner = _runner(self.config)
         try:
             contract = load_contract(self.path)
-            units = plan(contract, shards, sample, seed, also=("sharpness",),
+            units = plan(contract, shards, sample, seed, without=_without(self.config),
                          target_model=options.target_model(self.config),
                          capture=runner.captures_enabled, reference=runner.wants_reference)
         except EagleContractError as exc:  # one failing item: the user's tests still run
@@ -291,6 +297,10 @@ class BaselineItem(pytest.Item):
 
     def reportinfo(self) -> tuple[Path, int, str]:
         return self.path, 0, f"{self.path.name}::baseline"
+
+
+def _without(config: pytest.Config) -> tuple[str, ...]:
+    return ("sharpness",) if config.getoption("eagle_no_sharpness") else ()
 
 
 def _runner(config: pytest.Config) -> Runner:

@@ -14,6 +14,8 @@ if TYPE_CHECKING:
 
     from ...layers import Layer
 
+MAX_SLOTS = 1024  # more states than any model has layers: a shape is garbage beyond this
+
 Packing = Literal["concat", "single", "list", "stacked"]
 """How a key holds slots: ``concat`` [1,T,n*H] split along the last dim; ``single`` one
 [1,T,H] or [T,H]; ``list`` a list of [T,H]; ``stacked`` [T,n,H] split along axis 1."""
@@ -88,6 +90,12 @@ class Format(ABC):
             if value is None:
                 continue
             if packing == "list":
+                if not isinstance(value, (list, tuple)) or len(value) > MAX_SLOTS:
+                    what = f"{len(value)} entries" if isinstance(value, (list, tuple)) else (
+                        f"a {type(value).__name__}"
+                    )
+                    problems.append(f"{key} is {what}, not a list of up to {MAX_SLOTS} [T, H]")
+                    continue
                 for j, item in enumerate(value):
                     if not isinstance(item, torch.Tensor):
                         problems.append(f"{key}[{j}] is {type(item).__name__}, not a tensor")
@@ -100,16 +108,23 @@ class Format(ABC):
             # a batch dimension of 1 leads [1, T, k, H] (stacked) or [1, T, W] (the others)
             tensor = _squeeze_batch(value, 4 if packing == "stacked" else 3)
             if packing == "stacked":
-                if tensor.dim() != 3:
-                    problems.append(f"{key} has shape {list(value.shape)}, expected [T, k, H]")
+                if tensor.dim() != 3 or tensor.shape[1] > MAX_SLOTS:
+                    problems.append(
+                        f"{key} has shape {list(value.shape)}, expected [T, k, H] "
+                        f"with k up to {MAX_SLOTS}"
+                    )
                     continue
                 for j in range(tensor.shape[1]):
                     slots.append(Slot(len(slots), f"{key}[:, {j}]", tensor[:, j]))
             elif packing == "concat":
+                if tensor.dim() == 0:
+                    problems.append(f"{key} is a 0-d tensor, expected [T, n * H]")
+                    continue
                 width = tensor.shape[-1]
-                if hidden is None or width % hidden:
+                if not hidden or width % hidden or width // hidden > MAX_SLOTS:
                     problems.append(
-                        f"{key} is {width} wide, not a multiple of hidden_size {hidden}"
+                        f"{key} is {width} wide, not a multiple of hidden_size {hidden} "
+                        f"(up to {MAX_SLOTS} times)"
                     )
                     continue
                 for j in range(width // hidden):
@@ -127,8 +142,8 @@ class Format(ABC):
     def _guess_hidden_size(self, tensors: dict[str, Any]) -> int | None:
         for key, packing in self.states:
             value = tensors.get(key)
-            if packing == "single" and value is not None and hasattr(value, "shape"):
-                return int(value.shape[-1])
+            if packing == "single" and hasattr(value, "shape") and len(value.shape):
+                return int(value.shape[-1]) or None
         return None
 
     # -- writing ---------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ...errors import ShardReadError
 from .base import Format
 
 if TYPE_CHECKING:
@@ -66,45 +67,97 @@ FORMAT = Speculators(
 )
 
 
+_EXTENSION = b"ARROW:extension:"  # field metadata of an extension type, in the schema
+MAX_SCHEMA_BYTES = 1 << 20
+
+
+def _schema_problem(path: Path) -> str:
+    """Why an IPC stream file may not be opened: an extension type in its schema message
+    (pyarrow would deserialize it, by pickle in old versions: CVE-2023-47248), or a schema
+    that is not one. Read from the raw bytes, before pyarrow parses anything."""
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if head[:4] == b"\xff\xff\xff\xff":
+            size = int.from_bytes(head[4:8], "little", signed=True)
+        else:  # the format before 0.15: no continuation marker
+            size = int.from_bytes(head[:4], "little", signed=True)
+            f.seek(4)
+        if not 0 < size <= MAX_SCHEMA_BYTES:
+            return "it is not an Arrow IPC stream"
+        schema = f.read(size)
+    if _EXTENSION in schema:
+        return "its schema declares an Arrow extension type (refused: it could run code)"
+    return ""
+
+
 @lru_cache(maxsize=4)
 def _table(root: Path, stamp: tuple[tuple[str, float], ...]) -> Any:
     import pyarrow as pa
 
     tables = []
     for name, _ in stamp:
+        problem = _schema_problem(root / name)
+        if problem:
+            raise ValueError(f"{name}: {problem}")
         with pa.memory_map(str(root / name)) as source:
-            tables.append(pa.ipc.open_stream(source).read_all())
+            table = pa.ipc.open_stream(source).read_all()
+        if any(isinstance(t, pa.ExtensionType) for t in table.schema.types):
+            raise ValueError(f"{name}: an extension type in its columns")
+        tables.append(table)
     return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+
+
+def _column(table: Any, name: str, index: int) -> torch.Tensor | None:
+    """Row ``index`` of a list-of-integers column as an int64 tensor (None: no column or a
+    null row); ValueError when the column holds anything else."""
+    import pyarrow as pa
+    import torch
+
+    if name not in table.column_names:
+        return None
+    column = table.column(name)
+    kind = column.type
+    if not (pa.types.is_list(kind) or pa.types.is_large_list(kind)) or not (
+        pa.types.is_integer(kind.value_type) or pa.types.is_boolean(kind.value_type)
+    ):
+        raise ValueError(f"column {name} is {kind}, not a list of integers")
+    values = column[index].values
+    if values is None:
+        return None
+    if values.null_count:
+        raise ValueError(f"row {index} of {name} holds nulls")
+    return torch.from_numpy(values.to_numpy(zero_copy_only=False).astype("int64"))
 
 
 def dataset_row(shard: Path) -> dict[str, Any] | None:
     """``{"input_ids", "loss_mask", "row", "dataset"}`` for ``.../hidden_states/hs_{i}`` when
-    an Arrow dataset sits above it and pyarrow is installed; else None."""
+    an Arrow dataset sits above it and pyarrow is installed; else None. A dataset that
+    cannot be read is a :class:`ShardReadError` (EC001)."""
     match = _HS.match(shard.name)
     root = shard.parent.parent
     if match is None:
         return None
-    files = sorted(root.glob("data-*.arrow"))
+    files = sorted(f for f in root.glob("data-*.arrow") if f.is_file())
     if not files:
         return None
     try:
-        import pyarrow  # noqa: F401
+        import pyarrow as pa
     except ImportError:
         return None
-    import torch
-
-    table = _table(root, tuple((f.name, f.stat().st_mtime) for f in files))
     index = int(match.group(1))
-    if index >= table.num_rows or "input_ids" not in table.column_names:
-        return {"row": index, "dataset": root, "input_ids": None, "loss_mask": None}
-    row = table.slice(index, 1).to_pylist()[0]
-    mask = row.get("loss_mask")
-    return {
-        "row": index,
-        "dataset": root,
-        "input_ids": torch.tensor(row["input_ids"], dtype=torch.long),
-        "loss_mask": None if mask is None else torch.tensor(mask, dtype=torch.long),
-    }
+    try:
+        table = _table(root, tuple((f.name, f.stat().st_mtime) for f in files))
+        if index >= table.num_rows:
+            ids = mask = None
+        else:
+            ids, mask = _column(table, "input_ids", index), _column(table, "loss_mask", index)
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        raise ShardReadError(
+            "EC001",
+            f"the Arrow dataset in {root} cannot be used: {str(exc)[:200]}",
+            "regenerate the dataset (columns input_ids and loss_mask: lists of integers)",
+        ) from None
+    return {"row": index, "dataset": root, "input_ids": ids, "loss_mask": mask}
 
 
 def write_dataset(root: Path, rows: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> Path:

@@ -1,0 +1,271 @@
+"""An EAGLE-3 draft checkpoint, loaded and run on CPU without a transformers model class.
+
+The forward, as SGLang's and vLLM's ``llama_eagle3`` run it (and SpecForge trains it)::
+
+    g   = fc(cat(aux_1 .. aux_n))                        # [T, n*H_target] -> [T, H]
+    res = g            (vLLM norm_before_residual: hidden_norm(g))
+    x   = cat(input_layernorm(embed(token)), hidden_norm(g))          # [T, 2H]
+    h   = o_proj(attention(q/k/v_proj(x))) + res
+    pre = mlp(post_attention_layernorm(h)) + h
+    logits = lm_head(norm(pre))                          # [T, draft_vocab_size]
+    target id = argmax + d2t[argmax]
+
+Later chain steps take ``pre`` (the pre-norm output) in place of ``g``. Two layouts of the
+weights are read: SpecForge/SGLang (``midlayer.*``) and speculators/vLLM (``layers.0.*``),
+with or without a ``model.`` prefix.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import UsageError
+
+if TYPE_CHECKING:
+    import torch
+
+LAYER = "midlayer."
+_PROJ = ("q_proj", "k_proj", "v_proj", "o_proj")
+_MLP = ("gate_proj", "up_proj", "down_proj")
+_NORMS = ("input_layernorm", "hidden_norm", "post_attention_layernorm")
+
+
+def draft_tensors(directory: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of the draft's safetensors files, under normalised names
+    (``model.`` dropped, ``layers.0.`` read as ``midlayer.``)."""
+    from safetensors.torch import load_file
+
+    files = sorted(directory.glob("*.safetensors"))
+    if not files:
+        raise UsageError(f"draft {directory}: no safetensors files")
+    out: dict[str, torch.Tensor] = {}
+    for file in files:
+        for key, value in load_file(str(file)).items():
+            name = key.removeprefix("model.")
+            out[LAYER + name[len("layers.0."):] if name.startswith("layers.0.") else name] = value
+    return out
+
+
+def draft_json(directory: Path) -> dict[str, Any]:
+    """config.json, with the speculators ``transformer_layer_config`` fields brought up."""
+    try:
+        data = json.loads((directory / "config.json").read_text("utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"draft {directory}: cannot read config.json: {exc}") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"draft {directory}: config.json is not an object")
+    inner = data.get("transformer_layer_config")
+    return {**inner, **data} if isinstance(inner, dict) else data
+
+
+@dataclass
+class EagleDraft:
+    """A loaded draft: its config and tensors, computed in ``dtype``."""
+
+    path: Path
+    config: dict[str, Any]
+    weights: dict[str, torch.Tensor]
+
+    @classmethod
+    def load(cls, directory: str | Path, dtype: torch.dtype | None = None) -> EagleDraft:
+        import torch
+
+        directory = Path(directory)
+        config = draft_json(directory)
+        if int(config.get("num_hidden_layers", 1)) != 1:
+            raise UsageError(f"draft {directory}: only one-layer drafts are supported")
+        weights = {
+            k: v.to(dtype or torch.float32) if v.is_floating_point() else v
+            for k, v in draft_tensors(directory).items()
+        }
+        missing = [n for n in _required() if n not in weights]
+        if missing:
+            raise UsageError(f"draft {directory}: missing tensors {missing}")
+        return cls(directory, config, weights)
+
+    @property
+    def hidden(self) -> int:
+        return int(self.weights["fc.weight"].shape[0])
+
+    @property
+    def heads(self) -> int:
+        return int(self.config["num_attention_heads"])
+
+    @property
+    def kv_heads(self) -> int:
+        return int(self.config.get("num_key_value_heads") or self.heads)
+
+    @property
+    def head_dim(self) -> int:
+        return int(self.config.get("head_dim") or self.hidden // self.heads)
+
+    @property
+    def eps(self) -> float:
+        return float(self.config.get("rms_norm_eps", 1e-6))
+
+    @property
+    def norm_before_residual(self) -> bool:
+        return bool(self.config.get("norm_before_residual", False))
+
+    def target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
+        """Draft vocabulary ids as target ids (``d2t`` holds the offsets)."""
+        d2t = self.weights.get("d2t")
+        return draft_ids if d2t is None else draft_ids + d2t.long()[draft_ids]
+
+    def chain(
+        self,
+        aux: torch.Tensor,
+        input_ids: torch.Tensor,
+        embedding: torch.Tensor,
+        steps: int,
+        lm_head: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Greedy chain drafts from every position at once: ``out[s, i]`` is step s+1's
+        target token from start i (aux states of tokens 0..i, token i+1 embedded), a
+        guess at ``input_ids[i + 2 + s]``. Step 1 attends to starts 0..i; step s also
+        to the chain's own steps 2..s (the engine's KV cache during draft decode).
+        """
+        import torch
+
+        dtype = self.weights["fc.weight"].dtype
+        head = self.weights.get("lm_head.weight", lm_head)
+        if head is None:
+            raise UsageError(f"draft {self.path}: no lm_head.weight and no target lm_head")
+        n = input_ids.numel() - 1
+        hidden = aux[:n].to(dtype) @ self.weights["fc.weight"].T
+        tokens = input_ids[1:]
+        keys: list[tuple[torch.Tensor, torch.Tensor]] = []
+        out = []
+        with torch.no_grad():
+            for s in range(steps):
+                emb = embedding[tokens].to(dtype)
+                hidden, k, v = self._layer(emb, hidden, torch.arange(n) + s, keys)
+                keys.append((k, v))
+                logits = self._norm("norm", hidden) @ head.to(dtype).T
+                tokens = self.target_ids(logits.argmax(-1))
+                out.append(tokens)
+        return torch.stack(out)
+
+    def prefill_logits(
+        self, aux: torch.Tensor, input_ids: torch.Tensor, embedding: torch.Tensor
+    ) -> torch.Tensor:
+        """Step 1 from every start, with gradients (draft-vocabulary logits, ``[T-1, V_d]``):
+        what a trainer's first step computes."""
+        import torch
+
+        n = input_ids.numel() - 1
+        hidden = aux[:n] @ self.weights["fc.weight"].T
+        out, _, _ = self._layer(embedding[input_ids[1:]], hidden, torch.arange(n), [])
+        return self._norm("norm", out) @ self.weights["lm_head.weight"].T
+
+    def _layer(
+        self,
+        emb: torch.Tensor,
+        hidden: torch.Tensor,
+        positions: torch.Tensor,
+        cache: list[tuple[torch.Tensor, torch.Tensor]],
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        import torch
+
+        w = self.weights
+        normed = self._norm(LAYER + "hidden_norm", hidden)
+        residual = normed if self.norm_before_residual else hidden
+        x = torch.cat([self._norm(LAYER + "input_layernorm", emb), normed], dim=-1)
+        n, hd = x.shape[0], self.head_dim
+        q = (x @ w[LAYER + "self_attn.q_proj.weight"].T).view(n, self.heads, hd)
+        k = (x @ w[LAYER + "self_attn.k_proj.weight"].T).view(n, self.kv_heads, hd)
+        v = (x @ w[LAYER + "self_attn.v_proj.weight"].T).view(n, self.kv_heads, hd)
+        cos, sin = self._rope(positions, q.dtype)
+        q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+        rep = self.heads // self.kv_heads
+        k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+        scale = 1.0 / math.sqrt(hd)
+        if not cache:  # the prefill: causal over every start
+            mask = torch.ones(n, n, dtype=torch.bool).tril()
+            scores = torch.einsum("qhd,khd->hqk", q, k) * scale
+            attn = scores.masked_fill(~mask, float("-inf")).softmax(-1)
+            mixed = torch.einsum("hqk,khd->qhd", attn, v)
+        else:  # a decode step: the prefix up to the start, then the chain's own keys
+            k0, v0 = cache[0]
+            own = [*cache[1:], (k, v)]
+            prefix = torch.einsum("qhd,khd->hqk", q, k0) * scale
+            prefix = prefix.masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), float("-inf"))
+            diag = torch.stack([(q * kj).sum(-1).T * scale for kj, _ in own], -1)
+            attn = torch.cat([prefix, diag], -1).softmax(-1)
+            mixed = torch.einsum("hqk,khd->qhd", attn[..., :n], v0)
+            for j, (_, vj) in enumerate(own):
+                mixed = mixed + attn[..., n + j].T.unsqueeze(-1) * vj
+        h = mixed.reshape(n, -1) @ w[LAYER + "self_attn.o_proj.weight"].T + residual
+        m = self._norm(LAYER + "post_attention_layernorm", h)
+        gate = torch.nn.functional.silu(m @ w[LAYER + "mlp.gate_proj.weight"].T)
+        up = m @ w[LAYER + "mlp.up_proj.weight"].T
+        out = (gate * up) @ w[LAYER + "mlp.down_proj.weight"].T + h
+        return out, k, v
+
+    def _norm(self, name: str, x: torch.Tensor) -> torch.Tensor:
+        import torch
+
+        var = x.float().pow(2).mean(-1, keepdim=True)
+        return (x.float() * torch.rsqrt(var + self.eps)).to(x.dtype) * self.weights[name + ".weight"]
+
+    def _rope(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+        import torch
+
+        inv = _inv_freq(self.config, self.head_dim)
+        angles = positions.float()[:, None] * inv[None, :]
+        emb = torch.cat([angles, angles], -1)[:, None, :]
+        return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def accepted(drafts: torch.Tensor, input_ids: torch.Tensor, first: int) -> torch.Tensor:
+    """Per start ``i >= first`` with every step checkable: how many leading draft tokens
+    equal the target's own continuation (``input_ids`` holds the target's greedy tokens)."""
+    import torch
+
+    steps, n = drafts.shape
+    last = input_ids.numel() - 2 - steps  # the last start whose K guesses all exist
+    if last < first:
+        return torch.zeros(0, dtype=torch.long)
+    starts = torch.arange(first, last + 1)
+    truth = torch.stack([input_ids[starts + 2 + s] for s in range(steps)])
+    right = (drafts[:, starts] == truth).long()
+    return right.cumprod(0).sum(0)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    import torch
+
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], -1)
+    return x * cos + rotated * sin
+
+
+def _inv_freq(config: dict[str, Any], head_dim: int) -> torch.Tensor:
+    """Llama RoPE frequencies, with ``llama3`` rope scaling when the config asks for it."""
+    import torch
+
+    params = config.get("rope_parameters") or {}
+    theta = float(config.get("rope_theta") or params.get("rope_theta") or 10000.0)
+    inv = 1.0 / theta ** (torch.arange(0, head_dim, 2).float() / head_dim)
+    scaling = config.get("rope_scaling") or params
+    if (scaling.get("rope_type") or scaling.get("type")) != "llama3":
+        return inv
+    factor, low, high = (float(scaling[k]) for k in
+                         ("factor", "low_freq_factor", "high_freq_factor"))
+    original = float(scaling["original_max_position_embeddings"])
+    wavelen = 2 * math.pi / inv
+    scaled = torch.where(wavelen > original / low, inv / factor, inv)
+    smooth = (original / wavelen - low) / (high - low)
+    medium = (wavelen >= original / high) & (wavelen <= original / low)
+    return torch.where(medium, (1 - smooth) * inv / factor + smooth * inv, scaled)
+
+
+def _required() -> list[str]:
+    return (["fc.weight", "norm.weight"]
+            + [f"{LAYER}self_attn.{p}.weight" for p in _PROJ]
+            + [f"{LAYER}mlp.{p}.weight" for p in _MLP]
+            + [f"{LAYER}{p}.weight" for p in _NORMS])

@@ -1,0 +1,102 @@
+"""The plugin's reports: JUnit properties on each contract item, and at the end of the
+session (on the xdist controller) GitHub annotations and the ``--eagle-report`` file.
+
+Each contract item's report carries ``eagle_contract`` (its unit and findings, plain JSON),
+which xdist sends to the controller with the rest of the report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+_ATTR = "eagle_contract"
+
+
+def addoption(group: Any) -> None:
+    group.addoption("--eagle-report", dest="eagle_report", metavar="PATH", default=None,
+                    help="write a report of the contracts' results: PATH.json (the versioned "
+                         "JSON report), else one self-contained HTML file with plots")
+    group.addoption("--eagle-annotations", dest="eagle_annotations", default="auto",
+                    choices=("auto", "github", "none"),
+                    help="GitHub Actions annotations and step summary (auto: when "
+                         "GITHUB_ACTIONS=true)")
+
+
+class ReportHooks:
+    """Registered by the plugin when contracts run."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.seen: list[dict[str, Any]] = []
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item,
+                                  call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
+        unit = getattr(item, "unit", None)
+        if unit is None or call.when != "call":
+            yield
+            return
+        from .junit import properties
+
+        findings = list(getattr(call.excinfo.value, "findings", []) if call.excinfo else [])
+        item.user_properties.extend(properties(unit.contract, findings))
+        outcome = yield
+        setattr(outcome.get_result(), _ATTR, {
+            "contract": str(unit.contract.path), "check": unit.check, "label": unit.label,
+            "shard": "" if unit.shard is None else str(unit.shard),
+            "findings": [f.to_dict() for f in findings]})
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        data = getattr(report, _ATTR, None)
+        if isinstance(data, dict) and not hasattr(self.config, "workerinput"):
+            self.seen.append(data)
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if hasattr(self.config, "workerinput") or not self.seen:
+            return
+        from .publish import publish
+
+        path = self.config.getoption("eagle_report")
+        report = Path(path) if path else None
+        runs = _runs(self.seen)
+        publish(runs, json_path=report if report and report.suffix == ".json" else None,
+                html_path=report if report and report.suffix != ".json" else None,
+                annotations=self.config.getoption("eagle_annotations"), session=True,
+                runner=_runner(self.config) if report else None,
+                echo=terminalreporter.write_line)
+        if report is not None:
+            terminalreporter.write_line(f"eagle-contract: report written to {report}")
+
+
+def _runner(config: pytest.Config) -> Any:
+    from ..planner import Runner
+    from ..shells import options
+
+    return Runner(target_model=options.target_model(config))
+
+
+def _runs(seen: list[dict[str, Any]]) -> list[Any]:
+    """One CheckRun per contract, from the items' reports (xdist: in any order)."""
+    from ..contract.model import load_contract
+    from ..findings import Finding
+    from ..render import summary, unique
+    from .run import CheckRun, UnitResult
+
+    by_contract: dict[str, list[dict[str, Any]]] = {}
+    for data in seen:
+        by_contract.setdefault(data["contract"], []).append(data)
+    runs = []
+    for path, items in by_contract.items():
+        units = [UnitResult(d["check"], d["label"],
+                            [Finding(**{k: v for k, v in f.items() if k != "rule"})
+                             for f in d["findings"]], Path(d["shard"]) if d["shard"] else None)
+                 for d in items]
+        findings = unique(f for u in units for f in u.findings)
+        shards = list(dict.fromkeys((u.path, u.shard) for u in units if u.path is not None))
+        runs.append(CheckRun(load_contract(Path(path)), units, findings,
+                             summary(findings, len(units), len(shards)), shard_paths=shards))
+    return runs

@@ -1,0 +1,70 @@
+"""What one contract's run found, in the shape every report reads: :class:`CheckRun`."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..contract.model import Contract
+    from ..findings import Finding
+    from ..planner import Outcome
+
+
+@dataclass(frozen=True)
+class UnitResult:
+    """One unit's findings: ``shard`` is the shard's label ('' for a contract-level unit)."""
+
+    check: str
+    shard: str
+    findings: list[Finding]
+    path: Path | None = None
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """What a probe of the draft against the engine measured: acceptance rate per draft
+    step (1-based step i at index i-1) and, where known, the mean acceptance length."""
+
+    acceptance_per_step: tuple[float, ...]
+    acceptance_length: float | None = None
+
+
+@dataclass(frozen=True)
+class CheckRun:
+    contract: Contract
+    units: list[UnitResult]
+    findings: list[Finding]
+    summary: str
+    probe: ProbeResult | None = None
+    shard_paths: list[tuple[Path, str]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not any(f.severity == "error" for f in self.findings)
+
+    @classmethod
+    def of(cls, contract: Contract, outcome: Outcome, summary: str) -> CheckRun:
+        units = [UnitResult(u.check, u.label, fs, u.shard)
+                 for u, fs in zip(outcome.units, outcome.per_unit)]
+        return cls(contract, units, outcome.findings, summary, shard_paths=_shards(units))
+
+
+def _shards(units: list[UnitResult]) -> list[tuple[Path, str]]:
+    """The run's shards, each once, in order."""
+    seen: dict[Path, str] = {}
+    for u in units:
+        if u.path is not None:
+            seen.setdefault(u.path, u.shard)
+    return list(seen.items())
+
+
+def content_sha256(path: Path) -> str:
+    """sha256 of the contract file's bytes (empty bytes when it is gone)."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        data = b""
+    return hashlib.sha256(data).hexdigest()

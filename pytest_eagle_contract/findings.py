@@ -54,6 +54,11 @@ RuleCode = Literal[
     "EC707",
     "EC801",
     "EC802",
+    "EC901",
+    "EC902",
+    "EC903",
+    "EC904",
+    "EC905",
 ]
 """Every rule code; the type checker refuses a code not listed (tests tie it to RULES)."""
 
@@ -143,6 +148,16 @@ _RULES: tuple[Rule, ...] = (
     # -- EC8xx: contract sharpness (mutations) --
     Rule("EC801", "not-sharp", "a class of pipeline bug passes the contract"),
     Rule("EC802", "baseline-fails", "a shard built to the contract's own description fails it"),
+    # -- EC9xx: the draft checkpoint itself --
+    Rule("EC901", "draft-fc-shape", "fc.weight is not [hidden_size, n_aux * target hidden]"),
+    Rule("EC902", "draft-lm-head", "lm_head is missing or its rows differ from draft_vocab_size"),
+    Rule("EC903", "draft-vocab-no-map", "a compressed draft vocabulary has no d2t map"),
+    Rule(
+        "EC904",
+        "draft-embed",
+        "the draft's embed_tokens differ from the target's, which the engine uses",
+    ),
+    Rule("EC905", "draft-norm-flag", "a norm flag in the draft config the engine ignores"),
 )
 RULES: dict[RuleCode, Rule] = {rule.code: rule for rule in _RULES}
 

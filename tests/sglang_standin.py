@@ -61,14 +61,38 @@ ARCH = "LlamaForCausalLM"
 _NOT_CONFIGURED = (  # sglang 0.5.23 tokenizer_manager.py
     "The server is not configured to return hidden states. Please set "
     "`--return-hidden-states-mode last`, `--return-hidden-states-mode full`, or the legacy "
-    "`--enable-return-hidden-states` flag.")
+    "`--enable-return-hidden-states` flag."
+)
 _SAMPLING_FIELDS = (  # sglang.api.v1.SamplingParams: unknown keys rejected
-    "max_new_tokens", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p", "top_k",
-    "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty", "min_new_tokens",
-    "n", "json_schema", "regex", "ebnf", "structural_tag", "ignore_eos",
-    "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim",
-    "stream_interval", "logit_bias", "sampling_seed", "custom_params", "beam_width",
-    "watermark", "choice")
+    "max_new_tokens",
+    "stop",
+    "stop_token_ids",
+    "stop_regex",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "frequency_penalty",
+    "presence_penalty",
+    "repetition_penalty",
+    "min_new_tokens",
+    "n",
+    "json_schema",
+    "regex",
+    "ebnf",
+    "structural_tag",
+    "ignore_eos",
+    "skip_special_tokens",
+    "spaces_between_special_tokens",
+    "no_stop_trim",
+    "stream_interval",
+    "logit_bias",
+    "sampling_seed",
+    "custom_params",
+    "beam_width",
+    "watermark",
+    "choice",
+)
 
 
 @dataclass
@@ -106,7 +130,8 @@ class Launch:
     def server_args(self) -> dict[str, Any]:
         aux = self.mode == "aux"
         return {
-            "model_path": "tiny-llama-standin", "dtype": "bfloat16",
+            "model_path": "tiny-llama-standin",
+            "dtype": "bfloat16",
             "enable_return_hidden_states": self.mode in ("eagle3", "last-layer"),
             "return_hidden_states_mode": "full" if self.mode != "off" else None,
             "enable_return_aux_hidden_states": aux,
@@ -115,8 +140,10 @@ class Launch:
             # reset to None by handle_aux_hidden_state_capture in aux mode
             "speculative_algorithm": "EAGLE3" if self.mode == "eagle3" else None,
             "speculative_draft_model_path": "draft" if self.mode == "eagle3" else None,
-            "disable_radix_cache": self.disable_radix_cache, "chunked_prefill_size": 8192,
-            "tp_size": 1, "pp_size": 1,
+            "disable_radix_cache": self.disable_radix_cache,
+            "chunked_prefill_size": 8192,
+            "tp_size": 1,
+            "pp_size": 1,
         }
 
 
@@ -202,9 +229,12 @@ class _Handler(BaseHTTPRequestHandler):
         with state.lock:
             state.cache.clear()
             state.flushes += 1
-        self._text(200, "Cache flushed.\nPlease check backend logs for more details. (When "
-                        "there are running or waiting requests, the operation will not be "
-                        "performed.)\n")
+        self._text(
+            200,
+            "Cache flushed.\nPlease check backend logs for more details. (When "
+            "there are running or waiting requests, the operation will not be "
+            "performed.)\n",
+        )
 
     def _faulted(self) -> bool:
         fault = self.server.state.launch.fault
@@ -217,11 +247,19 @@ class _Handler(BaseHTTPRequestHandler):
         if urlsplit(self.path).path == "/flush_cache":
             self._flush()
         elif self.path in ("/server_info", "/get_server_info"):
-            self._send(200, {**launch.server_args(), "version": launch.version,
-                             "internal_states": [{}]})
+            self._send(
+                200, {**launch.server_args(), "version": launch.version, "internal_states": [{}]}
+            )
         elif self.path in ("/model_info", "/get_model_info"):
-            self._send(200, {"model_path": "tiny-llama-standin", "is_generation": True,
-                             "model_type": "llama", "architectures": [ARCH]})
+            self._send(
+                200,
+                {
+                    "model_path": "tiny-llama-standin",
+                    "is_generation": True,
+                    "model_type": "llama",
+                    "architectures": [ARCH],
+                },
+            )
         elif self.path in ("/health", "/health_generate"):
             self._send(200, {})
         else:
@@ -241,8 +279,16 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             body = json.loads(raw)
         except ValueError as exc:
-            self._send(400, {"object": "error", "message": f"JSON decode error: {exc}",
-                             "type": "Bad Request", "param": None, "code": 400})
+            self._send(
+                400,
+                {
+                    "object": "error",
+                    "message": f"JSON decode error: {exc}",
+                    "type": "Bad Request",
+                    "param": None,
+                    "code": 400,
+                },
+            )
             return
         status, payload = self._generate(body)
         self._send(status, payload)
@@ -259,19 +305,22 @@ class _Handler(BaseHTTPRequestHandler):
                 return 400, {"error": f"unknown field `{key}`, expected one of {listed}"}
         ids = body.get("input_ids")
         if ids is None:  # io_struct.GenerateReqInput._validate_inputs
-            return 400, {"error": {"message": "Either text, input_ids or input_embeds should "
-                                              "be provided."}}
+            return 400, {
+                "error": {"message": "Either text, input_ids or input_embeds should be provided."}
+            }
         if ids == []:
             return 400, {"error": {"message": "input_ids cannot be empty."}}
         if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
             return 400, {"error": "invalid type: expected a sequence of token ids"}
         if any(i < 0 or i >= state.launch.spec.vocab_size for i in ids):  # not SGLang's text
-            return 400, {"error": {"message": "stand-in: an input id lies outside the tiny "
-                                              "model's vocabulary"}}
+            return 400, {
+                "error": {
+                    "message": "stand-in: an input id lies outside the tiny model's vocabulary"
+                }
+            }
         key = body.get("extra_key")
         if key is not None and not isinstance(key, str):  # io_struct._normalize_single_inputs
-            return 400, {"error": {"message": "extra_key should be a string for a single "
-                                              "request."}}
+            return 400, {"error": {"message": "extra_key should be a string for a single request."}}
         wants = body.get("return_hidden_states") is True
         if wants and state.launch.mode == "off":
             return 400, {"error": {"message": _NOT_CONFIGURED}}
@@ -279,9 +328,15 @@ class _Handler(BaseHTTPRequestHandler):
             rows, cached = state.rows(ids, key or None)
         new = int(params.get("max_new_tokens", 128))
         meta: dict[str, Any] = {
-            "id": uuid.uuid4().hex, "finish_reason": {"type": "length", "length": new},
-            "prompt_tokens": len(ids), "weight_version": "default", "num_retractions": 0,
-            "reasoning_tokens": 0, "completion_tokens": 1, "cached_tokens": cached}
+            "id": uuid.uuid4().hex,
+            "finish_reason": {"type": "length", "length": new},
+            "prompt_tokens": len(ids),
+            "weight_version": "default",
+            "num_retractions": 0,
+            "reasoning_tokens": 0,
+            "completion_tokens": 1,
+            "cached_tokens": cached,
+        }
         if wants:
             meta["hidden_states"] = [rows]  # element 0: the prefill rows; no decode rows
         return 200, {"text": " the", "output_ids": [279], "meta_info": meta}
@@ -316,8 +371,9 @@ class SGLangStandin:
         server = _Server(("127.0.0.1", 0), _Handler)
         server.state = _State(self.launch)
         self._server = server
-        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                         daemon=True).start()
+        threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        ).start()
         self._timer = threading.Timer(self.launch.lifetime_s, server.shutdown)
         self._timer.daemon = True
         self._timer.start()

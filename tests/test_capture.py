@@ -57,8 +57,14 @@ def sets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         sample = read_sample(path, "specforge")
         assert sample.input_ids is not None and sample.loss_mask is not None
         states = capture_canonical(model, sample.input_ids)
-        write_shard(shifted, "specforge", i, sample.input_ids, sample.loss_mask,
-                    [states[x].to(torch.bfloat16) for x in SHIFTED])
+        write_shard(
+            shifted,
+            "specforge",
+            i,
+            sample.input_ids,
+            sample.loss_mask,
+            [states[x].to(torch.bfloat16) for x in SHIFTED],
+        )
     return {"good": good, "embed-in-front": embed_front, "shifted": shifted, "root": root}
 
 
@@ -93,15 +99,18 @@ def test_record_writes_one_small_capture_file_per_shard(sets, recorded):
     assert first.aux.shape == (first.input_ids.shape[0], N_AUX * H)
     meta = first.meta
     assert (meta.engine, meta.version, meta.arch, meta.mode) == (
-        "sglang", "0.5.23", "LlamaForCausalLM", "aux")
+        "sglang",
+        "0.5.23",
+        "LlamaForCausalLM",
+        "aux",
+    )
     assert meta.layer_ids == (1, 3, 4)
     assert meta.layers == (Layer(2), Layer(4), Layer(5))
     assert (meta.dtype, meta.hidden_size, meta.n_aux) == ("bfloat16", H, N_AUX)
 
 
 def test_good_set_matches_the_server(contract, sets, recorded):
-    assert _verify(contract, sets["good"], recorded) == {
-        p.name: [] for p in discover(sets["good"])}
+    assert _verify(contract, sets["good"], recorded) == {p.name: [] for p in discover(sets["good"])}
 
 
 def test_shifted_set_fails_naming_the_real_server_position(contract, sets, recorded):
@@ -151,7 +160,8 @@ def test_server_returning_the_post_norm_last_layer_fails(sets):
         capture(url, _ids(sets), N_AUX, H)
     assert exc.value.code == "EC702"
     assert "post-norm" in exc.value.message and "--enable-return-aux-hidden-states" in str(
-        exc.value)
+        exc.value
+    )
 
 
 def test_server_without_hidden_state_return_fails(sets):
@@ -162,8 +172,10 @@ def test_server_without_hidden_state_return_fails(sets):
 
 
 def test_wrong_width_fails(sets):
-    with SGLangStandin(Launch(mode="aux", layer_ids=[1, 2, 3, 4])) as url, \
-            pytest.raises(CaptureError) as exc:
+    with (
+        SGLangStandin(Launch(mode="aux", layer_ids=[1, 2, 3, 4])) as url,
+        pytest.raises(CaptureError) as exc,
+    ):
         capture(url, _ids(sets), N_AUX, H)
     assert exc.value.code == "EC704"
     assert "4 states of 64" in exc.value.message
@@ -181,8 +193,9 @@ def test_server_down_fails_clearly():
 
 def test_prefix_cache_hit_gives_fewer_rows(sets):
     ids = _ids(sets)  # 0.5.2 ignores the request's extra_key: the cache answers
-    with SGLangStandin(Launch(mode="aux", layer_ids=[1, 3, 4], version="0.5.2",
-                              disable_radix_cache=False)) as url:
+    with SGLangStandin(
+        Launch(mode="aux", layer_ids=[1, 3, 4], version="0.5.2", disable_radix_cache=False)
+    ) as url:
         capture(url, ids, N_AUX, H)
         with pytest.raises(CaptureError) as exc:
             capture(url, ids, N_AUX, H)  # the same prompt again: all but one token cached
@@ -205,8 +218,9 @@ def test_a_caching_server_answers_in_full(sets):
 
 def test_a_server_ignoring_the_key_is_flushed_when_allowed(sets):
     ids = _ids(sets)
-    standin = SGLangStandin(Launch(mode="aux", layer_ids=[1, 3, 4], version="0.5.2",
-                                   disable_radix_cache=False))
+    standin = SGLangStandin(
+        Launch(mode="aux", layer_ids=[1, 3, 4], version="0.5.2", disable_radix_cache=False)
+    )
     with standin as url:
         use_server(url, 60, flush_cache=True)
         first, again = capture(url, ids, N_AUX, H), capture(url, ids, N_AUX, H)
@@ -215,8 +229,11 @@ def test_a_server_ignoring_the_key_is_flushed_when_allowed(sets):
 
 def test_a_busy_server_refuses_the_flush(sets):
     ids = _ids(sets)
-    with SGLangStandin(Launch(mode="aux", layer_ids=[1, 3, 4], version="0.5.2", busy=True,
-                              disable_radix_cache=False)) as url:
+    with SGLangStandin(
+        Launch(
+            mode="aux", layer_ids=[1, 3, 4], version="0.5.2", busy=True, disable_radix_cache=False
+        )
+    ) as url:
         use_server(url, 60, flush_cache=True)
         capture(url, ids, N_AUX, H)
         with pytest.raises(CaptureError) as exc:
@@ -254,8 +271,10 @@ SGLANG_API = Path("/work/sglvenv/lib/python3.11/site-packages/sglang/api/v1/api_
 SGLANG_PY = Path("/work/sglvenv/bin/python")
 
 
-@pytest.mark.skipif(not (SGLANG_API.is_file() and SGLANG_PY.is_file()),
-                    reason="no sglang 0.5.23 venv to check the request against")
+@pytest.mark.skipif(
+    not (SGLANG_API.is_file() and SGLANG_PY.is_file()),
+    reason="no sglang 0.5.23 venv to check the request against",
+)
 def test_request_passes_sglangs_own_contract_gate(sets):
     """The body the client sends decodes with sglang.api.v1's GenerateRequest."""
     standin = SGLangStandin(Launch(mode="aux", layer_ids=[1, 3, 4]))
@@ -271,8 +290,14 @@ spec.loader.exec_module(m)
 r = m.GenerateRequest.from_json_value(json.loads(sys.stdin.read()))
 print(json.dumps([r.return_hidden_states, r.sampling_params.max_new_tokens, len(r.input_ids)]))
 """
-    out = subprocess.run([str(SGLANG_PY), "-c", code], input=json.dumps(body), text=True,
-                         capture_output=True, check=True, timeout=60)
+    out = subprocess.run(
+        [str(SGLANG_PY), "-c", code],
+        input=json.dumps(body),
+        text=True,
+        capture_output=True,
+        check=True,
+        timeout=60,
+    )
     assert json.loads(out.stdout) == [True, 1, 5]
 
 
@@ -300,15 +325,20 @@ def test_tampered_capture_file_is_ec707(contract, sets, recorded, tmp_path):
         metadata = f.metadata()
     ids = original.input_ids.clone()
     ids[0] += 1
-    save_file({"aux_hidden_states": original.aux, "input_ids": ids},
-              str(tmp_path / original.path.name), metadata=metadata)
+    save_file(
+        {"aux_hidden_states": original.aux, "input_ids": ids},
+        str(tmp_path / original.path.name),
+        metadata=metadata,
+    )
     (finding,) = verify_against_capture(contract, shard, load_captures(tmp_path))
     assert finding.code == "EC707" and "ids_sha256" in finding.message
 
 
 def test_verify_live(contract, sets):
-    good, shifted = _good_shard(sets), Shard.load(
-        discover(sets["shifted"])[0], "data_0.ckpt", "specforge", H)
+    good, shifted = (
+        _good_shard(sets),
+        Shard.load(discover(sets["shifted"])[0], "data_0.ckpt", "specforge", H),
+    )
     with SGLangStandin(Launch(mode="aux", layer_ids=[1, 3, 4])) as url:
         assert verify_live(contract, good, url) == []
         found = verify_live(contract, shifted, url)

@@ -33,9 +33,14 @@ def sets(tmp_path_factory):
     for i, path in enumerate(discover(good)):
         sample = read_sample(path, "specforge")
         states = capture_canonical(model, sample.input_ids)
-        write_shard(root / "shifted", "specforge", i, sample.input_ids, sample.loss_mask,
-                    [states[x].to(torch.bfloat16) for x in (Layer(3), Layer(5), Layer(6),
-                                                            Layer(-1))])
+        write_shard(
+            root / "shifted",
+            "specforge",
+            i,
+            sample.input_ids,
+            sample.loss_mask,
+            [states[x].to(torch.bfloat16) for x in (Layer(3), Layer(5), Layer(6), Layer(-1))],
+        )
     return root
 
 
@@ -44,20 +49,45 @@ def captures(sets):
     from conftest import run_cli
 
     with SGLangStandin(Launch(mode="aux", layer_ids=[1, 3, 4])) as url:
-        res = run_cli("record", shipped_contract(), sets / "good", "--sglang-url", url,
-                      "-o", sets / "captures")
+        res = run_cli(
+            "record",
+            shipped_contract(),
+            sets / "good",
+            "--sglang-url",
+            url,
+            "-o",
+            sets / "captures",
+        )
     assert res.returncode == 0, res.stdout + res.stderr
     assert "recorded 3 capture file(s)" in res.stdout
     return sets / "captures"
 
 
 def test_check_against_capture_files(sets, captures, cli):
-    good = cli("check", shipped_contract(), sets / "good", "--captures", captures,
-               "--checks", "capture", "--sample", "all")
+    good = cli(
+        "check",
+        shipped_contract(),
+        sets / "good",
+        "--captures",
+        captures,
+        "--checks",
+        "capture",
+        "--sample",
+        "all",
+    )
     assert good.returncode == 0, good.stdout
     assert "ok: 3 checks on 3 shard(s)" in good.stdout
-    bad = cli("check", shipped_contract(), sets / "shifted", "--captures", captures,
-              "--checks", "capture", "--sample", "all")
+    bad = cli(
+        "check",
+        shipped_contract(),
+        sets / "shifted",
+        "--captures",
+        captures,
+        "--checks",
+        "capture",
+        "--sample",
+        "all",
+    )
     assert bad.returncode == 1
     assert "EC701 capture-mismatch" in bad.stdout
     assert "slot 1 equals server position 2 = residual:5" in bad.stdout
@@ -67,8 +97,17 @@ def test_record_from_a_server_that_is_down(sets, cli, tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    res = cli("record", shipped_contract(), sets / "good", "--sglang-url",
-              f"http://127.0.0.1:{port}", "-o", tmp_path / "c", "--timeout", "2")
+    res = cli(
+        "record",
+        shipped_contract(),
+        sets / "good",
+        "--sglang-url",
+        f"http://127.0.0.1:{port}",
+        "-o",
+        tmp_path / "c",
+        "--timeout",
+        "2",
+    )
     assert res.returncode == 1 and "EC705" in res.stderr
 
 
@@ -77,19 +116,28 @@ def test_plugin_items_and_fixture_from_recorded_files(pytester, sets, captures):
     (pytester.path / "contracts").mkdir()
     text = shipped_contract().read_text().replace("../eagle-demo/good", str(sets / "good"))
     (pytester.path / "contracts" / "demo.yaml").write_text(text)
-    pytester.makepyfile(test_fc="""
+    pytester.makepyfile(
+        test_fc="""
         import torch
 
         def test_fc_input_is_what_the_server_feeds(eagle_shard, eagle_capture):
             a, b = eagle_shard.fc_input.float(), eagle_capture.float()
             assert a.shape == b.shape
             assert ((a - b).norm() / b.norm()) < 0.03
-    """)
+    """
+    )
     args = ("--eagle-captures", str(captures), "--eagle-sample", "all")
     ok = pytester.runpytest("--eagle-contract", "contracts/demo.yaml", *args, "-k", "capture")
     ok.assert_outcomes(passed=3)
-    bad = pytester.runpytest("--eagle-contract", "contracts/demo.yaml", *args, "-k", "capture",
-                             "--eagle-shards", str(pytester.path / "shifted"))
+    bad = pytester.runpytest(
+        "--eagle-contract",
+        "contracts/demo.yaml",
+        *args,
+        "-k",
+        "capture",
+        "--eagle-shards",
+        str(pytester.path / "shifted"),
+    )
     bad.assert_outcomes(failed=3)
     bad.stdout.fnmatch_lines(["*EC701 capture-mismatch*"])
     fixture = pytester.runpytest("test_fc.py", *args)
@@ -102,13 +150,14 @@ def test_plugin_items_and_fixture_from_recorded_files(pytester, sets, captures):
 def test_second_run_against_a_caching_server(sets, cli, tmp_path, pytester):
     """A server that caches prefixes and ignores the request's extra_key (SGLang < 0.5.3):
     the second run of the same shards is EC703 naming the option, green with it."""
-    standin = SGLangStandin(Launch(mode="aux", layer_ids=[1, 3, 4], version="0.5.2",
-                                   disable_radix_cache=False))
-    check = ("check", shipped_contract(), sets / "good", "--checks", "capture", "--sample",
-             "all")
+    standin = SGLangStandin(
+        Launch(mode="aux", layer_ids=[1, 3, 4], version="0.5.2", disable_radix_cache=False)
+    )
+    check = ("check", shipped_contract(), sets / "good", "--checks", "capture", "--sample", "all")
     with standin as url:
-        first = cli("record", shipped_contract(), sets / "good", "--sglang-url", url, "-o",
-                    tmp_path / "c")
+        first = cli(
+            "record", shipped_contract(), sets / "good", "--sglang-url", url, "-o", tmp_path / "c"
+        )
         assert first.returncode == 0, first.stdout + first.stderr
         again = cli(*check, "--sglang-url", url)
         assert again.returncode == 1 and "EC703 capture-rows" in again.stdout
@@ -121,7 +170,15 @@ def test_second_run_against_a_caching_server(sets, cli, tmp_path, pytester):
         (pytester.path / "contracts").mkdir()
         text = shipped_contract().read_text().replace("../eagle-demo/good", str(sets / "good"))
         (pytester.path / "contracts" / "demo.yaml").write_text(text)
-        gate = pytester.runpytest("--eagle-contract", "contracts/demo.yaml", "-k", "capture",
-                                  "--eagle-sample", "all", "--eagle-sglang-url", url,
-                                  "--eagle-sglang-flush-cache")
+        gate = pytester.runpytest(
+            "--eagle-contract",
+            "contracts/demo.yaml",
+            "-k",
+            "capture",
+            "--eagle-sample",
+            "all",
+            "--eagle-sglang-url",
+            url,
+            "--eagle-sglang-flush-cache",
+        )
     gate.assert_outcomes(passed=3)

@@ -22,27 +22,43 @@ PYPROJECT = Path(__file__).parent.parent / "pyproject.toml"
 SAFE: dict[str, tuple[str, str]] = {
     "setuptools": ("78.1.1", "CVE-2024-6345 (70.0.0), CVE-2025-47273 (78.1.1)"),
     "pytest": ("9.0.3", "CVE-2025-71176 predictable /tmp/pytest-of-{user} (9.0.3)"),
-    "pyyaml": ("5.4", "CVE-2017-18342, CVE-2020-1747, CVE-2020-14343 full_load RCE (5.4); "
-                      "the loader uses no constructor at all"),
+    "pyyaml": (
+        "5.4",
+        "CVE-2017-18342, CVE-2020-1747, CVE-2020-14343 full_load RCE (5.4); "
+        "the loader uses no constructor at all",
+    ),
     "jsonschema": ("4.18", "none known"),
     "safetensors": ("0.4", "none known"),
-    "torch": ("2.10", "CVE-2025-32434 weights_only bypass (2.6.0), CVE-2025-2953 (2.7.1), "
-                      "CVE-2025-3730 (2.8.0), CVE-2026-24747 weights_only unpickler memory "
-                      "corruption (2.10.0); CVE-2026-4538 (pt2 loader, unpatched) is not used"),
-    "transformers": ("5.3", "CVE-2024-11392/11393/11394 (4.48.0), CVE-2025-3263/3264 (4.51.0), "
-                            "CVE-2025-6051/6638/6921 ReDoS (4.53.0), CVE-2026-4372 config "
-                            "RCE despite trust_remote_code=False (5.3.0)"),
-    "pyarrow": ("23.0.1", "CVE-2023-47248 extension-type unpickling (14.0.1), CVE-2024-52338 "
-                          "(17.0.0), CVE-2026-25087 IPC reader use-after-free (23.0.1)"),
+    "torch": (
+        "2.10",
+        "CVE-2025-32434 weights_only bypass (2.6.0), CVE-2025-2953 (2.7.1), "
+        "CVE-2025-3730 (2.8.0), CVE-2026-24747 weights_only unpickler memory "
+        "corruption (2.10.0); CVE-2026-4538 (pt2 loader, unpatched) is not used",
+    ),
+    "transformers": (
+        "5.3",
+        "CVE-2024-11392/11393/11394 (4.48.0), CVE-2025-3263/3264 (4.51.0), "
+        "CVE-2025-6051/6638/6921 ReDoS (4.53.0), CVE-2026-4372 config "
+        "RCE despite trust_remote_code=False (5.3.0)",
+    ),
+    "pyarrow": (
+        "23.0.1",
+        "CVE-2023-47248 extension-type unpickling (14.0.1), CVE-2024-52338 "
+        "(17.0.0), CVE-2026-25087 IPC reader use-after-free (23.0.1)",
+    ),
     "pytest-xdist": ("3", "none known"),
     "hypothesis": ("6", "none known"),
+    "matplotlib": ("3.8", "none known"),
     "ruff": ("0.6", "none known"),
     "mypy": ("1.10", "none known"),
     "types-pyyaml": ("0", "stubs only"),
     "types-jsonschema": ("0", "stubs only"),
-    "sglang": ("0.5.10", "CVE-2026-3059 ZMQ pickle RCE (0.5.10), CVE-2026-3989 replay script "
-                         "(fixed in sgl-project/sglang#20904); the tool never starts its "
-                         "multimodal or disaggregation servers"),
+    "sglang": (
+        "0.5.10",
+        "CVE-2026-3059 ZMQ pickle RCE (0.5.10), CVE-2026-3989 replay script "
+        "(fixed in sgl-project/sglang#20904); the tool never starts its "
+        "multimodal or disaggregation servers",
+    ),
 }
 
 
@@ -67,8 +83,9 @@ def test_floor_is_past_every_known_advisory(req: Requirement) -> None:
     least, advisories = SAFE[name]
     floor = _floor(req)
     if Version(least) > Version("0"):
-        assert floor is not None and floor >= Version(least), \
+        assert floor is not None and floor >= Version(least), (
             f"{req} admits versions before {least}: {advisories}"
+        )
 
 
 def test_installed_versions_meet_the_floors() -> None:

@@ -46,14 +46,18 @@ def test_wheel_ships_the_demo_contract_the_checkout_shows():
     assert "site-packages" in str(CONTRACT) or "pytest_eagle_contract" in str(CONTRACT)
 
 
-def test_one_short_ids_with_the_target_model_is_a_finding_not_a_traceback(
-    demo_dir, tmp_path, cli
-):
+def test_one_short_ids_with_the_target_model_is_a_finding_not_a_traceback(demo_dir, tmp_path, cli):
     """Item 5: evidence on a shard whose input_ids are one short: a finding for that shard,
     and the other shards are still reported."""
     shards, _ = _one_short(demo_dir, tmp_path)
     res = cli(
-        "check", CONTRACT, shards, "--sample", "all", "--target-model", demo_dir / "target",
+        "check",
+        CONTRACT,
+        shards,
+        "--sample",
+        "all",
+        "--target-model",
+        demo_dir / "target",
         "--no-sharpness",
     )
     no_traceback(res)
@@ -75,8 +79,11 @@ def test_ec202_names_the_key_that_differs_from_the_majority(demo_dir, tmp_path, 
     shards, _ = _one_short(demo_dir, tmp_path)
     res = cli("check", CONTRACT, shards, "--sample", "all", "--checks", "structure")
     assert res.returncode == 1
-    found = re.search(r"EC202 length-mismatch: input_ids has (\d+) entries beside (\d+) in "
-                      r"loss_mask, slot 0", res.stdout)
+    found = re.search(
+        r"EC202 length-mismatch: input_ids has (\d+) entries beside (\d+) in "
+        r"loss_mask, slot 0",
+        res.stdout,
+    )
     assert found and int(found[1]) + 1 == int(found[2])
     assert "loss_mask has" not in res.stdout
     assert "also in" not in res.stdout
@@ -85,20 +92,35 @@ def test_ec202_names_the_key_that_differs_from_the_majority(demo_dir, tmp_path, 
 def test_resolve_with_a_problem_exits_1(cli):
     """Item 6: EC511 (a capture the loop never reaches) is a finding: exit 1."""
     res = cli(
-        "resolve", "--engine", "sglang", "--arch", "llama", "--version", "0.5.23",
-        "--num-layers", "61", "--ids", "2", "30", "60", "--source", "table",
+        "resolve",
+        "--engine",
+        "sglang",
+        "--arch",
+        "llama",
+        "--version",
+        "0.5.23",
+        "--num-layers",
+        "61",
+        "--ids",
+        "2",
+        "30",
+        "60",
+        "--source",
+        "table",
     )
     assert res.returncode == 1 and "EC511" in res.stdout
 
 
-@pytest.mark.parametrize("command", [["schema"], ["resolve", "--engine", "vllm",
-                                                   "--num-layers", "32", "--json"]])
+@pytest.mark.parametrize(
+    "command", [["schema"], ["resolve", "--engine", "vllm", "--num-layers", "32", "--json"]]
+)
 def test_a_closed_pipe_ends_quietly(command):
     """Item 6: `eagle-contract schema | head -1` prints no BrokenPipeError."""
     exe = [sys.executable, "-m", "pytest_eagle_contract", *command]
     shell = " ".join(f"'{a}'" for a in exe) + " | head -c 1"
-    res = subprocess.run(["bash", "-o", "pipefail", "-c", shell], capture_output=True,
-                         text=True, timeout=120)
+    res = subprocess.run(
+        ["bash", "-o", "pipefail", "-c", shell], capture_output=True, text=True, timeout=120
+    )
     assert res.stderr == "" and res.stdout == "{"
 
 
@@ -113,8 +135,16 @@ def test_cli_and_pytest_run_the_same_checks_sharpness_included(demo_dir, cli, py
     assert "ok: 11 checks on 3 shard(s)" in cli("check", *args).stdout  # layout, sharpness
     assert "ok: 10 checks on 3 shard(s)" in cli("check", *args, "--no-sharpness").stdout
     shards = str(demo_dir / "good")
-    common = ("--eagle-contract", str(CONTRACT), "--eagle-shards", shards, "--eagle-sample",
-              "all", "-p", "no:cacheprovider")
+    common = (
+        "--eagle-contract",
+        str(CONTRACT),
+        "--eagle-shards",
+        shards,
+        "--eagle-sample",
+        "all",
+        "-p",
+        "no:cacheprovider",
+    )
     pytester.runpytest(*common).assert_outcomes(passed=11)
     pytester.runpytest(*common, "--eagle-no-sharpness").assert_outcomes(passed=10)
 
@@ -127,23 +157,39 @@ def test_fixtures_use_the_contract_named_on_the_command_line(demo_dir, pytester)
     text = CONTRACT.read_text().replace("../eagle-demo/good", str(demo_dir / "good"))
     (contracts / "a.yaml").write_text(text)
     (contracts / "b.yaml").write_text(text.replace("contract: ", "contract: b-", 1))
-    pytester.makepyfile(test_mine="def test_ids(eagle_shard):\n"
-                                  "    assert eagle_shard.input_ids is not None\n")
-    res = pytester.runpytest("--eagle-contract", "contracts/a.yaml", "--eagle-no-sharpness",
-                             "-p", "no:cacheprovider", "--eagle-sample", "2")
+    pytester.makepyfile(
+        test_mine="def test_ids(eagle_shard):\n    assert eagle_shard.input_ids is not None\n"
+    )
+    res = pytester.runpytest(
+        "--eagle-contract",
+        "contracts/a.yaml",
+        "--eagle-no-sharpness",
+        "-p",
+        "no:cacheprovider",
+        "--eagle-sample",
+        "2",
+    )
     res.assert_outcomes(passed=2 + 1 + 2 * 3)  # the user's test per shard, layout, shard items
 
 
 def test_help_shows_the_optional_path():
-    res = subprocess.run([sys.executable, "-m", "pytest", "--help", "-p", "no:cacheprovider"],
-                         capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-m", "pytest", "--help", "-p", "no:cacheprovider"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert "--eagle-contract=[PATH]" in res.stdout
 
 
 def test_docs_show_each_option_as_pytest_help_does():
     """Item 3: the docs spell every option as `pytest --help` prints it."""
-    res = subprocess.run([sys.executable, "-m", "pytest", "--help", "-p", "no:cacheprovider"],
-                         capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-m", "pytest", "--help", "-p", "no:cacheprovider"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     shown = re.findall(r"^\s+(--eagle-[a-z-]+(?:=\S+)?)", res.stdout, re.M)
     docs = (CHECKOUT_CONTRACT.parent.parent / "docs" / "pytest-plugin.md").read_text()
     docs = docs.replace("\\|", "|")  # a table cell escapes its pipes

@@ -61,14 +61,23 @@ def _limit_memory() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY, MEMORY))
 
 
-def run_cli(*args: str | Path, cwd: Path, env: dict[str, str] | None = None,
-            ) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str | Path,
+    cwd: Path,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
     """``eagle-contract`` as users run it, memory-capped, with a hang guard."""
     exe = Path(sys.executable).with_name("eagle-contract")
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "pytest_eagle_contract"]
-    return subprocess.run([*cmd, *map(str, args)], capture_output=True, text=True, cwd=cwd,
-                          env={**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})},
-                          preexec_fn=_limit_memory, timeout=120)
+    return subprocess.run(
+        [*cmd, *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})},
+        preexec_fn=_limit_memory,
+        timeout=120,
+    )
 
 
 def refused(res: subprocess.CompletedProcess[str], *words: str) -> None:
@@ -88,58 +97,110 @@ def _bomb(levels: int = 9, width: int = 9) -> str:
 
 # name -> (contract bytes, words the error must carry)
 CASES: dict[str, tuple[bytes, tuple[str, ...]]] = {
-    "python-name-tag": (VALID.replace("arch: LlamaForCausalLM", "arch: !!python/name:os.system ''")
-                        .encode(), ("!!python/name:os.system is not allowed", ":3:")),
-    "python-apply-payload": ((VALID + f"description: !!python/object/apply:os.system "
-                              f"['touch {MARKER}']\n").encode(), ("is not allowed",)),
-    "python-new-on-mapping": ((VALID + "description: !!python/object/new:os.system "
-                               f"{{args: ['touch {MARKER}']}}\n").encode(), ("not allowed",)),
-    "local-tag": (VALID.replace("engine: sglang", "engine: !shell sglang").encode(),
-                  ("!shell is not allowed",)),
+    "python-name-tag": (
+        VALID.replace("arch: LlamaForCausalLM", "arch: !!python/name:os.system ''").encode(),
+        ("!!python/name:os.system is not allowed", ":3:"),
+    ),
+    "python-apply-payload": (
+        (VALID + f"description: !!python/object/apply:os.system ['touch {MARKER}']\n").encode(),
+        ("is not allowed",),
+    ),
+    "python-new-on-mapping": (
+        (
+            VALID + f"description: !!python/object/new:os.system {{args: ['touch {MARKER}']}}\n"
+        ).encode(),
+        ("not allowed",),
+    ),
+    "local-tag": (
+        VALID.replace("engine: sglang", "engine: !shell sglang").encode(),
+        ("!shell is not allowed",),
+    ),
     "binary-tag": ((VALID + "description: !!binary aGVsbG8=\n").encode(), ("!!binary",)),
-    "merge-key": (VALID.replace(TARGET, "base: &t {num_hidden_layers: 8, hidden_size: 64}\n"
-                                "target: {<<: *t}").encode(), ("merge keys (<<)",)),
+    "merge-key": (
+        VALID.replace(
+            TARGET, "base: &t {num_hidden_layers: 8, hidden_size: 64}\ntarget: {<<: *t}"
+        ).encode(),
+        ("merge keys (<<)",),
+    ),
     "control-character": ((VALID + "description: a\x07b\n").encode(), ("U+0007", ":17:15:")),
     "nul-escape": ((VALID + 'description: "a\\0b"\n').encode(), ("U+0000",)),
     "surrogate-escape": ((VALID + 'description: "\\ud800"\n').encode(), ("surrogate",)),
     "utf16-bom": (VALID.encode("utf-16"), ("UTF-16",)),
     "utf16-no-bom": (VALID.encode("utf-16-le"), ("U+0000", "UTF-16")),
     "invalid-utf8": (VALID.encode().replace(b"demo", b"d\xffmo"), ("0xFF is not UTF-8", ":1:")),
-    "deep-nesting": ((VALID + "description: " + "[" * 20000 + "]" * 20000 + "\n").encode(),
-                     (f"deeper than {MAX_DEPTH}",)),
-    "deep-block-nesting": ((VALID + "".join(" " * i + f"k{i}:\n" for i in range(200))).encode(),
-                           (f"deeper than {MAX_DEPTH}",)),
+    "deep-nesting": (
+        (VALID + "description: " + "[" * 20000 + "]" * 20000 + "\n").encode(),
+        (f"deeper than {MAX_DEPTH}",),
+    ),
+    "deep-block-nesting": (
+        (VALID + "".join(" " * i + f"k{i}:\n" for i in range(200))).encode(),
+        (f"deeper than {MAX_DEPTH}",),
+    ),
     "recursive-alias": ((VALID + "description: &r [*r]\n").encode(), ("contains it",)),
     "alias-bomb": (_bomb().encode(), (f"more than {MAX_NODES} values",)),
-    "huge-integer": (VALID.replace("hidden_size: 64", "hidden_size: " + "9" * 100_000).encode(),
-                     ("not a valid int",)),
-    "huge-hex-integer": (VALID.replace("hidden_size: 64", "hidden_size: 0x" + "f" * 5000)
-                         .encode(), ("out of range",)),
-    "float-hidden-size": (VALID.replace("hidden_size: 64", "hidden_size: 16.0").encode(),
-                          ("16.0 is not of type 'integer'",)),
-    "float-fc-input": (VALID.replace("fc_input: [0, 1]", "fc_input: [0.0, 1]").encode(),
-                       ("training.fc_input[0]",)),
-    "bool-layers": (VALID.replace("num_hidden_layers: 8", "num_hidden_layers: true").encode(),
-                    ("True is not of type 'integer'",)),
-    "hidden-size-2**40": (VALID.replace("hidden_size: 64", f"hidden_size: {2**40}").encode(),
-                          ("maximum of 65536", "plausibility")),
-    "layers-1e9": (VALID.replace("num_hidden_layers: 8", "num_hidden_layers: 1000000000")
-                   .encode(), ("maximum of 1024",)),
-    "vocab-2**40": (VALID.replace("vocab_size: 512", f"vocab_size: {2**40}").encode(),
-                    ("maximum of 4194304",)),
-    "sequence-2**40": (VALID.replace("max_length: 4096", f"max_length: {2**40}").encode(),
-                       ("maximum of 16777216",)),
-    "layer-index-5000-digits": (VALID.replace("residual:4", "residual:" + "9" * 5000).encode(),
-                                ("beyond the target's 8 layers",)),
+    "huge-integer": (
+        VALID.replace("hidden_size: 64", "hidden_size: " + "9" * 100_000).encode(),
+        ("not a valid int",),
+    ),
+    "huge-hex-integer": (
+        VALID.replace("hidden_size: 64", "hidden_size: 0x" + "f" * 5000).encode(),
+        ("out of range",),
+    ),
+    "float-hidden-size": (
+        VALID.replace("hidden_size: 64", "hidden_size: 16.0").encode(),
+        ("16.0 is not of type 'integer'",),
+    ),
+    "float-fc-input": (
+        VALID.replace("fc_input: [0, 1]", "fc_input: [0.0, 1]").encode(),
+        ("training.fc_input[0]",),
+    ),
+    "bool-layers": (
+        VALID.replace("num_hidden_layers: 8", "num_hidden_layers: true").encode(),
+        ("True is not of type 'integer'",),
+    ),
+    "hidden-size-2**40": (
+        VALID.replace("hidden_size: 64", f"hidden_size: {2**40}").encode(),
+        ("maximum of 65536", "plausibility"),
+    ),
+    "layers-1e9": (
+        VALID.replace("num_hidden_layers: 8", "num_hidden_layers: 1000000000").encode(),
+        ("maximum of 1024",),
+    ),
+    "vocab-2**40": (
+        VALID.replace("vocab_size: 512", f"vocab_size: {2**40}").encode(),
+        ("maximum of 4194304",),
+    ),
+    "sequence-2**40": (
+        VALID.replace("max_length: 4096", f"max_length: {2**40}").encode(),
+        ("maximum of 16777216",),
+    ),
+    "layer-index-5000-digits": (
+        VALID.replace("residual:4", "residual:" + "9" * 5000).encode(),
+        ("beyond the target's 8 layers",),
+    ),
     "nan-norm": (VALID.replace("median: 1.5", "median: .nan").encode(), ("NaN",)),
     "two-documents": ((VALID + "---\n" + VALID).encode(), ("another document",)),
     "non-string-key": ((VALID + "? [a, b]\n: 1\n").encode(), ("keys must be strings",)),
-    "huge-list": ((VALID + "description: [" + ", ".join(["1"] * 2000) + "]\n").encode(),
-                  (f"more than {MAX_ITEMS} items",)),
-    "many-distinct-items": (VALID.replace("fc_input: [0, 1]", "fc_input: [" + ", ".join(
-        f"{{k: {i}}}" for i in range(MAX_ITEMS)) + "]").encode(), ("fc_input",)),
-    "many-problems": (("contract: x\nversion: 1\n" + TARGET + "\n" + "".join(
-        f"bogus{i}: 1\n" for i in range(200))).encode(), ("and 150 more problems",)),
+    "huge-list": (
+        (VALID + "description: [" + ", ".join(["1"] * 2000) + "]\n").encode(),
+        (f"more than {MAX_ITEMS} items",),
+    ),
+    "many-distinct-items": (
+        VALID.replace(
+            "fc_input: [0, 1]",
+            "fc_input: [" + ", ".join(f"{{k: {i}}}" for i in range(MAX_ITEMS)) + "]",
+        ).encode(),
+        ("fc_input",),
+    ),
+    "many-problems": (
+        (
+            "contract: x\nversion: 1\n"
+            + TARGET
+            + "\n"
+            + "".join(f"bogus{i}: 1\n" for i in range(200))
+        ).encode(),
+        ("and 150 more problems",),
+    ),
 }
 
 
@@ -162,8 +223,9 @@ def test_oversized_and_special_files_are_refused_before_reading(tmp_path: Path) 
     refused(run_cli("check", big, cwd=tmp_path), "larger than 1048576 bytes", MAX_BYTES_ENV)
     refused(run_cli("check", "/dev/zero", cwd=tmp_path), "larger than")
     refused(run_cli("check", tmp_path, cwd=tmp_path), "cannot read contract")
-    refused(run_cli("check", big, cwd=tmp_path, env={MAX_BYTES_ENV: "lots"}),
-            f"{MAX_BYTES_ENV}='lots'")
+    refused(
+        run_cli("check", big, cwd=tmp_path, env={MAX_BYTES_ENV: "lots"}), f"{MAX_BYTES_ENV}='lots'"
+    )
 
 
 def test_the_size_cap_can_be_raised(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -184,9 +246,14 @@ def test_utf8_bom_and_dates_are_read(tmp_path: Path) -> None:
 def test_plugin_reports_a_hostile_contract_without_a_traceback(tmp_path: Path) -> None:
     path = tmp_path / "c.yaml"
     path.write_bytes(CASES["alias-bomb"][0])
-    res = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
-                          "--eagle-contract", str(path)], capture_output=True, text=True,
-                         cwd=tmp_path, preexec_fn=_limit_memory, timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--eagle-contract", str(path)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        preexec_fn=_limit_memory,
+        timeout=120,
+    )
     out = res.stdout + res.stderr
     assert res.returncode in (pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.INTERRUPTED), out
     assert "invalid contract" in out and f"more than {MAX_NODES} values" in out, out
@@ -196,13 +263,61 @@ def test_plugin_reports_a_hostile_contract_without_a_traceback(tmp_path: Path) -
 # -- fuzz -------------------------------------------------------------------------------
 
 EXAMPLES = int(os.environ.get("EAGLE_FUZZ_EXAMPLES", "60"))
-FUZZ = settings(max_examples=EXAMPLES, derandomize=True, deadline=None, database=None,
-                suppress_health_check=list(HealthCheck))
-_PIECES = ["&a ", "*a", "!!python/name:os.system ", "<<: ", "!!binary ", "? ", "- ", ": ",
-           "{", "}", "[", "]", ",", "#", "|", ">", "'", '"', "\\", "\t", "\n", "\n  ", "%",
-           "@", "`", "---\n", "...", ".nan", ".inf", "1e999", "0x", "16.0", "true", "null",
-           "~", "residual:", "\x00", "\x07", "\x85", "\ufeff", "\u2028", "é", "\U0001f600",
-           "9" * 30, "-1", "2024-01-01"]
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    suppress_health_check=list(HealthCheck),
+)
+_PIECES = [
+    "&a ",
+    "*a",
+    "!!python/name:os.system ",
+    "<<: ",
+    "!!binary ",
+    "? ",
+    "- ",
+    ": ",
+    "{",
+    "}",
+    "[",
+    "]",
+    ",",
+    "#",
+    "|",
+    ">",
+    "'",
+    '"',
+    "\\",
+    "\t",
+    "\n",
+    "\n  ",
+    "%",
+    "@",
+    "`",
+    "---\n",
+    "...",
+    ".nan",
+    ".inf",
+    "1e999",
+    "0x",
+    "16.0",
+    "true",
+    "null",
+    "~",
+    "residual:",
+    "\x00",
+    "\x07",
+    "\x85",
+    "\ufeff",
+    "\u2028",
+    "é",
+    "\U0001f600",
+    "9" * 30,
+    "-1",
+    "2024-01-01",
+]
 
 
 def _ok_or_contract_error(text: str) -> None:
@@ -221,16 +336,27 @@ def test_fuzz_text_mutations(data: st.DataObject) -> None:
         at = data.draw(st.integers(0, len(text)))
         cut = data.draw(st.integers(0, 12))
         piece = data.draw(st.sampled_from(_PIECES) | st.text(max_size=8))
-        text = text[:at] + piece * data.draw(st.integers(1, 3)) + text[at + cut:]
+        text = text[:at] + piece * data.draw(st.integers(1, 3)) + text[at + cut :]
     _ok_or_contract_error(text)
 
 
-_SCALARS = (st.none() | st.booleans() | st.integers(-(2**70), 2**70)
-            | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=12)
-            | st.sampled_from(["embed", "final_norm", "residual:3", "specforge", "sglang",
-                               "EC201", "bfloat16", "int64"]))
-_VALUES = st.recursive(_SCALARS, lambda inner: st.lists(inner, max_size=4)
-                       | st.dictionaries(st.text(max_size=10), inner, max_size=4), max_leaves=12)
+_SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=12)
+    | st.sampled_from(
+        ["embed", "final_norm", "residual:3", "specforge", "sglang", "EC201", "bfloat16", "int64"]
+    )
+)
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
 
 
 def _paths(node: object, prefix: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
@@ -290,8 +416,10 @@ REAL_TARGETS = {  # (num_hidden_layers, hidden_size, vocab_size) of large releas
 @pytest.mark.parametrize("name", REAL_TARGETS)
 def test_plausibility_bounds_admit_real_models(tmp_path: Path, name: str) -> None:
     layers, hidden, vocab = REAL_TARGETS[name]
-    text = VALID.replace(TARGET, f"target: {{num_hidden_layers: {layers}, hidden_size: "
-                                 f"{hidden}, vocab_size: {vocab}}}")
+    text = VALID.replace(
+        TARGET,
+        f"target: {{num_hidden_layers: {layers}, hidden_size: {hidden}, vocab_size: {vocab}}}",
+    )
     assert parse_contract(text, tmp_path / "c.yaml").target.hidden_size == hidden
     limits = target_limits()
     assert limits["num_hidden_layers"] >= 8 * layers and limits["hidden_size"] >= 4 * hidden
@@ -331,14 +459,17 @@ def _layer_pattern() -> re.Pattern[str]:
 
 
 @settings(max_examples=300, derandomize=True, database=None)
-@given(st.from_regex(r"\s?(embed|final_norm|residual:[0-9٣]{1,3}|[a-z_:0-9]{0,12})\s?",
-                     fullmatch=True) | st.text(max_size=16))
+@given(
+    st.from_regex(r"\s?(embed|final_norm|residual:[0-9٣]{1,3}|[a-z_:0-9]{0,12})\s?", fullmatch=True)
+    | st.text(max_size=16)
+)
 def test_layer_pattern_admits_only_what_layers_parse(text: str) -> None:
     """Schema-valid layer names always parse; the parser's extra leniency (spaces around,
     non-ASCII digits) never reaches a contract."""
     if _layer_pattern().search(text):
-        assert str(Layer.parse(text)) in ("embed", "final_norm") or \
-            str(Layer.parse(text)).startswith("residual:")
+        assert str(Layer.parse(text)) in ("embed", "final_norm") or str(
+            Layer.parse(text)
+        ).startswith("residual:")
     else:
         try:
             Layer.parse(text)

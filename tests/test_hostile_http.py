@@ -50,14 +50,17 @@ def _fresh_run() -> Any:
 
 def _raw(data: bytes) -> Fault:
     """``data`` is the whole answer, then the connection closes."""
+
     def fault(h: Any, path: str) -> bool:
         h.wfile.write(data)
         return True
+
     return fault
 
 
 def _answer(payload: object, status: int = 200) -> Fault:
     """Well-formed HTTP carrying ``payload`` (bytes, JSON, or a function of the ids sent)."""
+
     def fault(h: Any, path: str) -> bool:
         value = payload(_ids_of(h)) if callable(payload) else payload
         body = value if isinstance(value, bytes) else json.dumps(value).encode()
@@ -66,11 +69,13 @@ def _answer(payload: object, status: int = 200) -> Fault:
         h.end_headers()
         h.wfile.write(body)
         return True
+
     return fault
 
 
 def _stream(head: bytes, piece: bytes, total: int = 600_000_000) -> Fault:
     """``head``, then ``piece`` again and again up to ``total`` bytes or the client leaving."""
+
     def fault(h: Any, path: str) -> bool:
         try:
             h.wfile.write(head)
@@ -79,6 +84,7 @@ def _stream(head: bytes, piece: bytes, total: int = 600_000_000) -> Fault:
         except OSError:
             pass
         return True
+
     return fault
 
 
@@ -89,6 +95,7 @@ def _redirect(where: Callable[[Any], str]) -> Fault:
         h.send_header("Content-Length", "0")
         h.end_headers()
         return True
+
     return fault
 
 
@@ -138,8 +145,9 @@ def _other_host(h: Any) -> str:
 class Script:
     """Faults per path, used in order (None: served normally); ``always`` per path."""
 
-    def __init__(self, queues: dict[str, list[Fault | None]],
-                 always: dict[str, Fault] | None = None) -> None:
+    def __init__(
+        self, queues: dict[str, list[Fault | None]], always: dict[str, Fault] | None = None
+    ) -> None:
         self.queues = {k: list(v) for k, v in queues.items()}
         self.always = always or {}
         self.lock = threading.Lock()
@@ -160,22 +168,33 @@ GENERATE: dict[str, tuple[Fault, str | None]] = {
     "bad-status-line": (_raw(b"HTTP/1.1 abc OK\r\n\r\n"), "EC705"),
     "http2-preface": (_raw(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"), "EC705"),
     "closed-at-once": (_raw(b""), "EC705"),
-    "header-line-70k": (_raw(b"HTTP/1.1 200 OK\r\nX-A: " + b"a" * 70_000 + b"\r\n\r\n"),
-                        "EC705"),
+    "header-line-70k": (_raw(b"HTTP/1.1 200 OK\r\nX-A: " + b"a" * 70_000 + b"\r\n\r\n"), "EC705"),
     "200-headers": (_raw(b"HTTP/1.1 200 OK\r\n" + b"X-A: b\r\n" * 200 + b"\r\n"), "EC705"),
-    "short-body": (_raw(b'HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n{"meta_info"'),
-                   "EC705"),
-    "bad-chunk-size": (_raw(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"),
-                       "EC705"),
-    "chunk-size-70k": (_raw(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
-                            + b"1" * 70_000 + b"\r\n"), "EC705"),
+    "short-body": (_raw(b'HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n{"meta_info"'), "EC705"),
+    "bad-chunk-size": (
+        _raw(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"),
+        "EC705",
+    ),
+    "chunk-size-70k": (
+        _raw(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + b"1" * 70_000 + b"\r\n"),
+        "EC705",
+    ),
     "negative-length": (_raw(b"HTTP/1.1 200 OK\r\nContent-Length: -5\r\n\r\n{}"), "EC705"),
-    "declared-600MB": (_stream(b"HTTP/1.1 200 OK\r\nContent-Length: 600000000\r\n\r\n",
-                               b"0.0," * 16384), "EC705"),
-    "streamed-600MB": (_stream(b'HTTP/1.1 200 OK\r\n\r\n{"meta_info": {"hidden_states": [[',
-                               b"0.0," * 16384), "EC705"),
-    "chunked-600MB": (_stream(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
-                              b"10000\r\n" + b"0" * 65536 + b"\r\n"), "EC705"),
+    "declared-600MB": (
+        _stream(b"HTTP/1.1 200 OK\r\nContent-Length: 600000000\r\n\r\n", b"0.0," * 16384),
+        "EC705",
+    ),
+    "streamed-600MB": (
+        _stream(b'HTTP/1.1 200 OK\r\n\r\n{"meta_info": {"hidden_states": [[', b"0.0," * 16384),
+        "EC705",
+    ),
+    "chunked-600MB": (
+        _stream(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+            b"10000\r\n" + b"0" * 65536 + b"\r\n",
+        ),
+        "EC705",
+    ),
     "nested-100k": (_answer(b"[" * 100_000 + b"]" * 100_000), "EC705"),
     "html-500": (_answer(b"<html>Internal Server Error</html>", 500), "EC705"),
     "utf16-junk": (_answer("{}".encode("utf-16") + b"\xff\xfe\x00"), "EC705"),
@@ -186,25 +205,43 @@ GENERATE: dict[str, tuple[Fault, str | None]] = {
     "states-string": (_answer({"meta_info": {"hidden_states": "abc"}}), "EC705"),
     "states-number": (_answer({"meta_info": {"hidden_states": [5]}}), "EC705"),
     "rows-empty": (_answer({"meta_info": {"hidden_states": [[]]}}), "EC704"),
-    "rows-ragged": (_answer(lambda ids: {"meta_info": {"hidden_states": [
-        [[0.0] * (N_AUX * H - i % 2) for i in range(len(ids))]]}}), "EC704"),
+    "rows-ragged": (
+        _answer(
+            lambda ids: {
+                "meta_info": {
+                    "hidden_states": [[[0.0] * (N_AUX * H - i % 2) for i in range(len(ids))]]
+                }
+            }
+        ),
+        "EC704",
+    ),
     "cell-string": (_answer(lambda ids: _rows(ids, "x")), "EC705"),
     "cell-list": (_answer(lambda ids: _rows(ids, [0.0])), "EC705"),
     "cell-int-400-digits": (_answer(lambda ids: _rows(ids, 10**400)), "EC705"),
     "cell-dict": (_answer(lambda ids: _rows(ids, {"a": 1})), "EC705"),
-    "rows-short-cached-garbage": (_answer(lambda ids: {"meta_info": {
-        "hidden_states": [_rows(ids)["meta_info"]["hidden_states"][0][:-3]],
-        "cached_tokens": "abc"}}), "EC703"),
+    "rows-short-cached-garbage": (
+        _answer(
+            lambda ids: {
+                "meta_info": {
+                    "hidden_states": [_rows(ids)["meta_info"]["hidden_states"][0][:-3]],
+                    "cached_tokens": "abc",
+                }
+            }
+        ),
+        "EC703",
+    ),
     "cell-nan": (_answer(lambda ids: _rows(ids, float("nan"))), None),
     "redirect-other-host": (_redirect(_other_host), "EC705"),
     "redirect-loop": (_redirect(lambda h: "/loop"), "EC705"),
     "redirect-bad-location": (_redirect(lambda h: "http://[::1"), "EC705"),
 }
 SERVER_INFO: dict[str, object] = {
-    "list": [1, 2], "string": "ok", "version-int": {"version": 5},
-    "version-path": {"version": "../../etc/passwd"}, "version-5000-digits": {
-        "version": "0.5." + "1" * 5000}, "ids-string": {
-        "return_aux_hidden_state_layer_ids": "1,3"},
+    "list": [1, 2],
+    "string": "ok",
+    "version-int": {"version": 5},
+    "version-path": {"version": "../../etc/passwd"},
+    "version-5000-digits": {"version": "0.5." + "1" * 5000},
+    "ids-string": {"return_aux_hidden_state_layer_ids": "1,3"},
     "ids-floats": {"return_aux_hidden_state_layer_ids": [1.5, 3]},
     "ids-bools": {"return_aux_hidden_state_layer_ids": [True]},
     "ids-huge": {"return_aux_hidden_state_layer_ids": [2**40]},
@@ -212,9 +249,12 @@ SERVER_INFO: dict[str, object] = {
     "ids-dict": {"return_aux_hidden_state_layer_ids": {"1": 3}},
 }
 MODEL_INFO: dict[str, object] = {
-    "list": [], "archs-string": {"architectures": "LlamaForCausalLM"},
-    "archs-int": {"architectures": [5]}, "archs-nested": {"architectures": [["a"]]},
-    "archs-space": {"architectures": ["Llama For"]}, "archs-dict": {"architectures": {"a": 1}},
+    "list": [],
+    "archs-string": {"architectures": "LlamaForCausalLM"},
+    "archs-int": {"architectures": [5]},
+    "archs-nested": {"architectures": [["a"]]},
+    "archs-space": {"architectures": ["Llama For"]},
+    "archs-dict": {"architectures": {"a": 1}},
     "archs-long": {"architectures": ["A" * 5000]},
 }
 
@@ -253,16 +293,25 @@ def test_generate_answer(name: str, ids: list[int]) -> None:
             assert code is None and aux.shape == (len(ids), N_AUX * H)
 
 
-@pytest.mark.parametrize("where,name", [("/server_info", n) for n in SERVER_INFO]
-                         + [("/model_info", n) for n in MODEL_INFO]
-                         + [("/server_info", "5MB"), ("/model_info", "garbage")])
+@pytest.mark.parametrize(
+    "where,name",
+    [("/server_info", n) for n in SERVER_INFO]
+    + [("/model_info", n) for n in MODEL_INFO]
+    + [("/server_info", "5MB"), ("/model_info", "garbage")],
+)
 def test_info_answer(where: str, name: str) -> None:
     table = SERVER_INFO if where == "/server_info" else MODEL_INFO
-    fault = (_answer({"version": "0.5.23", "pad": "x" * (5 << 20)}) if name == "5MB" else
-             _raw(b"\x00" * 100) if name == "garbage" else
-             _answer(table[name]))
-    with SGLangStandin(Launch(fault=Script({where: [fault]}))) as url, \
-            pytest.raises(CaptureError) as exc:
+    fault = (
+        _answer({"version": "0.5.23", "pad": "x" * (5 << 20)})
+        if name == "5MB"
+        else _raw(b"\x00" * 100)
+        if name == "garbage"
+        else _answer(table[name])
+    )
+    with (
+        SGLangStandin(Launch(fault=Script({where: [fault]}))) as url,
+        pytest.raises(CaptureError) as exc,
+    ):
         server_info(url, timeout=20)
     assert exc.value.code == "EC705"
 
@@ -297,9 +346,14 @@ def _limit_memory() -> None:
 def _cli(*args: object) -> subprocess.CompletedProcess[str]:
     exe = Path(sys.executable).with_name("eagle-contract")
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "pytest_eagle_contract"]
-    res = subprocess.run([*cmd, *map(str, args)], capture_output=True, text=True,
-                         env={**os.environ, "PYTHONWARNINGS": "ignore"},
-                         preexec_fn=_limit_memory, timeout=240)
+    res = subprocess.run(
+        [*cmd, *map(str, args)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+        preexec_fn=_limit_memory,
+        timeout=240,
+    )
     out = res.stdout + res.stderr
     assert "Traceback" not in out and "MemoryError" not in out, out[-3000:]
     assert res.returncode in (1, 2), out[-3000:]
@@ -307,17 +361,35 @@ def _cli(*args: object) -> subprocess.CompletedProcess[str]:
 
 
 def _codes(report: Path) -> list[list[str]]:
-    units = json.loads(report.read_text())["units"]
+    from pytest_eagle_contract.reports.json_report import problems
+
+    data = json.loads(report.read_text())
+    assert problems(data) == []
+    units = data["units"]
     return sorted(sorted({f["code"] for f in u["findings"]}) for u in units)
 
 
 def test_check_goes_on_through_every_bad_answer(shards: Path, tmp_path: Path) -> None:
     """One shard per bad /generate answer, then a good one: each gets its own finding."""
     script = Script({"/generate": [fault for fault, _ in GENERATE.values()]}, always=LOOP)
-    with SGLangStandin(Launch(mode="aux", layer_ids=[1, 3, 4], fault=script,
-                              max_requests=200)) as url:
-        res = _cli("check", shipped_contract(), shards, "--checks", "capture", "--sample", "all",
-                   "--sglang-url", url, "--sglang-timeout", "20", "--json", tmp_path / "r.json")
+    with SGLangStandin(
+        Launch(mode="aux", layer_ids=[1, 3, 4], fault=script, max_requests=200)
+    ) as url:
+        res = _cli(
+            "check",
+            shipped_contract(),
+            shards,
+            "--checks",
+            "capture",
+            "--sample",
+            "all",
+            "--sglang-url",
+            url,
+            "--sglang-timeout",
+            "20",
+            "--json",
+            tmp_path / "r.json",
+        )
     assert res.returncode == 1
     want = sorted([[code or "EC701"] for _, code in GENERATE.values()] + [[]])
     assert _codes(tmp_path / "r.json") == want
@@ -325,13 +397,29 @@ def test_check_goes_on_through_every_bad_answer(shards: Path, tmp_path: Path) ->
 
 def test_check_goes_on_through_every_bad_server_info(shards: Path, tmp_path: Path) -> None:
     server, model = list(SERVER_INFO.values()), list(MODEL_INFO.values())
-    script = Script({"/server_info": [_answer(v) for v in server] + [None] * len(model),
-                     "/model_info": [None] * len(server) + [_answer(v) for v in model]})
-    paths = discover(shards)[:len(server) + len(model) + 1]
-    with SGLangStandin(Launch(mode="aux", layer_ids=[1, 3, 4], fault=script,
-                              max_requests=200)) as url:
-        res = _cli("check", shipped_contract(), *paths, "--checks", "capture", "--sample",
-                   "all", "--sglang-url", url, "--json", tmp_path / "r.json")
+    script = Script(
+        {
+            "/server_info": [_answer(v) for v in server] + [None] * len(model),
+            "/model_info": [None] * len(server) + [_answer(v) for v in model],
+        }
+    )
+    paths = discover(shards)[: len(server) + len(model) + 1]
+    with SGLangStandin(
+        Launch(mode="aux", layer_ids=[1, 3, 4], fault=script, max_requests=200)
+    ) as url:
+        res = _cli(
+            "check",
+            shipped_contract(),
+            *paths,
+            "--checks",
+            "capture",
+            "--sample",
+            "all",
+            "--sglang-url",
+            url,
+            "--json",
+            tmp_path / "r.json",
+        )
     assert res.returncode == 1
     assert _codes(tmp_path / "r.json") == [[]] + [["EC705"]] * (len(server) + len(model))
 
@@ -339,9 +427,21 @@ def test_check_goes_on_through_every_bad_server_info(shards: Path, tmp_path: Pat
 def test_a_dead_server_costs_one_timeout_per_run(shards: Path, tmp_path: Path) -> None:
     standin = SGLangStandin(Launch(fault=_hang))
     with standin as url:
-        res = _cli("check", shipped_contract(), *discover(shards)[:4], "--checks", "capture",
-                   "--sample", "all", "--sglang-url", url, "--sglang-timeout", "1",
-                   "--json", tmp_path / "r.json")
+        res = _cli(
+            "check",
+            shipped_contract(),
+            *discover(shards)[:4],
+            "--checks",
+            "capture",
+            "--sample",
+            "all",
+            "--sglang-url",
+            url,
+            "--sglang-timeout",
+            "1",
+            "--json",
+            tmp_path / "r.json",
+        )
     assert res.returncode == 1 and "did not answer within 1 s" in res.stdout
     assert _codes(tmp_path / "r.json") == [["EC705"]] * 4
     assert standin.state.requests == 1  # not one per shard
@@ -350,46 +450,75 @@ def test_a_dead_server_costs_one_timeout_per_run(shards: Path, tmp_path: Path) -
 def test_record_stops_with_the_code(shards: Path, tmp_path: Path) -> None:
     fault = Script({"/generate": [GENERATE["streamed-600MB"][0]]})
     with SGLangStandin(Launch(mode="aux", layer_ids=[1, 3, 4], fault=fault)) as url:
-        res = _cli("record", shipped_contract(), discover(shards)[0], "--sglang-url", url,
-                   "-o", tmp_path / "captures")
+        res = _cli(
+            "record",
+            shipped_contract(),
+            discover(shards)[0],
+            "--sglang-url",
+            url,
+            "-o",
+            tmp_path / "captures",
+        )
     assert res.returncode == 1 and "EC705" in res.stderr and "bytes this request" in res.stderr
 
 
 # -- usage errors: the URL, the timeout, the output folder --------------------------------
 
-BAD_URLS = ["localhost:30000", "127.0.0.1:30000", "file:///etc/passwd", "ftp://host/",
-            "javascript:alert(1)", "http://", "http://host:99999", "http://host:-1",
-            "http://a b", "http://host/\x00", "http://user:pw@host", "http://host/?q=1",
-            "http://host#frag", "http://h\u00e9.example", "", " ", "http://" + "a" * 3000]
+BAD_URLS = [
+    "localhost:30000",
+    "127.0.0.1:30000",
+    "file:///etc/passwd",
+    "ftp://host/",
+    "javascript:alert(1)",
+    "http://",
+    "http://host:99999",
+    "http://host:-1",
+    "http://a b",
+    "http://host/\x00",
+    "http://user:pw@host",
+    "http://host/?q=1",
+    "http://host#frag",
+    "http://h\u00e9.example",
+    "",
+    " ",
+    "http://" + "a" * 3000,
+]
 BAD_TIMEOUTS = ["-1", "0", "nan", "inf", "-inf", "1e999", "86401"]
 
 
-@pytest.mark.parametrize("url", BAD_URLS)
-def test_bad_url_is_a_usage_error(url: str, shards: Path, tmp_path: Path,
-                                  capsys: pytest.CaptureFixture[str]) -> None:
-    contract, shard = shipped_contract(), discover(shards)[0]
-    assert main(["check", str(contract), str(shard), "--sglang-url", url]) == 2
-    assert main(["record", str(contract), str(shard), "--sglang-url", url,
-                 "-o", str(tmp_path)]) == 2
-    assert capsys.readouterr().err.count("give the server's http:// or https:// address") == 2
-
-
-@pytest.mark.parametrize("timeout", BAD_TIMEOUTS)
-def test_bad_timeout_is_a_usage_error(timeout: str, shards: Path, tmp_path: Path,
-                                      capsys: pytest.CaptureFixture[str]) -> None:
-    contract, shard = shipped_contract(), discover(shards)[0]
-    assert main(["check", str(contract), str(shard), "--sglang-url", "http://127.0.0.1:9",
-                 f"--sglang-timeout={timeout}"]) == 2
-    assert main(["record", str(contract), str(shard), "--sglang-url", "http://127.0.0.1:9",
-                 f"--timeout={timeout}", "-o", str(tmp_path)]) == 2
-    assert capsys.readouterr().err.count("give seconds") == 2
+@pytest.mark.parametrize(
+    "url,timeout", [(u, "60") for u in BAD_URLS] + [("http://127.0.0.1:9", t) for t in BAD_TIMEOUTS]
+)
+def test_bad_url_or_timeout_is_a_usage_error(
+    url: str, timeout: str, shards: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    contract, shard = str(shipped_contract()), str(discover(shards)[0])
+    assert main(["check", contract, shard, "--sglang-url", url, f"--sglang-timeout={timeout}"]) == 2
+    assert (
+        main(
+            [
+                "record",
+                contract,
+                shard,
+                "--sglang-url",
+                url,
+                f"--timeout={timeout}",
+                "-o",
+                str(tmp_path),
+            ]
+        )
+        == 2
+    )
+    assert capsys.readouterr().err.count("eagle-contract: error: SGLang ") == 2
 
 
 def test_usage_errors_from_outside(shards: Path, pytester: pytest.Pytester) -> None:
     res = _cli("check", shipped_contract(), shards, "--sglang-url", "file:///etc/passwd")
     assert res.returncode == 2 and "eagle-contract: error: SGLang URL" in res.stderr
-    for args in (["--eagle-sglang-url", "ftp://x"],
-                 ["--eagle-sglang-url", "http://h:1", "--eagle-sglang-timeout", "nan"]):
+    for args in (
+        ["--eagle-sglang-url", "ftp://x"],
+        ["--eagle-sglang-url", "http://h:1", "--eagle-sglang-timeout", "nan"],
+    ):
         run = pytester.runpytest(*args)
         assert run.ret == pytest.ExitCode.USAGE_ERROR
         run.stderr.fnmatch_lines(["*ERROR: SGLang *: give *"])
@@ -398,6 +527,18 @@ def test_usage_errors_from_outside(shards: Path, pytester: pytest.Pytester) -> N
 def test_record_never_writes_beside_or_over_a_shard(shards: Path) -> None:
     shard = discover(shards)[0]
     for out in (shard.parent, shard):
-        assert main(["record", str(shipped_contract()), str(shard), "--sglang-url",
-                     "http://127.0.0.1:9", "-o", str(out)]) == 2
+        assert (
+            main(
+                [
+                    "record",
+                    str(shipped_contract()),
+                    str(shard),
+                    "--sglang-url",
+                    "http://127.0.0.1:9",
+                    "-o",
+                    str(out),
+                ]
+            )
+            == 2
+        )
     assert not list(shard.parent.glob("capture_*"))

@@ -76,9 +76,15 @@ def _pickle_only(folder: Path) -> None:
 
 
 def _remote_code(folder: Path) -> None:
-    _config(folder, model_type="evil", architectures=["EvilForCausalLM"],
-            auto_map={"AutoConfig": "configuration_evil.EvilConfig",
-                      "AutoModelForCausalLM": "modeling_evil.EvilForCausalLM"})
+    _config(
+        folder,
+        model_type="evil",
+        architectures=["EvilForCausalLM"],
+        auto_map={
+            "AutoConfig": "configuration_evil.EvilConfig",
+            "AutoModelForCausalLM": "modeling_evil.EvilForCausalLM",
+        },
+    )
     for name in ("configuration_evil.py", "modeling_evil.py", "__init__.py"):
         (folder / name).write_text(PAYLOAD)
 
@@ -95,68 +101,100 @@ def _embedding_1d(folder: Path) -> None:
 # name -> (change to a copy of the good folder, words the error must carry); through the CLI
 CASES: dict[str, tuple[Callable[[Path], None], tuple[str, ...]]] = {
     "config-list": (lambda d: (d / "config.json").write_text("[1, 2]"), ("JSON list",)),
-    "config-not-json": (lambda d: (d / "config.json").write_bytes(os.urandom(64)),
-                        ("cannot read config.json",)),
-    "config-sparse-huge": (lambda d: os.truncate(d / "config.json", 8 << 30),
-                           ("larger than", JSON_MAX_BYTES_ENV)),
-    "config-dev-zero": (lambda d: ((d / "config.json").unlink(),
-                                   (d / "config.json").symlink_to("/dev/zero")),
-                        ("config.json links to /dev/zero, outside the model folder",)),
-    "layers-1e9": (lambda d: _config(d, num_hidden_layers=1_000_000_000),
-                   ("num_hidden_layers is 1000000000", "[1, 1024]")),
+    "config-not-json": (
+        lambda d: (d / "config.json").write_bytes(os.urandom(64)),
+        ("cannot read config.json",),
+    ),
+    "config-sparse-huge": (
+        lambda d: os.truncate(d / "config.json", 8 << 30),
+        ("larger than", JSON_MAX_BYTES_ENV),
+    ),
+    "config-dev-zero": (
+        lambda d: ((d / "config.json").unlink(), (d / "config.json").symlink_to("/dev/zero")),
+        ("config.json links to /dev/zero, outside the model folder",),
+    ),
+    "layers-1e9": (
+        lambda d: _config(d, num_hidden_layers=1_000_000_000),
+        ("num_hidden_layers is 1000000000", "[1, 1024]"),
+    ),
     "hidden-size-float": (lambda d: _config(d, hidden_size=64.0), ("hidden_size is 64.0",)),
-    "weights-garbage": (lambda d: _weights(d).write_bytes(os.urandom(4096)),
-                        ("not a readable safetensors file",)),
+    "weights-garbage": (
+        lambda d: _weights(d).write_bytes(os.urandom(4096)),
+        ("not a readable safetensors file",),
+    ),
     "embedding-1d": (_embedding_1d, ("model.embed_tokens.weight is (7,)",)),
-    "index-dotdot": (lambda d: _index(d, {"model.embed_tokens.weight": "../../etc/passwd"}),
-                     ("outside the model folder",)),
+    "index-dotdot": (
+        lambda d: _index(d, {"model.embed_tokens.weight": "../../etc/passwd"}),
+        ("outside the model folder",),
+    ),
     "index-symlink-out": (_symlink_out, ("outside the model folder",)),
     "pickle-only": (_pickle_only, ("no safetensors files", ".bin weights are never read")),
     "remote-code": (_remote_code, ("transformers cannot build it",)),
-    "more-layers-than-weights": (lambda d: _config(d, num_hidden_layers=48),
-                                 ("describes", "weights, its safetensors files hold")),
+    "more-layers-than-weights": (
+        lambda d: _config(d, num_hidden_layers=48),
+        ("describes", "weights, its safetensors files hold"),
+    ),
 }
 # The rest of each family, through TargetModel.open (what the CLI and plugin call).
 OPEN_CASES: dict[str, tuple[Callable[[Path], None], str]] = {
-    "config-deep": (lambda d: (d / "config.json").write_text("[" * 200_000),
-                    "cannot read config.json"),
-    "config-utf16": (lambda d: (d / "config.json").write_bytes(
-        (d / "config.json").read_text().encode("utf-16")), "cannot read config.json"),
+    "config-deep": (
+        lambda d: (d / "config.json").write_text("[" * 200_000),
+        "cannot read config.json",
+    ),
+    "config-utf16": (
+        lambda d: (d / "config.json").write_bytes((d / "config.json").read_text().encode("utf-16")),
+        "cannot read config.json",
+    ),
     "config-missing": (lambda d: (d / "config.json").unlink(), "no such file"),
     "hidden-size-string": (lambda d: _config(d, hidden_size="64"), "hidden_size is 64"),
     "hidden-size-bool": (lambda d: _config(d, hidden_size=True), "hidden_size is True"),
     "no-hidden-size": (lambda d: _config(d, hidden_size=None), "hidden_size is None"),
     "layers-zero": (lambda d: _config(d, num_hidden_layers=0), "num_hidden_layers is 0"),
     "vocab-2**40": (lambda d: _config(d, vocab_size=2**40), "vocab_size"),
-    "eps-nan": (lambda d: (d / "config.json").write_text(
-        (d / "config.json").read_text().replace('"rms_norm_eps": 1e-06', '"rms_norm_eps": NaN')),
-        "rms_norm_eps is nan"),
+    "eps-nan": (
+        lambda d: (d / "config.json").write_text(
+            (d / "config.json").read_text().replace('"rms_norm_eps": 1e-06', '"rms_norm_eps": NaN')
+        ),
+        "rms_norm_eps is nan",
+    ),
     "eps-string": (lambda d: _config(d, rms_norm_eps="tiny"), "rms_norm_eps is tiny"),
     "architectures-string": (lambda d: _config(d, architectures="Llama"), "architectures"),
     "weights-truncated": (_truncate, "not a readable safetensors file"),
     "weights-huge-header": (_huge_header, "not a readable safetensors file"),
     "weights-empty": (lambda d: _weights(d).write_bytes(b""), "not a readable safetensors"),
-    "weights-directory": (lambda d: (_weights(d).unlink(), _weights(d).mkdir()),
-                          "not a regular file"),
-    "weights-fifo": (lambda d: (_weights(d).unlink(), os.mkfifo(_weights(d))),
-                     "not a regular file"),
-    "index-absolute": (lambda d: _index(d, {"model.embed_tokens.weight": "/dev/zero"}),
-                       "outside the model folder"),
+    "weights-directory": (
+        lambda d: (_weights(d).unlink(), _weights(d).mkdir()),
+        "not a regular file",
+    ),
+    "weights-fifo": (
+        lambda d: (_weights(d).unlink(), os.mkfifo(_weights(d))),
+        "not a regular file",
+    ),
+    "index-absolute": (
+        lambda d: _index(d, {"model.embed_tokens.weight": "/dev/zero"}),
+        "outside the model folder",
+    ),
     "index-nul": (lambda d: _index(d, {"x": "a\u0000.safetensors"}), "outside the model folder"),
     "index-not-a-map": (lambda d: _index(d, ["model.safetensors"]), "no weight_map"),
     "index-values-not-names": (lambda d: _index(d, {"x": 1}), "no weight_map"),
-    "index-missing-file": (lambda d: _index(d, {"x": "nothere.safetensors"}),
-                           "not a regular file"),
+    "index-missing-file": (lambda d: _index(d, {"x": "nothere.safetensors"}), "not a regular file"),
     "index-not-json": (lambda d: (d / INDEX).write_text("{"), f"cannot read {INDEX}"),
-    "config-link-out": (lambda d: ((d / "config.json").unlink(),
-                                   (d / "config.json").symlink_to("/etc/hostname")),
-                        "outside the model folder"),
-    "link-loop": (lambda d: (_weights(d).unlink(), _weights(d).symlink_to(_weights(d))),
-                  "model.safetensors"),
-    "norm-wrong-shape": (lambda d: _replace(d, "model.norm.weight", torch.ones(3)),
-                         "final norm weight is (3,)"),
-    "head-integers": (lambda d: _replace(d, "lm_head.weight", torch.ones(512, 64).long()),
-                      "torch.int64, not floating-point"),
+    "config-link-out": (
+        lambda d: ((d / "config.json").unlink(), (d / "config.json").symlink_to("/etc/hostname")),
+        "outside the model folder",
+    ),
+    "link-loop": (
+        lambda d: (_weights(d).unlink(), _weights(d).symlink_to(_weights(d))),
+        "model.safetensors",
+    ),
+    "norm-wrong-shape": (
+        lambda d: _replace(d, "model.norm.weight", torch.ones(3)),
+        "final norm weight is (3,)",
+    ),
+    "head-integers": (
+        lambda d: _replace(d, "lm_head.weight", torch.ones(512, 64).long()),
+        "torch.int64, not floating-point",
+    ),
 }
 
 
@@ -169,8 +207,9 @@ def _replace(folder: Path, name: str, tensor: torch.Tensor) -> None:
 
 
 @pytest.mark.parametrize("name", OPEN_CASES)
-def test_hostile_model_folder_fails_to_open_cleanly(tmp_path: Path, base: tuple[Path, Path],
-                                                     name: str) -> None:
+def test_hostile_model_folder_fails_to_open_cleanly(
+    tmp_path: Path, base: tuple[Path, Path], name: str
+) -> None:
     change, words = OPEN_CASES[name]
     folder = tmp_path / "model"
     shutil.copytree(base[0], folder)
@@ -181,14 +220,17 @@ def test_hostile_model_folder_fails_to_open_cleanly(tmp_path: Path, base: tuple[
 
 
 def _digest(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file() and not p.is_symlink()
-            and p.stat().st_size < 1 << 26}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and not p.is_symlink() and p.stat().st_size < 1 << 26
+    }
 
 
 @pytest.mark.parametrize("name", CASES)
-def test_hostile_model_folder_is_a_usage_error(tmp_path: Path, base: tuple[Path, Path],
-                                               name: str) -> None:
+def test_hostile_model_folder_is_a_usage_error(
+    tmp_path: Path, base: tuple[Path, Path], name: str
+) -> None:
     change, words = CASES[name]
     folder = tmp_path / "model"
     shutil.copytree(base[0], folder)
@@ -200,22 +242,27 @@ def test_hostile_model_folder_is_a_usage_error(tmp_path: Path, base: tuple[Path,
     assert _digest(folder) == before
 
 
-def test_check_turns_a_bad_target_into_a_usage_error(tmp_path: Path,
-                                                     base: tuple[Path, Path]) -> None:
+def test_check_turns_a_bad_target_into_a_usage_error(
+    tmp_path: Path, base: tuple[Path, Path]
+) -> None:
     folder = tmp_path / "model"
     shutil.copytree(base[0], folder)
     _index(folder, {"model.embed_tokens.weight": "../../etc/passwd"})
     contract = tmp_path / "c.yaml"
-    contract.write_text(f"contract: c\nversion: 1\ntarget: {{num_hidden_layers: 8, "
-                        f"hidden_size: 64, model: model}}\ntraining:\n  shards: "
-                        f"{base[1].parent}\n  slots: [{{layer: embed}}, {{layer: residual:4}}, "
-                        f"{{layer: residual:8}}]\n")
-    refused(run_cli("check", contract, "--checks", "evidence", cwd=tmp_path),
-            "outside the model folder")
+    contract.write_text(
+        f"contract: c\nversion: 1\ntarget: {{num_hidden_layers: 8, "
+        f"hidden_size: 64, model: model}}\ntraining:\n  shards: "
+        f"{base[1].parent}\n  slots: [{{layer: embed}}, {{layer: residual:4}}, "
+        f"{{layer: residual:8}}]\n"
+    )
+    refused(
+        run_cli("check", contract, "--checks", "evidence", cwd=tmp_path), "outside the model folder"
+    )
 
 
-def test_remote_code_of_a_known_architecture_is_never_imported(tmp_path: Path,
-                                                               base: tuple[Path, Path]) -> None:
+def test_remote_code_of_a_known_architecture_is_never_imported(
+    tmp_path: Path, base: tuple[Path, Path]
+) -> None:
     """auto_map beside a model_type transformers knows: the built-in class is used."""
     folder = tmp_path / "model"
     shutil.copytree(base[0], folder)

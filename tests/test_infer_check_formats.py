@@ -13,6 +13,8 @@ import pytest
 import shardgen
 import yaml
 
+from pytest_eagle_contract.reports.json_report import problems
+
 FORMATS = list(shardgen.PIPELINES)
 
 
@@ -56,8 +58,10 @@ def test_infer_then_check(fmt, pipelines, cli):
     report = base / "report.json"
     bad = cli("check", contract, base / "bad", "--sample", "all", "--json", report)
     assert bad.returncode == 1, bad.stdout + bad.stderr
+    data = json.loads(report.read_text())
+    assert problems(data) == []
     found: dict[str, set[str]] = {}
-    for finding in json.loads(report.read_text())["findings"]:
+    for finding in data["findings"]:
         found.setdefault(finding["file"].split("/")[0], set()).add(finding["code"])
     for name in mutants:
         expected = shardgen.MUTATIONS[name][2]

@@ -14,7 +14,7 @@ import pytest
 from pytest_eagle_contract.contract.model import load_contract
 from pytest_eagle_contract.findings import finding
 from pytest_eagle_contract.reports import github, json_report, plots
-from pytest_eagle_contract.reports.run import CheckRun, ProbeResult
+from pytest_eagle_contract.reports.run import CheckRun
 from pytest_eagle_contract.shells import demo
 from pytest_eagle_contract.shells.cli import main
 
@@ -36,11 +36,10 @@ def shards(tmp_path_factory) -> Path:
 
 
 @pytest.fixture
-def repo(tmp_path, shards) -> Path:
-    """A repository holding the demo contract (shards outside it)."""
+def repo(tmp_path) -> Path:
+    """A repository holding the demo contract (the tests name the shards)."""
     (tmp_path / "contracts").mkdir()
-    text = demo.shipped_contract().read_text().replace("../eagle-demo/good", str(shards / "good"))
-    (tmp_path / "contracts" / "demo.yaml").write_text(text)
+    shutil.copy(demo.shipped_contract(), tmp_path / "contracts" / "demo.yaml")
     return tmp_path
 
 
@@ -63,8 +62,19 @@ def _line_of(path: Path, text: str) -> tuple[int, int]:
 @pytest.mark.parametrize(("shard_set", "ok"), [("good", True), ("embed-in-front", False)])
 def test_check_json_validates(repo, shards, shard_set, ok, capsys):
     report = repo / "report.json"
-    code = main(["check", str(repo / "contracts" / "demo.yaml"), str(shards / shard_set),
-                 "--sample", "all", "--json", str(report), "--annotations", "none"])
+    code = main(
+        [
+            "check",
+            str(repo / "contracts" / "demo.yaml"),
+            str(shards / shard_set),
+            "--sample",
+            "all",
+            "--json",
+            str(report),
+            "--annotations",
+            "none",
+        ]
+    )
     assert code == (0 if ok else 1)
     data = _valid(report)
     assert (data["schema_version"], data["kind"], data["ok"]) == (1, "check", ok)
@@ -72,11 +82,31 @@ def test_check_json_validates(repo, shards, shard_set, ok, capsys):
     assert ok or {f["code"] for f in data["findings"]} == {"EC401"}
 
 
+def test_sharpness_json_validates(repo, capsys):
+    report = repo / "sharpness.json"
+    assert (
+        main(
+            [
+                "check",
+                "--sharpness",
+                str(repo / "contracts" / "demo.yaml"),
+                "--json",
+                str(report),
+                "-q",
+            ]
+        )
+        == 0
+    )
+    data = _valid(report)
+    assert (data["kind"], data["sharp"]) == ("sharpness", True)
+
+
 def test_schema_is_published_and_refuses_a_broken_report():
     assert json_report.schema_path().is_file()
     assert json_report.problems({"schema_version": 2, "kind": "check"})
-    assert json_report.problems({"schema_version": 1, "kind": "session", "ok": True,
-                                 "reports": [{"schema_version": 1}]})
+    assert json_report.problems(
+        {"schema_version": 1, "kind": "session", "ok": True, "reports": [{"schema_version": 1}]}
+    )
 
 
 # -- GitHub Actions -----------------------------------------------------------------------
@@ -93,8 +123,17 @@ def _run(repo: Path, findings: list) -> CheckRun:
 
 def test_annotation_limits(repo):
     contract = load_contract(repo / "contracts" / "demo.yaml")
-    errors = [finding("EC401", f"error {i}", contract=contract,
-                      key=f"training.slots[{i % 4}].norm", file=f"s{i}", slot=i) for i in range(15)]
+    errors = [
+        finding(
+            "EC401",
+            f"error {i}",
+            contract=contract,
+            key=f"training.slots[{i % 4}].norm",
+            file=f"s{i}",
+            slot=i,
+        )
+        for i in range(15)
+    ]
     warnings = [finding("EC507", f"warning {i}, 100%", severity="warning") for i in range(12)]
     lines = github.annotation_lines([_run(repo, errors + warnings)], root=repo)
     assert sum(x.startswith("::error ") for x in lines) == github.MAX_PER_STEP
@@ -102,8 +141,10 @@ def test_annotation_limits(repo):
     assert "7 more finding group(s) not annotated" in lines[-1]
     first = next(x for x in lines if x.startswith("::error "))
     line, col = _line_of(repo / "contracts" / "demo.yaml", "{layer: residual:2")
-    assert first.startswith(f"::error file=contracts/demo.yaml,line={line},col={col},"
-                            "title=EC401 norm-out-of-bounds::error 0")
+    assert first.startswith(
+        f"::error file=contracts/demo.yaml,line={line},col={col},"
+        "title=EC401 norm-out-of-bounds::error 0"
+    )
     assert "::warning title=EC507 default-ids::warning 0, 100%25" in lines
 
 
@@ -113,9 +154,15 @@ def _mismatch(repo: Path, draft: bool) -> Path:
     served = "aux_layer_ids: [2, 3, 4]"
     if draft:
         (repo / "draft").mkdir()
-        (repo / "draft" / "config.json").write_text(json.dumps(
-            {"architectures": ["LlamaForCausalLMEagle3"],
-             "eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 3, 4]}}, indent=2))
+        (repo / "draft" / "config.json").write_text(
+            json.dumps(
+                {
+                    "architectures": ["LlamaForCausalLMEagle3"],
+                    "eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 3, 4]},
+                },
+                indent=2,
+            )
+        )
         served = "draft_config: ../draft/config.json"
     path.write_text(path.read_text().replace("aux_layer_ids: [1, 3, 4]", served))
     return path
@@ -126,11 +173,13 @@ def test_layout_mismatch_points_at_the_served_ids(repo, shards, draft, capsys, m
     contract = _mismatch(repo, draft)
     monkeypatch.setenv("GITHUB_ACTIONS", "true")
     monkeypatch.setenv("GITHUB_WORKSPACE", str(repo))
-    assert main(["check", str(contract), str(shards / "good"), "--checks", "layout",
-                 "-q"]) == 1
+    assert main(["check", str(contract), str(shards / "good"), "--checks", "layout", "-q"]) == 1
     out = capsys.readouterr().out
-    where = (repo / "draft" / "config.json", '"eagle_aux_hidden_state_layer_ids"') if draft \
+    where = (
+        (repo / "draft" / "config.json", '"eagle_aux_hidden_state_layer_ids"')
+        if draft
         else (contract, "aux_layer_ids")
+    )
     line, col = _line_of(*where)
     rel = where[0].relative_to(repo).as_posix()
     assert f"::error file={rel},line={line},col={col},title=EC501 layout-mismatch::" in out
@@ -141,12 +190,21 @@ def test_step_summary_when_the_env_var_is_set(repo, shards, capsys, monkeypatch)
     summary.write_text("earlier step\n")
     monkeypatch.setenv("GITHUB_ACTIONS", "true")
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
-    main(["check", str(repo / "contracts" / "demo.yaml"), str(shards / "embed-in-front"),
-          "--sample", "all", "-q"])
+    main(
+        [
+            "check",
+            str(repo / "contracts" / "demo.yaml"),
+            str(shards / "embed-in-front"),
+            "--sample",
+            "all",
+            "-q",
+        ]
+    )
     assert "::error " in capsys.readouterr().out
     text = summary.read_text()
     assert text.startswith("earlier step\n## eagle-contract FAILED: demo-tiny-llama-eagle3")
-    assert "### Findings by rule" in text and "| EC401 | norm-out-of-bounds | error | 9 | 3 " in text
+    assert "### Findings by rule" in text
+    assert "| EC401 | norm-out-of-bounds | error | 9 | 3 " in text
     assert "### Layout: training (specforge) vs sglang 0.5.13..0.5.23" in text
     assert "| 0 | residual:2 | residual:2 | ok |" in text
 
@@ -182,8 +240,19 @@ def _page(path: Path) -> _Page:
 
 def _html(repo: Path, shards: Path, *extra: str) -> _Page:
     report = repo / "report.html"
-    main(["check", str(repo / "contracts" / "demo.yaml"), str(shards / "embed-in-front"),
-          "--sample", "all", "--report", str(report), "-q", *extra])
+    main(
+        [
+            "check",
+            str(repo / "contracts" / "demo.yaml"),
+            str(shards / "embed-in-front"),
+            "--sample",
+            "all",
+            "--report",
+            str(report),
+            "-q",
+            *extra,
+        ]
+    )
     return _page(report)
 
 
@@ -197,6 +266,28 @@ def test_html_report_of_the_buggy_set_has_plots_and_layout(repo, shards):
     assert "fc pos" in text and "Plots need matplotlib" not in text
 
 
+BROWSER = next(
+    filter(None, map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))), None
+)
+
+
+@pytest.mark.skipif(
+    BROWSER is None or not HAS_MATPLOTLIB, reason="needs a headless chromium and matplotlib"
+)
+def test_html_report_in_a_real_browser(repo, shards):
+    import subprocess
+
+    _html(repo, shards)
+    dom = subprocess.run(
+        [str(BROWSER), "--headless", "--no-sandbox", "--dump-dom", (repo / "report.html").as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    assert "<svg" in dom and "fc pos" in dom
+
+
 def test_html_report_without_matplotlib(repo, shards, monkeypatch):
     monkeypatch.setattr(plots, "available", lambda: False)
     page = _html(repo, shards)
@@ -205,16 +296,24 @@ def test_html_report_without_matplotlib(repo, shards, monkeypatch):
     assert "Plots need matplotlib" in text and "fc pos" in text and "median" in text
 
 
-@pytest.mark.skipif(not HAS_MATPLOTLIB, reason="plots need matplotlib (the report extra)")
 def test_html_probe_plot(repo, tmp_path):
     from pytest_eagle_contract.reports.html import render
+    from pytest_eagle_contract.reports.junit import properties
     from pytest_eagle_contract.reports.measure import Measurements
+    from pytest_eagle_contract.shells.probe import Estimate
 
-    run = CheckRun(load_contract(repo / "contracts" / "demo.yaml"), [], [], "ok",
-                   probe=ProbeResult((0.8, 0.6, 0.4), 2.3))
-    (tmp_path / "p.html").write_text(render([run], [Measurements()]))
+    contract = load_contract(repo / "contracts" / "demo.yaml")
+    probe = (
+        Estimate("trained", (), 2.3, (0.8, 0.6, 0.4), 10),
+        Estimate("served", (), 1.1, (0.1, 0.0, 0.0), 10),
+    )
+    (tmp_path / "p.html").write_text(
+        render([CheckRun(contract, [], [], "ok", probe=probe)], [Measurements()])
+    )
     page = _page(tmp_path / "p.html")
-    assert page.tags.count("svg") == 1 and "Probe" in page.text
+    assert page.tags.count("svg") == (1 if HAS_MATPLOTLIB else 0)
+    assert "Probe" in page.text and "0.800, 0.600, 0.400" in page.text
+    assert ("eagle_acceptance_length[trained]", "2.300") in properties(contract, [], probe)
 
 
 # -- the plugin ---------------------------------------------------------------------------
@@ -230,14 +329,22 @@ def project(pytester, shards):
 
 
 def test_plugin_junit_properties_and_json_under_xdist(project):
-    result = project.runpytest("--eagle-contract", "contracts/demo.yaml", "--eagle-sample",
-                               "all", "-n", "2", "--junitxml=junit.xml",
-                               "--eagle-report=report.json", "-p", "no:cacheprovider")
-    result.assert_outcomes(passed=7 + 1, failed=3)
+    result = project.runpytest(
+        "--eagle-contract",
+        "contracts/demo.yaml",
+        "--eagle-sample",
+        "all",
+        "-n",
+        "2",
+        "--junitxml=junit.xml",
+        "--eagle-report=report.json",
+        "-p",
+        "no:cacheprovider",
+    )
+    assert result.parseoutcomes()["failed"] == 3  # norms, on each of the 3 shards
     cases = list(ET.parse(project.path / "junit.xml").getroot().iter("testcase"))
-    props = [{p.get("name"): p.get("value") for p in c.iter("property")} for c in cases]
-    mine = [p for p in props if "eagle_contract" in p]
-    assert len(mine) == 11
+    mine = [{p.get("name"): p.get("value") for p in c.iter("property")} for c in cases]
+    assert len(cases) > 9 and all("eagle_contract" in p for p in mine)
     data = _valid(project.path / "report.json")
     assert data["kind"] == "session" and not data["ok"]
     (report,) = data["reports"]
@@ -255,11 +362,22 @@ def test_plugin_html_and_annotations(project, monkeypatch):
     monkeypatch.setenv("GITHUB_ACTIONS", "true")
     monkeypatch.setenv("GITHUB_WORKSPACE", str(project.path))
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(project.path / "summary.md"))
-    result = project.runpytest("--eagle-contract", "contracts/demo.yaml", "--eagle-sample",
-                               "all", "--eagle-report=report.html", "-p", "no:cacheprovider")
-    result.assert_outcomes(passed=7 + 1, failed=3)
-    result.stdout.fnmatch_lines(["::error file=contracts/demo.yaml,line=*,col=*,"
-                                 "title=EC401 norm-out-of-bounds::*(and in 2 other shard(s))*"])
+    result = project.runpytest(
+        "--eagle-contract",
+        "contracts/demo.yaml",
+        "--eagle-sample",
+        "all",
+        "--eagle-report=report.html",
+        "-p",
+        "no:cacheprovider",
+    )
+    assert result.parseoutcomes()["failed"] == 3
+    result.stdout.fnmatch_lines(
+        [
+            "::error file=contracts/demo.yaml,line=*,col=*,"
+            "title=EC401 norm-out-of-bounds::*(and in 2 other shard(s))*"
+        ]
+    )
     assert "| EC401 |" in (project.path / "summary.md").read_text()
     page = _page(project.path / "report.html")
     assert "fc pos" in " ".join(page.text)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -22,7 +23,7 @@ from pytest_eagle_contract.sharpness.strategies import KINDS, find_mutation
 from pytest_eagle_contract.shells.demo import shipped_contract
 
 DEMO = shipped_contract()
-KIMI = DEMO.parent / "kimi-k2.5-eagle3.yaml"
+KIMI = Path(__file__).parents[1] / "contracts" / "kimi-k2.5-eagle3.yaml"
 
 
 def with_slots(contract, **changes):

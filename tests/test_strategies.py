@@ -4,6 +4,7 @@ with its rule code, and a failing example says how to rebuild it."""
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import pytest
 import shardgen
@@ -32,7 +33,7 @@ from pytest_eagle_contract.sharpness.strategies import (
 from pytest_eagle_contract.shells.demo import shipped_contract
 from pytest_eagle_contract.stats import norm_stats
 
-KIMI = shipped_contract().parent / "kimi-k2.5-eagle3.yaml"
+KIMI = Path(__file__).parents[1] / "contracts" / "kimi-k2.5-eagle3.yaml"
 FEW = settings(
     max_examples=25,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],

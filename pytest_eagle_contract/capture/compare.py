@@ -41,8 +41,8 @@ def _errors(slot: torch.Tensor, state: torch.Tensor) -> tuple[float, float]:
     rel: list[torch.Tensor] = []
     cos: list[torch.Tensor] = []
     for start in range(0, int(slot.shape[0]), _ROWS):
-        a = slot[start:start + _ROWS].to(torch.float32)
-        b = state[start:start + _ROWS].to(torch.float32)
+        a = slot[start : start + _ROWS].to(torch.float32)
+        b = state[start : start + _ROWS].to(torch.float32)
         ref = b.norm(dim=-1).clamp_min(1e-12)
         rel.append((a - b).norm(dim=-1) / ref)
         cos.append(torch.nn.functional.cosine_similarity(a, b, dim=-1))
@@ -66,8 +66,12 @@ class Match:
     table: tuple[float, ...]  # relative error against every server position
 
 
-def match_positions(slots: Sequence[torch.Tensor], states: Sequence[torch.Tensor],
-                    fc_input: Sequence[int], rtol: float = RTOL) -> list[Match]:
+def match_positions(
+    slots: Sequence[torch.Tensor],
+    states: Sequence[torch.Tensor],
+    fc_input: Sequence[int],
+    rtol: float = RTOL,
+) -> list[Match]:
     """For each fc position, the server position its slot equals (within ``rtol``), if any."""
     out = []
     for pos, (slot_index, slot) in enumerate(zip(fc_input, slots)):
@@ -75,13 +79,15 @@ def match_positions(slots: Sequence[torch.Tensor], states: Sequence[torch.Tensor
         errors = tuple(e for e, _ in scores)
         closest = min(range(len(errors)), key=lambda j: errors[j])
         err, cosine = scores[closest]
-        out.append(Match(pos, slot_index, closest if err <= rtol else None, closest, err,
-                         cosine, errors))
+        out.append(
+            Match(pos, slot_index, closest if err <= rtol else None, closest, err, cosine, errors)
+        )
     return out
 
 
-def verify_against_capture(contract: Contract, shard: Shard, index: CaptureIndex,
-                           rtol: float = RTOL) -> list[Finding]:
+def verify_against_capture(
+    contract: Contract, shard: Shard, index: CaptureIndex, rtol: float = RTOL
+) -> list[Finding]:
     """Compare each fc-input slot of ``shard`` with the server's state at that position.
 
     Findings: EC701 per position whose slot is not the server's state there (naming the
@@ -101,20 +107,28 @@ def verify_against_capture(contract: Contract, shard: Shard, index: CaptureIndex
         return [finding("EC707", str(exc), contract=contract, key=_KEY, file=shard.label)]
     if cap is None:
         where = f" in {index.root}" if index.root else ""
-        return [finding(
-            "EC706", f"no capture of this shard's {ids.shape[0]} input ids{where}",
-            contract=contract, key=_KEY, file=shard.label, severity="warning",
-            found=f"ids sha256 {ids_key(ids)[:16]}",
-            hint="record one: eagle-contract record CONTRACT SHARD --sglang-url URL "
-                 f"--out {index.root or 'DIR'}")]
+        return [
+            finding(
+                "EC706",
+                f"no capture of this shard's {ids.shape[0]} input ids{where}",
+                contract=contract,
+                key=_KEY,
+                file=shard.label,
+                severity="warning",
+                found=f"ids sha256 {ids_key(ids)[:16]}",
+                hint="record one: eagle-contract record CONTRACT SHARD --sglang-url URL "
+                f"--out {index.root or 'DIR'}",
+            )
+        ]
     return compare(contract, shard, cap, rtol)
 
 
 _INFO: dict[str, ServerInfo] = {}  # server_info per URL, asked once per process
 
 
-def verify_live(contract: Contract, shard: Shard, url: str, timeout: float = 60.0,
-                rtol: float = RTOL) -> list[Finding]:
+def verify_live(
+    contract: Contract, shard: Shard, url: str, timeout: float = 60.0, rtol: float = RTOL
+) -> list[Finding]:
     """As :func:`verify_against_capture`, asking the server at ``url`` now.
 
     A server that cannot answer gives one finding with its code (EC702-EC705), located at
@@ -135,19 +149,32 @@ def verify_live(contract: Contract, shard: Shard, url: str, timeout: float = 60.
         info = _INFO[url]
         aux = capture(url, ids, aux_count(contract), contract.target.hidden_size, timeout)
     except CaptureError as exc:
-        return [finding(exc.code, exc.message, contract=contract, key="serving",
-                        file=shard.label, hint=exc.hint)]
+        return [
+            finding(
+                exc.code,
+                exc.message,
+                contract=contract,
+                key="serving",
+                file=shard.label,
+                hint=exc.hint,
+            )
+        ]
     ids_sent = serving_ids(contract, info)
     layers, _ = resolve_layers(contract, info.arch, info.version, ids_sent)
-    meta = CaptureMeta(version=info.version, arch=info.arch, mode=info.mode,
-                       layer_ids=ids_sent, layers=layers, n_aux=aux_count(contract),
-                       hidden_size=contract.target.hidden_size)
+    meta = CaptureMeta(
+        version=info.version,
+        arch=info.arch,
+        mode=info.mode,
+        layer_ids=ids_sent,
+        layers=layers,
+        n_aux=aux_count(contract),
+        hidden_size=contract.target.hidden_size,
+    )
     live = Capture(Path(), meta, raw, aux, label=f"live from {info.url}")
     return compare(contract, shard, live, rtol)
 
 
-def compare(contract: Contract, shard: Shard, cap: Capture,
-            rtol: float = RTOL) -> list[Finding]:
+def compare(contract: Contract, shard: Shard, cap: Capture, rtol: float = RTOL) -> list[Finding]:
     """EC701 / EC704 findings of ``shard``'s fc input against one capture of its ids."""
     spec = contract.training
     if spec is None or shard.sample is None or shard.split_problems:
@@ -163,17 +190,23 @@ def compare(contract: Contract, shard: Shard, cap: Capture,
     states = cap.states(hidden)
     problems: list[Finding] = []
     if cap.aux.shape[-1] % hidden or len(states) != len(fc) or not states:
-        problems.append(finding(
-            "EC704", f"the capture holds {cap.aux.shape[-1] / hidden:g} states of H={hidden}, "
-            f"the contract's fc input {len(fc)}", contract=contract, key=_KEY, file=shard.label,
-            expected=f"{len(fc)} * {hidden} = {len(fc) * hidden}",
-            found=f"{cap.aux.shape[-1]} ({cap.name})",
-            hint="the server was launched with another number of aux layer ids than the "
-                 "draft's fc takes"))
+        problems.append(
+            finding(
+                "EC704",
+                f"the capture holds {cap.aux.shape[-1] / hidden:g} states of H={hidden}, "
+                f"the contract's fc input {len(fc)}",
+                contract=contract,
+                key=_KEY,
+                file=shard.label,
+                expected=f"{len(fc)} * {hidden} = {len(fc) * hidden}",
+                found=f"{cap.aux.shape[-1]} ({cap.name})",
+                hint="the server was launched with another number of aux layer ids than the "
+                "draft's fc takes",
+            )
+        )
         if cap.aux.shape[-1] % hidden or not states:
             return problems
-    matches = match_positions(fc, [s for s in states if s.shape[-1] == hidden],
-                              spec.fc_input, rtol)
+    matches = match_positions(fc, [s for s in states if s.shape[-1] == hidden], spec.fc_input, rtol)
     details = _error_table(matches, cap)  # shown once per shard, on its first mismatch
     for m in matches:
         if m.equals == m.position:
@@ -191,31 +224,56 @@ def _with_layers(contract: Contract, cap: Capture) -> Capture:
     return replace(cap, meta=replace(cap.meta, layers=layers))
 
 
-def _mismatch(contract: Contract, shard: Shard, m: Match, cap: Capture, details: str,
-              rtol: float) -> Finding:
+def _mismatch(
+    contract: Contract, shard: Shard, m: Match, cap: Capture, details: str, rtol: float
+) -> Finding:
     assert contract.training is not None
     declared = contract.training.slots[m.slot].layer
-    there = (f"server position {m.position} = {cap.layer_of(m.position)}"
-             if m.position < len(cap.states(contract.target.hidden_size))
-             else f"no server position {m.position}")
+    there = (
+        f"server position {m.position} = {cap.layer_of(m.position)}"
+        if m.position < len(cap.states(contract.target.hidden_size))
+        else f"no server position {m.position}"
+    )
     if m.equals is not None:
-        found = (f"slot {m.slot} equals server position {m.equals} = {cap.layer_of(m.equals)} "
-                 f"(rel. error {m.error:.2g}, cosine {m.cosine:.4f})")
-        hint = (f"the shard's slot {m.slot} holds what the server feeds at position "
-                f"{m.equals} ({cap.layer_of(m.equals)}): slots swapped or layers shifted "
-                "between the capture that wrote the shards and this server")
+        found = (
+            f"slot {m.slot} equals server position {m.equals} = {cap.layer_of(m.equals)} "
+            f"(rel. error {m.error:.2g}, cosine {m.cosine:.4f})"
+        )
+        hint = (
+            f"the shard's slot {m.slot} holds what the server feeds at position "
+            f"{m.equals} ({cap.layer_of(m.equals)}): slots swapped or layers shifted "
+            "between the capture that wrote the shards and this server"
+        )
     else:
-        found = (f"slot {m.slot} equals no server position (closest: position {m.closest} = "
-                 f"{cap.layer_of(m.closest)}, rel. error {m.error:.2g} > {rtol:g})")
-        hint = (f"slot {m.slot} was captured from a layer this server does not feed the draft "
-                "(a one-layer shift between conventions or versions?), or in another dtype or "
-                "model")
+        found = (
+            f"slot {m.slot} equals no server position (closest: position {m.closest} = "
+            f"{cap.layer_of(m.closest)}, rel. error {m.error:.2g} > {rtol:g})"
+        )
+        hint = (
+            f"slot {m.slot} was captured from a layer this server does not feed the draft "
+            "(a one-layer shift between conventions or versions?), or in another dtype or "
+            "model"
+        )
     return finding(
-        "EC701", f"fc position {m.position} (slot {m.slot}, declared {declared}) is not what "
-        "the server feeds the draft there", contract=contract, key=_KEY, file=shard.label,
-        slot=m.slot, expected=there, found=found, hint=hint, details=details,
-        extra={"capture": cap.label or str(cap.path), "equals": m.equals, "closest": m.closest,
-               "error": m.error, "errors": list(m.table)})
+        "EC701",
+        f"fc position {m.position} (slot {m.slot}, declared {declared}) is not what "
+        "the server feeds the draft there",
+        contract=contract,
+        key=_KEY,
+        file=shard.label,
+        slot=m.slot,
+        expected=there,
+        found=found,
+        hint=hint,
+        details=details,
+        extra={
+            "capture": cap.label or str(cap.path),
+            "equals": m.equals,
+            "closest": m.closest,
+            "error": m.error,
+            "errors": list(m.table),
+        },
+    )
 
 
 def _error_table(matches: Sequence[Match], cap: Capture) -> str:
@@ -224,5 +282,7 @@ def _error_table(matches: Sequence[Match], cap: Capture) -> str:
     n = len(matches[0].table)
     head = ["fc pos / slot"] + [f"server {j} ({cap.layer_of(j)})" for j in range(n)]
     rows = [[f"{m.position} / slot {m.slot}"] + [f"{e:.3g}" for e in m.table] for m in matches]
-    return ("median relative error, shard slot vs server state "
-            f"({cap.name}, {cap.meta.engine} {cap.meta.version or '?'}):\n" + table(head, rows))
+    return (
+        "median relative error, shard slot vs server state "
+        f"({cap.name}, {cap.meta.engine} {cap.meta.version or '?'}):\n" + table(head, rows)
+    )

@@ -37,7 +37,7 @@ SUFFIX = ".safetensors"
 PREFIX = "capture_"
 MAX_META_CHARS = 1 << 16  # the metadata entry (a capture's is under 2 KB)
 MAX_HEADER_BYTES = 1 << 20  # the safetensors header: two tensors and the metadata
-T = TypeVar("T")
+Default = TypeVar("Default")
 
 
 def ids_key(input_ids: torch.Tensor | Sequence[int]) -> str:
@@ -66,15 +66,26 @@ class CaptureMeta:
     notes: tuple[str, ...] = ()
 
     def to_json(self) -> str:
-        return json.dumps({
-            "format": FORMAT_VERSION, "engine": self.engine, "version": self.version,
-            "arch": self.arch, "mode": self.mode,
-            "layer_ids": None if self.layer_ids is None else list(self.layer_ids),
-            "layers": None if self.layers is None else [str(x) for x in self.layers],
-            "dtype": self.dtype, "hidden_size": self.hidden_size, "n_aux": self.n_aux,
-            "num_tokens": self.num_tokens, "ids_sha256": self.ids_sha256,
-            "source": self.source, "shard": self.shard, "notes": list(self.notes)},
-            sort_keys=True)
+        return json.dumps(
+            {
+                "format": FORMAT_VERSION,
+                "engine": self.engine,
+                "version": self.version,
+                "arch": self.arch,
+                "mode": self.mode,
+                "layer_ids": None if self.layer_ids is None else list(self.layer_ids),
+                "layers": None if self.layers is None else [str(x) for x in self.layers],
+                "dtype": self.dtype,
+                "hidden_size": self.hidden_size,
+                "n_aux": self.n_aux,
+                "num_tokens": self.num_tokens,
+                "ids_sha256": self.ids_sha256,
+                "source": self.source,
+                "shard": self.shard,
+                "notes": list(self.notes),
+            },
+            sort_keys=True,
+        )
 
     @classmethod
     def from_json(cls, text: str) -> CaptureMeta:
@@ -95,17 +106,24 @@ class CaptureMeta:
         if sha and not re.fullmatch(r"[0-9a-f]{64}", sha):
             raise ValueError("ids_sha256 is not a sha256 hex digest")
         return cls(
-            engine=_text(d, "engine", "sglang"), version=_text(d, "version", None),
-            arch=_text(d, "arch", None), mode=_text(d, "mode", "unknown"),
+            engine=_text(d, "engine", "sglang"),
+            version=_text(d, "version", None),
+            arch=_text(d, "arch", None),
+            mode=_text(d, "mode", "unknown"),
             layer_ids=None if ids is None else tuple(ids),
             layers=None if layers is None else tuple(Layer.parse(x) for x in layers),
-            dtype=_text(d, "dtype", ""), hidden_size=_count(d, "hidden_size"),
-            n_aux=_count(d, "n_aux"), num_tokens=_count(d, "num_tokens") or 0, ids_sha256=sha,
-            source=_text(d, "source", "http"), shard=_text(d, "shard", ""),
-            notes=tuple(_list(d, "notes", lambda x: isinstance(x, str)) or ()))
+            dtype=_text(d, "dtype", ""),
+            hidden_size=_count(d, "hidden_size"),
+            n_aux=_count(d, "n_aux"),
+            num_tokens=_count(d, "num_tokens") or 0,
+            ids_sha256=sha,
+            source=_text(d, "source", "http"),
+            shard=_text(d, "shard", ""),
+            notes=tuple(_list(d, "notes", lambda x: isinstance(x, str)) or ()),
+        )
 
 
-def _text(d: dict[str, Any], key: str, default: T) -> str | T:
+def _text(d: dict[str, Any], key: str, default: Default) -> str | Default:
     value = d.get(key)
     if value is None:
         return default
@@ -123,8 +141,9 @@ def _count(d: dict[str, Any], key: str) -> int | None:
 
 def _list(d: dict[str, Any], key: str, ok: Callable[[Any], bool]) -> list[Any] | None:
     value = d.get(key)
-    if value is not None and not (isinstance(value, list) and len(value) <= 1024
-                                  and all(ok(x) for x in value)):
+    if value is not None and not (
+        isinstance(value, list) and len(value) <= 1024 and all(ok(x) for x in value)
+    ):
         raise ValueError(f"{key} {str(value)[:60]} is not a list of the right kind")
     return value
 
@@ -144,7 +163,7 @@ class Capture:
     def states(self, hidden_size: int) -> list[torch.Tensor]:
         """The aux concat split into [T, H] chunks, in the server's order."""
         width = int(self.aux.shape[-1])
-        return [self.aux[:, j:j + hidden_size] for j in range(0, width, hidden_size)]
+        return [self.aux[:, j : j + hidden_size] for j in range(0, width, hidden_size)]
 
     def layer_of(self, position: int) -> str:
         layers = self.meta.layers
@@ -156,8 +175,9 @@ class Capture:
 # -- Writing and reading ------------------------------------------------------------------
 
 
-def write_capture(out_dir: Path, input_ids: torch.Tensor, aux: torch.Tensor,
-                  meta: CaptureMeta) -> Path:
+def write_capture(
+    out_dir: Path, input_ids: torch.Tensor, aux: torch.Tensor, meta: CaptureMeta
+) -> Path:
     """Write one capture file (named by the ids' hash) and return its path."""
     import dataclasses
 
@@ -168,12 +188,17 @@ def write_capture(out_dir: Path, input_ids: torch.Tensor, aux: torch.Tensor,
     key = ids_key(ids)
     if aux.dim() != 2 or aux.shape[0] != ids.shape[0]:
         raise CaptureFileError(f"aux states {list(aux.shape)} do not match {ids.shape[0]} ids")
-    meta = dataclasses.replace(meta, num_tokens=int(ids.shape[0]), ids_sha256=key,
-                               dtype=str(aux.dtype).removeprefix("torch."))
+    meta = dataclasses.replace(
+        meta,
+        num_tokens=int(ids.shape[0]),
+        ids_sha256=key,
+        dtype=str(aux.dtype).removeprefix("torch."),
+    )
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{PREFIX}{key[:16]}{SUFFIX}"
-    save_file({AUX_KEY: aux.contiguous(), IDS_KEY: ids}, str(path), metadata={
-        META_KEY: meta.to_json()})
+    save_file(
+        {AUX_KEY: aux.contiguous(), IDS_KEY: ids}, str(path), metadata={META_KEY: meta.to_json()}
+    )
     return path
 
 
@@ -189,14 +214,20 @@ def read_capture(path: Path) -> Capture:
         raise CaptureFileError(f"{path}: bad {META_KEY} metadata: {exc}") from None
     aux, ids = tensors[AUX_KEY], tensors[IDS_KEY]
     if not aux.is_floating_point() or aux.dim() != 2:
-        raise CaptureFileError(f"{path}: {AUX_KEY} is {str(aux.dtype).removeprefix('torch.')} "
-                               f"{list(aux.shape)}, not [T, n_aux * H] floats")
+        raise CaptureFileError(
+            f"{path}: {AUX_KEY} is {str(aux.dtype).removeprefix('torch.')} "
+            f"{list(aux.shape)}, not [T, n_aux * H] floats"
+        )
     if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool or ids.dim() != 1:
-        raise CaptureFileError(f"{path}: {IDS_KEY} is {str(ids.dtype).removeprefix('torch.')} "
-                               f"{list(ids.shape)}, not [T] integers")
+        raise CaptureFileError(
+            f"{path}: {IDS_KEY} is {str(ids.dtype).removeprefix('torch.')} "
+            f"{list(ids.shape)}, not [T] integers"
+        )
     if aux.shape[0] != ids.shape[0] or meta.num_tokens not in (0, ids.shape[0]):
-        raise CaptureFileError(f"{path}: {AUX_KEY} {list(aux.shape)} beside "
-                               f"{ids.shape[0]} input_ids (metadata: {meta.num_tokens})")
+        raise CaptureFileError(
+            f"{path}: {AUX_KEY} {list(aux.shape)} beside "
+            f"{ids.shape[0]} input_ids (metadata: {meta.num_tokens})"
+        )
     if meta.ids_sha256 and meta.ids_sha256 != ids_key(ids):
         raise CaptureFileError(f"{path}: input_ids do not hash to the recorded ids_sha256")
     return Capture(path, meta, ids, aux)
@@ -217,16 +248,22 @@ def _open(path: Path, tensors: bool) -> tuple[str | None, dict[str, torch.Tensor
             head = fh.read(8)
         size = int.from_bytes(head, "little") if len(head) == 8 else -1
         if not 2 <= size <= MAX_HEADER_BYTES:
-            raise CaptureFileError(f"{path}: not a capture file (a safetensors header of "
-                                   f"{size} bytes; a capture's is under {MAX_HEADER_BYTES})")
+            raise CaptureFileError(
+                f"{path}: not a capture file (a safetensors header of "
+                f"{size} bytes; a capture's is under {MAX_HEADER_BYTES})"
+            )
         with safe_open(str(path), framework="pt") as f:
             raw = (f.metadata() or {}).get(META_KEY)
             if not tensors:
                 return raw, {}
             missing = {AUX_KEY, IDS_KEY} - set(f.keys())
             if missing:
-                hint = (" (a forward-hook file without input_ids: add the draft's "
-                        "model.embed_tokens to target_modules)" if IDS_KEY in missing else "")
+                hint = (
+                    " (a forward-hook file without input_ids: add the draft's "
+                    "model.embed_tokens to target_modules)"
+                    if IDS_KEY in missing
+                    else ""
+                )
                 raise CaptureFileError(f"{path}: no {', '.join(sorted(missing))}{hint}")
             return raw, {key: f.get_tensor(key) for key in (AUX_KEY, IDS_KEY)}
     except (SafetensorError, OSError, ValueError, TypeError, RuntimeError) as exc:

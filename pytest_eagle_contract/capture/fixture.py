@@ -16,9 +16,13 @@ if TYPE_CHECKING:
     from ..contract.model import Contract
 
 
-def aux_for_shard(contract: Contract, path: Path, url: str | None = None,
-                  captures: Path | Sequence[Path] | CaptureIndex | None = None,
-                  timeout: float = 60.0) -> torch.Tensor:
+def aux_for_shard(
+    contract: Contract,
+    path: Path,
+    url: str | None = None,
+    captures: Path | Sequence[Path] | CaptureIndex | None = None,
+    timeout: float = 60.0,
+) -> torch.Tensor:
     """The server's aux states ``[T, n_aux * H]`` for the shard at ``path``.
 
     Live from ``url`` when given (errors raise
@@ -39,8 +43,9 @@ def aux_for_shard(contract: Contract, path: Path, url: str | None = None,
     if url:
         return capture(url, sent, aux_count(contract), contract.target.hidden_size, timeout)
     if captures is None or (isinstance(captures, (list, tuple)) and not captures):
-        raise NoCapture("no SGLang URL (--eagle-sglang-url) and no capture files "
-                        "(--eagle-captures) given")
+        raise NoCapture(
+            "no SGLang URL (--eagle-sglang-url) and no capture files (--eagle-captures) given"
+        )
     index = captures if isinstance(captures, CaptureIndex) else load_captures(captures)
     found = index.find(ids)
     if found is None:

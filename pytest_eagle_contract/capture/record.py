@@ -38,8 +38,9 @@ def serving_ids(contract: Contract, info: ServerInfo | None) -> tuple[int, ...] 
     return ids if ids is not None else serving.aux_layer_ids
 
 
-def resolve_layers(contract: Contract, arch: str | None, version: str | None,
-                   ids: Sequence[int] | None) -> tuple[tuple[Layer, ...] | None, str]:
+def resolve_layers(
+    contract: Contract, arch: str | None, version: str | None, ids: Sequence[int] | None
+) -> tuple[tuple[Layer, ...] | None, str]:
     """The canonical layers SGLang ``version`` captures for ``ids`` on ``arch`` (or why not).
 
     Without a version (a forward-hook file written where sglang's version was not known),
@@ -52,16 +53,30 @@ def resolve_layers(contract: Contract, arch: str | None, version: str | None,
     if not arch:
         return None, "layers unresolved: the target architecture is unknown"
     try:
-        versions = [version] if version else sglang_versions(
-            serving.version if serving and serving.engine == "sglang" else None)
-        found = {resolve("sglang", contract.target.num_hidden_layers,
-                         None if ids is None else list(ids), arch, v).layers
-                 for v in versions}
+        versions = (
+            [version]
+            if version
+            else sglang_versions(
+                serving.version if serving and serving.engine == "sglang" else None
+            )
+        )
+        found = {
+            resolve(
+                "sglang",
+                contract.target.num_hidden_layers,
+                None if ids is None else list(ids),
+                arch,
+                v,
+            ).layers
+            for v in versions
+        }
     except EagleContractError as exc:
         return None, f"layers unresolved: {exc}"
     if len(found) != 1:
-        return None, (f"layers unresolved: sglang {versions[0]}..{versions[-1]} capture "
-                      "different layers for these ids; record the server's version")
+        return None, (
+            f"layers unresolved: sglang {versions[0]}..{versions[-1]} capture "
+            "different layers for these ids; record the server's version"
+        )
     source = f"sglang {version}" if version else f"sglang {', '.join(versions)} (assumed)"
     return found.pop(), f"{source} on {arch}, ids {None if ids is None else list(ids)}"
 
@@ -78,8 +93,12 @@ def token_ids(ids: torch.Tensor | None) -> list[int] | None:
     integer tensor, empty, or out of int32 range: the structure check reports those)."""
     import torch
 
-    if (not isinstance(ids, torch.Tensor) or ids.is_floating_point() or ids.is_complex()
-            or ids.dtype == torch.bool):
+    if (
+        not isinstance(ids, torch.Tensor)
+        or ids.is_floating_point()
+        or ids.is_complex()
+        or ids.dtype == torch.bool
+    ):
         return None
     try:
         flat = ids.detach().to_dense().reshape(-1).to(torch.int64)
@@ -90,8 +109,9 @@ def token_ids(ids: torch.Tensor | None) -> list[int] | None:
     return [int(i) for i in flat.tolist()]
 
 
-def record(url: str, shard_paths: Iterable[Path], contract: Contract, out_dir: Path,
-           timeout: float = 60.0) -> list[Path]:
+def record(
+    url: str, shard_paths: Iterable[Path], contract: Contract, out_dir: Path, timeout: float = 60.0
+) -> list[Path]:
     """Capture what the server feeds the draft for each shard's input_ids; one file each.
 
     Raises :class:`~pytest_eagle_contract.errors.CaptureError` (EC702-EC705) at the first shard
@@ -121,9 +141,17 @@ def record(url: str, shard_paths: Iterable[Path], contract: Contract, out_dir: P
             raise EagleContractError(f"{path}: the shard has no usable input_ids")
         aux = capture(url, ids, n_aux, hidden, timeout)
         meta = CaptureMeta(
-            version=info.version, arch=info.arch or contract.target.arch, mode=info.mode,
-            layer_ids=ids_sent, layers=layers, hidden_size=hidden, n_aux=n_aux, source="http",
-            shard=path.name, notes=tuple(notes))
+            version=info.version,
+            arch=info.arch or contract.target.arch,
+            mode=info.mode,
+            layer_ids=ids_sent,
+            layers=layers,
+            hidden_size=hidden,
+            n_aux=n_aux,
+            source="http",
+            shard=path.name,
+            notes=tuple(notes),
+        )
         try:
             written.append(write_capture(out_dir, raw, aux, meta))
         except OSError as exc:
@@ -138,5 +166,7 @@ def _check_out(out_dir: Path, shards: list[Path]) -> None:
         raise UsageError(f"--out {out_dir} is a file, not a folder")
     for shard in shards:
         if out in (shard.resolve(), shard.resolve().parent):
-            raise UsageError(f"--out {out_dir}: the folder of shard {shard.name}; write the "
-                             "capture files to a folder of their own")
+            raise UsageError(
+                f"--out {out_dir}: the folder of shard {shard.name}; write the "
+                "capture files to a folder of their own"
+            )

@@ -34,11 +34,22 @@ if TYPE_CHECKING:
 MODES = ("aux", "eagle3", "last-layer", "off", "unknown")
 # Server arguments worth keeping beside a capture (0.5.14: dataclass fields; 0.5.23:
 # resolved_dict(); both under /server_info, /get_server_info on older releases).
-_KEPT_ARGS = ("model_path", "dtype", "enable_return_hidden_states", "return_hidden_states_mode",
-              "enable_return_aux_hidden_states", "aux_hidden_state_capture",
-              "return_aux_hidden_state_layer_ids", "speculative_algorithm",
-              "speculative_draft_model_path", "disable_radix_cache", "chunked_prefill_size",
-              "disable_cuda_graph", "tp_size", "pp_size")
+_KEPT_ARGS = (
+    "model_path",
+    "dtype",
+    "enable_return_hidden_states",
+    "return_hidden_states_mode",
+    "enable_return_aux_hidden_states",
+    "aux_hidden_state_capture",
+    "return_aux_hidden_state_layer_ids",
+    "speculative_algorithm",
+    "speculative_draft_model_path",
+    "disable_radix_cache",
+    "chunked_prefill_size",
+    "disable_cuda_graph",
+    "tp_size",
+    "pp_size",
+)
 INFO_CAP = 4 << 20  # bytes: /server_info, /model_info (0.5.23 sends about 20 KB)
 _FLOAT_BYTES = 26  # the longest JSON float (17 digits, sign, point, exponent) and ", "
 _VERSION = re.compile(r"\d{1,4}(\.\d{1,6}){1,3}[a-z0-9.+\-]{0,40}", re.IGNORECASE)
@@ -76,9 +87,13 @@ class ServerInfo:
     args: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"version": self.version, "arch": self.arch, "mode": self.mode,
-                "layer_ids": None if self.layer_ids is None else list(self.layer_ids),
-                "args": self.args}
+        return {
+            "version": self.version,
+            "arch": self.arch,
+            "mode": self.mode,
+            "layer_ids": None if self.layer_ids is None else list(self.layer_ids),
+            "args": self.args,
+        }
 
 
 def _parse(body: bytes) -> tuple[bool, Any]:
@@ -94,8 +109,9 @@ def _post(endpoint: str, body: dict[str, Any], timeout: float, cap: int) -> tupl
     ok, payload = _parse(reply.body)
     if not ok:
         text = reply.body[:200].decode("utf-8", "replace").strip()
-        raise CaptureError("EC705", f"{endpoint} answered HTTP {reply.status} with no JSON: "
-                           f"{text!r}", _NOT_SGLANG)
+        raise CaptureError(
+            "EC705", f"{endpoint} answered HTTP {reply.status} with no JSON: {text!r}", _NOT_SGLANG
+        )
     return reply.status, payload
 
 
@@ -125,8 +141,13 @@ def server_info(url: str, timeout: float = 10.0) -> ServerInfo:
         if not isinstance(payload, dict):
             raise _unusable(base + path, f"a JSON {type(payload).__name__}, not an object")
     return ServerInfo(
-        url=base, version=_version(base, info), arch=_arch(base, model), mode=_mode(info),
-        layer_ids=_layer_ids(base, info), args={k: info[k] for k in _KEPT_ARGS if k in info})
+        url=base,
+        version=_version(base, info),
+        arch=_arch(base, model),
+        mode=_mode(info),
+        layer_ids=_layer_ids(base, info),
+        args={k: info[k] for k in _KEPT_ARGS if k in info},
+    )
 
 
 def _first_json(base: str, *paths: str, timeout: float) -> Any:
@@ -149,8 +170,9 @@ def _version(base: str, info: dict[str, Any]) -> str | None:
     if version is None:
         return None
     if not isinstance(version, str) or not _VERSION.fullmatch(version):
-        raise _unusable(f"{base}/server_info", f"version {str(version)[:60]!r}, not a release "
-                        "number")
+        raise _unusable(
+            f"{base}/server_info", f"version {str(version)[:60]!r}, not a release number"
+        )
     return version
 
 
@@ -158,10 +180,15 @@ def _arch(base: str, model: dict[str, Any]) -> str | None:
     archs = model.get("architectures")
     if archs is None or archs == []:
         return None
-    if not (isinstance(archs, list) and isinstance(archs[0], str) and archs[0].isidentifier()
-            and len(archs[0]) <= 200):
-        raise _unusable(f"{base}/model_info", f"architectures {str(archs)[:80]}, not a list of "
-                        "class names")
+    if not (
+        isinstance(archs, list)
+        and isinstance(archs[0], str)
+        and archs[0].isidentifier()
+        and len(archs[0]) <= 200
+    ):
+        raise _unusable(
+            f"{base}/model_info", f"architectures {str(archs)[:80]}, not a list of class names"
+        )
     return archs[0]
 
 
@@ -169,10 +196,15 @@ def _layer_ids(base: str, info: dict[str, Any]) -> tuple[int, ...] | None:
     ids = info.get("return_aux_hidden_state_layer_ids")
     if ids is None or ids == []:
         return None
-    if not (isinstance(ids, list) and len(ids) <= 1024 and all(
-            type(i) is int and -(2**31) <= i < 2**31 for i in ids)):
-        raise _unusable(f"{base}/server_info", "return_aux_hidden_state_layer_ids "
-                        f"{str(ids)[:80]}, not a list of layer ids")
+    if not (
+        isinstance(ids, list)
+        and len(ids) <= 1024
+        and all(type(i) is int and -(2**31) <= i < 2**31 for i in ids)
+    ):
+        raise _unusable(
+            f"{base}/server_info",
+            f"return_aux_hidden_state_layer_ids {str(ids)[:80]}, not a list of layer ids",
+        )
     return tuple(ids)
 
 
@@ -181,8 +213,9 @@ def _mode(info: dict[str, Any]) -> str:
         return "unknown"
     if info.get("enable_return_aux_hidden_states") or info.get("aux_hidden_state_capture"):
         return "aux"
-    returns = info.get("enable_return_hidden_states") or info.get(
-        "return_hidden_states_mode") == "full"
+    returns = (
+        info.get("enable_return_hidden_states") or info.get("return_hidden_states_mode") == "full"
+    )
     if not returns:
         return "off"
     if str(info.get("speculative_algorithm") or "").upper() == "EAGLE3":
@@ -190,27 +223,34 @@ def _mode(info: dict[str, Any]) -> str:
     return "last-layer"
 
 
-def generate(url: str, input_ids: list[int], timeout: float = 60.0, *,
-             cap: int) -> dict[str, Any]:
+def generate(url: str, input_ids: list[int], timeout: float = 60.0, *, cap: int) -> dict[str, Any]:
     """The raw /generate response for one sequence with hidden states and one new token,
     in at most ``cap`` bytes. A fresh ``extra_key`` keeps SGLang's prefix cache out."""
-    body = {"input_ids": [int(i) for i in input_ids],
-            "sampling_params": {"max_new_tokens": 1, "temperature": 0.0},
-            "return_hidden_states": True, "extra_key": f"eagle-contract-{uuid.uuid4().hex}"}
+    body = {
+        "input_ids": [int(i) for i in input_ids],
+        "sampling_params": {"max_new_tokens": 1, "temperature": 0.0},
+        "return_hidden_states": True,
+        "extra_key": f"eagle-contract-{uuid.uuid4().hex}",
+    }
     endpoint = check_url(url) + "/generate"
     status, payload = _post(endpoint, body, timeout, cap)
     if status != 200:
         message = _error_message(payload)
         if "hidden states" in message or "return_hidden_states" in message:
             raise CaptureError(
-                "EC702", f"the server refuses to return hidden states: {message}",
+                "EC702",
+                f"the server refuses to return hidden states: {message}",
                 "launch the target with --speculative-algorithm EAGLE3 "
                 "--enable-return-aux-hidden-states (0.5.23+), or as an EAGLE-3 target with "
-                "--enable-return-hidden-states")
+                "--enable-return-hidden-states",
+            )
         raise CaptureError("EC705", f"{endpoint} answered HTTP {status}: {message}")
     if not isinstance(payload, dict):
-        raise CaptureError("EC705", f"{endpoint} answered {type(payload).__name__}, not an "
-                           "object", "send one sequence per request (input_ids: [int, ...])")
+        raise CaptureError(
+            "EC705",
+            f"{endpoint} answered {type(payload).__name__}, not an object",
+            "send one sequence per request (input_ids: [int, ...])",
+        )
     return payload
 
 
@@ -226,12 +266,15 @@ def prefill_rows(payload: dict[str, Any]) -> tuple[list[list[Any]], dict[str, An
     states = meta.get("hidden_states")
     if states is None or states == []:
         raise CaptureError(
-            "EC702", "the /generate answer has no meta_info.hidden_states",
+            "EC702",
+            "the /generate answer has no meta_info.hidden_states",
             "this server ignores return_hidden_states: launch with "
-            "--enable-return-hidden-states (or --enable-return-aux-hidden-states, 0.5.23+)")
+            "--enable-return-hidden-states (or --enable-return-aux-hidden-states, 0.5.23+)",
+        )
     if not isinstance(states, list):
-        raise CaptureError("EC705", f"meta_info.hidden_states is a {type(states).__name__}, "
-                           "not a list")
+        raise CaptureError(
+            "EC705", f"meta_info.hidden_states is a {type(states).__name__}, not a list"
+        )
     first = states[0]
     if isinstance(first, list) and first and _number(first[0]):
         return [first], meta  # a flat row: the server returned only the last token
@@ -247,8 +290,11 @@ def _to_tensor(rows: list[list[Any]]) -> torch.Tensor:
     try:
         full = torch.tensor(rows, dtype=torch.float32)
     except (TypeError, ValueError, RuntimeError, OverflowError):
-        raise CaptureError("EC705", "meta_info.hidden_states[0] holds something other than "
-                           "rows of numbers", _NOT_SGLANG) from None
+        raise CaptureError(
+            "EC705",
+            "meta_info.hidden_states[0] holds something other than rows of numbers",
+            _NOT_SGLANG,
+        ) from None
     for dtype in (torch.bfloat16, torch.float16):
         narrow = full.to(dtype)
         if torch.equal(narrow.to(torch.float32), full):
@@ -256,8 +302,9 @@ def _to_tensor(rows: list[list[Any]]) -> torch.Tensor:
     return full
 
 
-def capture(url: str, input_ids: list[int], n_aux: int, hidden_size: int,
-            timeout: float = 60.0) -> torch.Tensor:
+def capture(
+    url: str, input_ids: list[int], n_aux: int, hidden_size: int, timeout: float = 60.0
+) -> torch.Tensor:
     """The aux concat ``[T, n_aux * hidden_size]`` SGLang feeds the draft for ``input_ids``.
 
     In the served dtype (bf16 rows come back as bf16). Raises :class:`CaptureError`:
@@ -272,13 +319,17 @@ def capture(url: str, input_ids: list[int], n_aux: int, hidden_size: int,
         if why is None:
             rows, cached = _prefill(base, input_ids, n_aux, hidden_size, timeout)
     if len(rows) != len(input_ids):
-        raise CaptureError("EC703", f"the server returned {len(rows)} prefill rows for "
-                           f"{len(input_ids)} input ids", _rows_hint(cached, base, why))
+        raise CaptureError(
+            "EC703",
+            f"the server returned {len(rows)} prefill rows for {len(input_ids)} input ids",
+            _rows_hint(cached, base, why),
+        )
     return _to_tensor(rows)
 
 
-def _prefill(base: str, input_ids: list[int], n_aux: int, hidden_size: int,
-             timeout: float) -> tuple[list[list[Any]], int]:
+def _prefill(
+    base: str, input_ids: list[int], n_aux: int, hidden_size: int, timeout: float
+) -> tuple[list[list[Any]], int]:
     """The prefill rows, checked for width (EC702, EC704), and how many tokens were cached."""
     cap = answer_cap(len(input_ids), n_aux, hidden_size)
     rows, meta = prefill_rows(generate(base, input_ids, timeout, cap=cap))
@@ -286,20 +337,24 @@ def _prefill(base: str, input_ids: list[int], n_aux: int, hidden_size: int,
     want = n_aux * hidden_size
     if width == hidden_size and n_aux > 1:
         raise CaptureError(
-            "EC702", f"the server returned {width}-wide rows (one state of H={hidden_size}), "
+            "EC702",
+            f"the server returned {width}-wide rows (one state of H={hidden_size}), "
             f"not the {n_aux} aux states the draft's fc takes ({want} wide): the post-norm "
             "last layer, aux capture is off",
             "launch with --speculative-algorithm EAGLE3 --enable-return-aux-hidden-states "
             "(0.5.23+), or serve the EAGLE-3 draft (--speculative-algorithm EAGLE3 "
-            "--speculative-draft-model-path ...) with --enable-return-hidden-states")
+            "--speculative-draft-model-path ...) with --enable-return-hidden-states",
+        )
     if any(len(r) != width for r in rows) or width != want:
         found = sorted({len(r) for r in rows})[:8]
         per = f"{width / hidden_size:g} states of {hidden_size}" if width else "empty rows"
         raise CaptureError(
-            "EC704", f"the server's rows are {found} wide ({per}), the contract's fc input "
+            "EC704",
+            f"the server's rows are {found} wide ({per}), the contract's fc input "
             f"{n_aux} * {hidden_size} = {want}",
             "the server captures another number of layers (--return-aux-hidden-state-layer-ids"
-            ", the draft's eagle_aux_hidden_state_layer_ids), or target.hidden_size is wrong")
+            ", the draft's eagle_aux_hidden_state_layer_ids), or target.hidden_size is wrong",
+        )
     cached = meta.get("cached_tokens")
     return rows, cached if type(cached) is int and cached > 0 else 0
 
@@ -310,8 +365,7 @@ def flush_cache(url: str, timeout: float) -> str | None:
     0.5.14, waits for that)."""
     base = check_url(url)
     wait = min(timeout / 2, 30.0)
-    reply = exchange(f"{base}/flush_cache?timeout={wait:g}", b"", timeout=timeout,
-                     cap=1 << 16)
+    reply = exchange(f"{base}/flush_cache?timeout={wait:g}", b"", timeout=timeout, cap=1 << 16)
     if reply.status == 200:
         return None
     text = reply.body[:200].decode("utf-8", "replace").strip()
@@ -321,14 +375,20 @@ def flush_cache(url: str, timeout: float) -> str | None:
 def _rows_hint(cached: int, base: str, flush_failed: str | None) -> str:
     fix = "or launch the server with --disable-radix-cache"
     if not cached:
-        return ("a chunked prefill returns only its last chunk's rows: raise "
-                "--chunked-prefill-size above the longest shard, or -1")
+        return (
+            "a chunked prefill returns only its last chunk's rows: raise "
+            "--chunked-prefill-size above the longest shard, or -1"
+        )
     came = f"{cached} prompt tokens came from the prefix cache"
     if base not in _FLUSH:
-        return (f"{came} (this server ignores the request's extra_key, which SGLang 0.5.3+ "
-                "honours): let the client flush the cache and ask again with "
-                f"--sglang-flush-cache (pytest: --eagle-sglang-flush-cache), {fix}")
+        return (
+            f"{came} (this server ignores the request's extra_key, which SGLang 0.5.3+ "
+            "honours): let the client flush the cache and ask again with "
+            f"--sglang-flush-cache (pytest: --eagle-sglang-flush-cache), {fix}"
+        )
     if flush_failed is not None:
-        return (f"{came} and the cache flush was refused ({flush_failed}; SGLang flushes "
-                f"only an idle server): retry when the server is idle, {fix}")
+        return (
+            f"{came} and the cache flush was refused ({flush_failed}; SGLang flushes "
+            f"only an idle server): retry when the server is idle, {fix}"
+        )
     return f"{came} even after a cache flush (other requests refilled it): retry, {fix}"

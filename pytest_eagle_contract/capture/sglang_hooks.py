@@ -92,9 +92,12 @@ class FcInputRecorder:
         ids = self._target_ids(int(aux.shape[0]))
         if ids is None:
             self.skipped += 1
-            logger.warning("eagle-capture: fc pass of %d rows without the target's and the "
-                           "draft's input ids of that length (add *embed_tokens to "
-                           "target_modules; one request at a time); not written", aux.shape[0])
+            logger.warning(
+                "eagle-capture: fc pass of %d rows without the target's and the "
+                "draft's input ids of that length (add *embed_tokens to "
+                "target_modules; one request at a time); not written",
+                aux.shape[0],
+            )
             return
         self._ids.clear()
         self.written.append(self._write(ids, aux))
@@ -109,7 +112,7 @@ class FcInputRecorder:
 
         same = [t for t in self._ids if t.numel() == rows]
         for i, a in enumerate(same):
-            for b in same[i + 1:]:
+            for b in same[i + 1 :]:
                 if torch.equal(b[:-1], a[1:]) and not torch.equal(a, b):
                     return a
         return None
@@ -120,10 +123,15 @@ class FcInputRecorder:
         width = int(aux.shape[-1])
         n_aux = self.n_aux or (width // int(self.hidden_size) if self.hidden_size else None)
         meta = CaptureMeta(
-            version=self.version, arch=self.arch, mode="forward-hook",
-            layer_ids=self.layer_ids, hidden_size=self.hidden_size, n_aux=n_aux,
+            version=self.version,
+            arch=self.arch,
+            mode="forward-hook",
+            layer_ids=self.layer_ids,
+            hidden_size=self.hidden_size,
+            n_aux=n_aux,
             source="forward-hook",
-            notes=("the draft's model.fc input on an eager pass",))
+            notes=("the draft's model.fc input on an eager pass",),
+        )
         return write_capture(self.dir, ids, aux.to("cpu").contiguous(), meta)
 
 

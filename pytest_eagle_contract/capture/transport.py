@@ -26,8 +26,10 @@ MAX_REDIRECTS = 3
 _CHUNK = 1 << 16
 _REDIRECT = frozenset({301, 302, 303, 307, 308})
 _DOWN: dict[str, ServerUnreachable] = {}  # origin -> why, for the rest of the process
-_HINT = ("start the server (see docs/verify-against-server.md), check --sglang-url, or verify "
-         "offline against capture files (--captures DIR)")
+_HINT = (
+    "start the server (see docs/verify-against-server.md), check --sglang-url, or verify "
+    "offline against capture files (--captures DIR)"
+)
 
 
 def check_url(url: object) -> str:
@@ -38,22 +40,34 @@ def check_url(url: object) -> str:
         _ = parts.port  # a bad port raises ValueError
     except ValueError:
         parts = urlsplit("")
-    if (len(text) > 2048 or not text.isascii() or any(c.isspace() or not c.isprintable()
-                                                      for c in text)
-            or parts.scheme not in ("http", "https") or not parts.hostname
-            or parts.query or parts.fragment or "@" in parts.netloc):
-        raise UsageError(f"SGLang URL {url!r}: give the server's http:// or https:// address, "
-                         "e.g. http://gpu-box:30000")
+    if (
+        len(text) > 2048
+        or not text.isascii()
+        or any(c.isspace() or not c.isprintable() for c in text)
+        or parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or parts.query
+        or parts.fragment
+        or "@" in parts.netloc
+    ):
+        raise UsageError(
+            f"SGLang URL {url!r}: give the server's http:// or https:// address, "
+            "e.g. http://gpu-box:30000"
+        )
     path = parts.path.rstrip("/").removesuffix("/generate")
     return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
 
 
 def check_timeout(value: object) -> float:
     """``value`` as a request timeout in seconds; UsageError unless 0 < value <= a day."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-            0 < value <= MAX_TIMEOUT):  # also refuses nan and inf
-        raise UsageError(f"SGLang timeout {value!r}: give seconds, a number above 0 and at most "
-                         f"{MAX_TIMEOUT:g}")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not (0 < value <= MAX_TIMEOUT)
+    ):  # also refuses nan and inf
+        raise UsageError(
+            f"SGLang timeout {value!r}: give seconds, a number above 0 and at most {MAX_TIMEOUT:g}"
+        )
     return float(value)
 
 
@@ -75,8 +89,9 @@ def exchange(url: str, body: bytes | None, *, timeout: float, cap: int) -> Reply
     origin = _origin(url)
     if origin in _DOWN:
         down = _DOWN[origin]
-        raise ServerUnreachable(down.code, f"{down.message} (not asked again in this run)",
-                                down.hint)
+        raise ServerUnreachable(
+            down.code, f"{down.message} (not asked again in this run)", down.hint
+        )
     for _ in range(MAX_REDIRECTS + 1):
         try:
             status, location, data = _one(url, body, deadline, cap, timeout)
@@ -90,9 +105,11 @@ def exchange(url: str, body: bytes | None, *, timeout: float, cap: int) -> Reply
         except ValueError:  # a Location that is no URL
             target = location
         if _origin(target) != origin:
-            raise CaptureError("EC705", f"{url} redirects to {target[:200]!r}, another host: "
-                               "not followed", "if that server is the one, give its address "
-                               "as the SGLang URL")
+            raise CaptureError(
+                "EC705",
+                f"{url} redirects to {target[:200]!r}, another host: not followed",
+                "if that server is the one, give its address as the SGLang URL",
+            )
         url = target
     raise CaptureError("EC705", f"{url}: more than {MAX_REDIRECTS} redirects")
 
@@ -113,8 +130,9 @@ def _left(deadline: float, timeout: float, url: str) -> float:
     return left
 
 
-def _one(url: str, body: bytes | None, deadline: float, cap: int,
-         timeout: float) -> tuple[int, str | None, bytes]:
+def _one(
+    url: str, body: bytes | None, deadline: float, cap: int, timeout: float
+) -> tuple[int, str | None, bytes]:
     """One request: (status, redirect target or None, body)."""
     parts = urlsplit(url)
     cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
@@ -124,8 +142,9 @@ def _one(url: str, body: bytes | None, deadline: float, cap: int,
         conn.connect()
     except (OSError, ValueError, http.client.HTTPException) as exc:
         conn.close()
-        raise ServerUnreachable("EC705", f"SGLang at {url} cannot be reached: {_reason(exc)}",
-                                _HINT) from None
+        raise ServerUnreachable(
+            "EC705", f"SGLang at {url} cannot be reached: {_reason(exc)}", _HINT
+        ) from None
     sock = conn.sock
     conn.sock = cast(socket.socket, _DeadlineSocket(sock, deadline))
     try:
@@ -136,12 +155,15 @@ def _one(url: str, body: bytes | None, deadline: float, cap: int,
             return resp.status, str(resp.getheader("Location")), b""
         return resp.status, None, _read(resp, cap, url)
     except TimeoutError:
-        raise ServerUnreachable("EC705", f"{url} did not answer within {timeout:g} s",
-                                _HINT) from None
+        raise ServerUnreachable(
+            "EC705", f"{url} did not answer within {timeout:g} s", _HINT
+        ) from None
     except (OSError, ValueError, http.client.HTTPException) as exc:
-        raise CaptureError("EC705", f"{url} gave no usable HTTP answer: {_reason(exc)}",
-                           "is this an SGLang server (python -m sglang.launch_server), "
-                           "reached directly?") from None
+        raise CaptureError(
+            "EC705",
+            f"{url} gave no usable HTTP answer: {_reason(exc)}",
+            "is this an SGLang server (python -m sglang.launch_server), reached directly?",
+        ) from None
     finally:
         conn.close()  # closes nothing: the proxy leaves the socket to its owner, here
         sock.close()
@@ -160,8 +182,11 @@ def _read(resp: http.client.HTTPResponse, cap: int, url: str) -> bytes:
 
 
 def _too_large(url: str, size: str, cap: int) -> CaptureError:
-    return CaptureError("EC705", f"{url} answered {size} than the {cap} bytes this request "
-                        "can need: not read", "is this an SGLang server, reached directly?")
+    return CaptureError(
+        "EC705",
+        f"{url} answered {size} than the {cap} bytes this request can need: not read",
+        "is this an SGLang server, reached directly?",
+    )
 
 
 def _reason(exc: BaseException) -> str:

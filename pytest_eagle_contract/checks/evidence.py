@@ -105,8 +105,9 @@ def length_problem(slots: list[Any], input_ids: torch.Tensor) -> str:
     """Why the slots cannot be compared position by position with the ids, if they cannot."""
     for slot in slots:
         if slot.tensor.dim() < 1 or slot.tensor.shape[0] != input_ids.shape[0]:
+            rows = slot.tensor.shape[0] if slot.tensor.dim() else 0
             return (
-                f"slot {slot.index} ({slot.source}) has {slot.tensor.shape[0] if slot.tensor.dim() else 0}"
+                f"slot {slot.index} ({slot.source}) has {rows}"
                 f" rows beside {input_ids.shape[0]} input ids (EC202)"
             )
     return ""

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import EagleContractError, ShardReadError, Unservable, UsageError
+from ..engines.sglang_table import RELEASES
+from ..errors import EagleContractError, ShardReadError, UsageError
 from ..layers import Layer
 from ..shards.discovery import Sampling, choose, discover
 from ..shards.formats import FORMATS
@@ -100,14 +101,20 @@ def observe(paths: Sequence[Path], format: str, hidden_size: int | None) -> _Obs
     if hidden is None or not medians:
         raise UsageError("the shards hold no hidden states: infer needs at least one slot")
     return _Observed(
-        fmt_name, hidden, dtypes, medians, lengths, len(paths), metadata, ids_dtype, mask_dtype,
+        fmt_name,
+        hidden,
+        dtypes,
+        medians,
+        lengths,
+        len(paths),
+        metadata,
+        ids_dtype,
+        mask_dtype,
         probe,
     )
 
 
-def bounds_from(
-    values: list[float], others: Sequence[list[float]] = ()
-) -> tuple[float, float]:
+def bounds_from(values: list[float], others: Sequence[list[float]] = ()) -> tuple[float, float]:
     """Bounds on a slot's median norm from its per-shard ``values``: their range widened by
     itself on each side (at least ``MIN_MARGIN``), cut to ``GAP_SHARE`` of the gap to each
     of ``others`` (other slots' per-shard medians) whose range does not meet this one."""
@@ -122,10 +129,6 @@ def bounds_from(
         elif ohi < lo:
             low = max(low, lo - GAP_SHARE * (lo - ohi))
     return low, high
-
-
-def _apart(a: list[float], b: list[float]) -> bool:
-    return max(a) < min(b) or max(b) < min(a)
 
 
 @dataclass(frozen=True)
@@ -265,8 +268,11 @@ def _identified(obs: _Observed, target: TargetModel | None) -> dict[int, tuple[L
     if ids.numel() and int(ids.max()) >= int(target.embedding.shape[0]):
         return {}
     return {
-        i.slot: (i.best.layer, f"identified: rel. error {i.best.rel_error:.2g}, "
-                 f"runner-up {i.runner_up.layer} {i.runner_up.rel_error:.2g}")
+        i.slot: (
+            i.best.layer,
+            f"identified: rel. error {i.best.rel_error:.2g}, "
+            f"runner-up {i.runner_up.layer} {i.runner_up.rel_error:.2g}",
+        )
         for i in identify(states, ids, target)
         if i.best.rel_error <= IDENTIFY_MAX_ERROR
     }
@@ -286,8 +292,7 @@ class _Drafting:
 
     @property
     def fc(self) -> list[int]:
-        n = len(self.named)
-        return [i for i in range(n - 1)] if n > 1 else []
+        return list(range(len(self.named) - 1))
 
     def bounds(self, i: int) -> tuple[float, float]:
         m = self.obs.medians
@@ -296,11 +301,12 @@ class _Drafting:
     def together(self) -> list[tuple[int, int]]:
         """Pairs of slots whose per-shard medians overlap: norms cannot tell them apart."""
         m = self.obs.medians
+        n = len(m)
         return [
             (i, j)
-            for i in range(len(m))
-            for j in range(i + 1, len(m))
-            if not _apart(m[i], m[j])
+            for i in range(n)
+            for j in range(i + 1, n)
+            if max(m[i]) >= min(m[j]) and max(m[j]) >= min(m[i])
         ]
 
     def overlap_notes(self, has_model: bool) -> list[str]:
@@ -309,9 +315,12 @@ class _Drafting:
             f"slots {i} ({self.named[i]}) and {j} ({self.named[j]}) have overlapping per-shard "
             f"median norms [{min(m[i]):.4g}, {max(m[i]):.4g}] and [{min(m[j]):.4g}, "
             f"{max(m[j]):.4g}]: norms cannot tell them apart; "
-            + ("the target model did not either" if has_model else
-               "pass --target-model DIR (a reference capture names each slot) or verify "
-               "against a serving capture (check --captures DIR or --sglang-url)")
+            + (
+                "the target model did not either"
+                if has_model
+                else "pass --target-model DIR (a reference capture names each slot) or verify "
+                "against a serving capture (check --captures DIR or --sglang-url)"
+            )
             for i, j in self.together()
         ]
 
@@ -338,8 +347,10 @@ class _Drafting:
             out.append(f"  model: {model}")
         if reference:
             pairs = ", ".join(f"{i} and {j}" for i, j in self.together()) or "some"
-            out.append(f"  reference_capture: true  # slots {pairs}: norms alone cannot tell "
-                       "them apart, a run of the target on each shard's tokens does")
+            out.append(
+                f"  reference_capture: true  # slots {pairs}: norms alone cannot tell "
+                "them apart, a run of the target on each shard's tokens does"
+            )
         out += ["training:", f"  format: {obs.format}"]
         if self.shards_ref:
             out.append(f"  shards: {self.shards_ref}")
@@ -382,48 +393,45 @@ def _serving(d: _Drafting, draft: Path | None, draft_ref: str | None) -> list[st
         return [
             "serving:",
             "  engine: sglang",
-            f"  version: \"{since or '>=' + _newest()}\""
-            + ("" if since else "  # no version feeds the fc input's layers: see EC501"),
+            f'  version: ">={RELEASES[-1 if since is None else since]}"'
+            + ("  # no release feeds the fc input's layers: see EC501" if since is None else ""),
             *([f"  arch: {d.arch}"] if d.arch else []),
             f"  draft_config: {ref}  # aux ids {list(ids) if ids else 'the default'}",
         ]
     ks = [x.index for x in want]
-    for ids in (None, tuple(k - 1 for k in ks), tuple(ks)):
-        since = _since(d, ids, want)
-        if since:
-            return [
-                "serving:",
-                "  engine: sglang",
-                f"  version: \"{since}\"  # the releases that feed the draft these layers",
-                *([f"  arch: {d.arch}"] if d.arch else []),
-                "  # aux_layer_ids: none, SGLang's default capture feeds these layers"
-                if ids is None
-                else f"  aux_layer_ids: {list(ids)}  # the draft's eagle_config."
-                "eagle_aux_hidden_state_layer_ids",
-            ]
-    return [f"# serving: no aux ids make sglang feed {', '.join(map(str, want))}; write it by "
-            "hand (eagle-contract resolve)"]
+    candidates = [ids for ids in (tuple(k - 1 for k in ks), tuple(ks)) if min(ids) >= 0]
+    spans = {ids: _since(d, ids, want) for ids in (*candidates, None)}
+    found = [(since, ids) for ids, since in spans.items() if since is not None]
+    if not found:
+        return [
+            f"# serving: no aux ids make sglang feed {', '.join(map(str, want))}; write "
+            "it by hand (eagle-contract resolve)"
+        ]
+    since, ids = min(found, key=lambda f: (f[0], f[1] is None))  # explicit ids first
+    return [
+        "serving:",
+        "  engine: sglang",
+        f'  version: ">={RELEASES[since]}"  # the releases that feed the draft these layers',
+        *([f"  arch: {d.arch}"] if d.arch else []),
+        "  # aux_layer_ids: none, SGLang's default capture feeds these layers"
+        if ids is None
+        else f"  aux_layer_ids: {list(ids)}  # the draft's eagle_config."
+        "eagle_aux_hidden_state_layer_ids",
+    ]
 
 
-def _newest() -> str:
-    from ..engines.sglang_table import NEWEST
-
-    return NEWEST
-
-
-def _since(d: _Drafting, ids: tuple[int, ...] | None, want: tuple[Layer, ...]) -> str | None:
-    """``>=V`` for the oldest release V from which every release up to the newest feeds
-    ``want`` for ``ids``; None when the newest does not."""
+def _since(d: _Drafting, ids: tuple[int, ...] | None, want: tuple[Layer, ...]) -> int | None:
+    """The index in ``RELEASES`` of the oldest release from which every release up to the
+    newest feeds ``want`` for ``ids``; None when the newest does not."""
     from ..engines.resolve import resolve
-    from ..engines.sglang_table import RELEASES
 
     oldest = None
-    for version in reversed(RELEASES):
+    for index in range(len(RELEASES) - 1, -1, -1):
         try:
-            res = resolve("sglang", d.num_layers, ids, d.arch, version)
-        except Unservable:
+            res = resolve("sglang", d.num_layers, ids, d.arch, RELEASES[index])
+        except EagleContractError:  # Unservable, or ids the engine cannot take
             break
         if res.layers != want or res.problems:
             break
-        oldest = version
-    return None if oldest is None else f">={oldest}"
+        oldest = index
+    return oldest

@@ -142,12 +142,16 @@ def _validator() -> Any:
     from jsonschema import Draft202012Validator, validators
 
     checker = Draft202012Validator.TYPE_CHECKER.redefine(
-        "integer", lambda _, x: isinstance(x, int) and not isinstance(x, bool))
+        "integer", lambda _, x: isinstance(x, int) and not isinstance(x, bool)
+    )
     return validators.extend(Draft202012Validator, type_checker=checker)(schema())
 
 
-def _schema_problems(data: Any, lines: dict[str, tuple[int, int]], file: str,
-                     ) -> list[ContractProblem]:
+def _schema_problems(
+    data: Any,
+    lines: dict[str, tuple[int, int]],
+    file: str,
+) -> list[ContractProblem]:
     problems = []
     errors = _validator().iter_errors(data)
     for error in sorted(errors, key=lambda e: list(map(str, e.path))):
@@ -160,16 +164,23 @@ def _schema_problems(data: Any, lines: dict[str, tuple[int, int]], file: str,
             for extra in sorted(set(error.instance) - set(allowed)):
                 child = join(path, extra)
                 guess = difflib.get_close_matches(extra, allowed, n=1)
-                hint = (f" (did you mean {guess[0]!r}?)" if guess
-                        else f"; allowed: {', '.join(allowed)}")
+                hint = (
+                    f" (did you mean {guess[0]!r}?)"
+                    if guess
+                    else f"; allowed: {', '.join(allowed)}"
+                )
                 line, col = lines.get(child, lines.get(path, (1, 1)))
                 problems.append(
-                    ContractProblem(file, line, col, child, f"unknown key {extra!r}{hint}"))
+                    ContractProblem(file, line, col, child, f"unknown key {extra!r}{hint}")
+                )
             continue
         if error.validator == "anyOf" and path.endswith(".norm"):
             message = "norm needs 'median' with 'rtol', or 'min' and/or 'max'"
-        elif error.validator == "type" and isinstance(error.instance, float) \
-                and "integer" in str(error.validator_value):
+        elif (
+            error.validator == "type"
+            and isinstance(error.instance, float)
+            and "integer" in str(error.validator_value)
+        ):
             message += " (write a whole number without a decimal point)"
         elif error.validator == "maximum" and error.validator_value > 1:
             message += " (a plausibility bound: no real model comes near it; docs/security.md)"
@@ -180,12 +191,21 @@ def _schema_problems(data: Any, lines: dict[str, tuple[int, int]], file: str,
 
 def _error(problems: list[ContractProblem]) -> ContractError:
     """One error for ``problems``: messages shortened, at most ``MAX_PROBLEMS`` listed."""
-    shown = [ContractProblem(p.file, p.line, p.column, short(p.path), short(p.message))
-             for p in problems[:MAX_PROBLEMS]]
+    shown = [
+        ContractProblem(p.file, p.line, p.column, short(p.path), short(p.message))
+        for p in problems[:MAX_PROBLEMS]
+    ]
     if len(problems) > MAX_PROBLEMS:
         last = shown[-1]
-        shown.append(ContractProblem(last.file, last.line, last.column, "",
-                                     f"and {len(problems) - MAX_PROBLEMS} more problems"))
+        shown.append(
+            ContractProblem(
+                last.file,
+                last.line,
+                last.column,
+                "",
+                f"and {len(problems) - MAX_PROBLEMS} more problems",
+            )
+        )
     return ContractError(shown)
 
 
@@ -214,8 +234,10 @@ def target_limits() -> dict[str, int]:
     """Plausibility bounds on a target's sizes (the schema's maxima), shared with the
     model-folder reader."""
     props = schema()["properties"]["target"]["properties"]
-    return {key: int(props[key]["maximum"])
-            for key in ("num_hidden_layers", "hidden_size", "vocab_size")}
+    return {
+        key: int(props[key]["maximum"])
+        for key in ("num_hidden_layers", "hidden_size", "vocab_size")
+    }
 
 
 def _build(data: dict[str, Any], path: Path, lines: dict[str, int]) -> Contract:
@@ -249,9 +271,13 @@ def _build(data: dict[str, Any], path: Path, lines: dict[str, int]) -> Contract:
                 layer.check_bounds(target.num_hidden_layers)
             except ValueError as exc:  # past the layers, or past the digits Python reads
                 layer = Layer(-1)
-                problem(f"{key}.layer", str(exc) if len(s["layer"]) < 40 else
-                        f"{s['layer'][:40]}... is beyond the target's "
-                        f"{target.num_hidden_layers} layers")
+                problem(
+                    f"{key}.layer",
+                    str(exc)
+                    if len(s["layer"]) < 40
+                    else f"{s['layer'][:40]}... is beyond the target's "
+                    f"{target.num_hidden_layers} layers",
+                )
             norm = NormBounds.from_yaml(s["norm"]) if "norm" in s else None
             if norm is not None and norm.low > norm.high:
                 problem(f"{key}.norm", f"empty norm bounds {norm}")

@@ -25,7 +25,8 @@ _TAG = "tag:yaml.org,2002:"
 # What YAML forbids in a stream (PyYAML's Reader.NON_PRINTABLE): refused up front with a
 # location, and in strings built from escapes ("\0", "\ud800").
 _NON_PRINTABLE = re.compile(
-    "[^\x09\x0A\x0D\x20-\x7E\x85\xA0-\uD7FF\uE000-\uFFFD\U00010000-\U0010FFFF]")
+    "[^\x09\x0a\x0d\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]"
+)
 
 
 def max_bytes() -> int:
@@ -45,13 +46,18 @@ def read_text(path: Path) -> str:
         with path.open("rb") as f:
             data = f.read(limit + 1)
     except OSError as exc:
-        raise ContractError.single(path, f"cannot read contract: {exc.strerror or exc}") \
-            from None
+        raise ContractError.single(path, f"cannot read contract: {exc.strerror or exc}") from None
     if len(data) > limit:
-        raise ContractError.single(path, f"the contract is larger than {limit} bytes; set "
-                                         f"{MAX_BYTES_ENV} to raise the limit")
-    for bom, name in ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"),
-                      (b"\xff\xfe", "UTF-16"), (b"\xfe\xff", "UTF-16")):
+        raise ContractError.single(
+            path,
+            f"the contract is larger than {limit} bytes; set {MAX_BYTES_ENV} to raise the limit",
+        )
+    for bom, name in (
+        (b"\xff\xfe\x00\x00", "UTF-32"),
+        (b"\x00\x00\xfe\xff", "UTF-32"),
+        (b"\xff\xfe", "UTF-16"),
+        (b"\xfe\xff", "UTF-16"),
+    ):
         if data.startswith(bom):
             raise ContractError.single(path, f"the contract is {name}: save it as UTF-8")
     try:
@@ -59,8 +65,9 @@ def read_text(path: Path) -> str:
     except UnicodeDecodeError as exc:
         i = exc.start
         line, col = data.count(b"\n", 0, i) + 1, i - data.rfind(b"\n", 0, i)
-        raise ContractError.single(path, f"byte 0x{data[i]:02X} is not UTF-8: save the "
-                                         "contract as UTF-8", line, col) from None
+        raise ContractError.single(
+            path, f"byte 0x{data[i]:02X} is not UTF-8: save the contract as UTF-8", line, col
+        ) from None
 
 
 def join(parent: str, key: str | int) -> str:
@@ -124,8 +131,10 @@ def _check_text(text: str, file: str) -> str:
     forbids (control characters, unpaired surrogates)."""
     limit = max_bytes()
     if len(text) > limit:
-        raise _fail(file, f"the contract is larger than {limit} bytes; set {MAX_BYTES_ENV} "
-                          "to raise the limit")
+        raise _fail(
+            file,
+            f"the contract is larger than {limit} bytes; set {MAX_BYTES_ENV} to raise the limit",
+        )
     text = text.removeprefix("\ufeff")
     bad = _NON_PRINTABLE.search(text)
     if bad is not None:
@@ -179,8 +188,12 @@ class _Builder:
         self.lines.setdefault(path, _at(n.start_mark))
         self.budget -= 1
         if self.budget < 0:
-            raise _fail(self.file, f"more than {MAX_NODES} values once aliases are expanded "
-                                   "(an alias bomb?)", n.start_mark, path)
+            raise _fail(
+                self.file,
+                f"more than {MAX_NODES} values once aliases are expanded (an alias bomb?)",
+                n.start_mark,
+                path,
+            )
         if depth > MAX_DEPTH:
             raise _fail(self.file, f"nested deeper than {MAX_DEPTH} levels", n.start_mark, path)
         if isinstance(n, yaml.ScalarNode):
@@ -189,15 +202,15 @@ class _Builder:
         if n.tag != _TAG + kind:
             raise self.tag_error(n, path)
         if id(n) in self.open:
-            raise _fail(self.file, "an alias refers to a node that contains it", n.start_mark,
-                        path)
+            raise _fail(self.file, "an alias refers to a node that contains it", n.start_mark, path)
         if len(n.value) > MAX_ITEMS:
             raise _fail(self.file, f"more than {MAX_ITEMS} items", n.start_mark, path)
         self.open.add(id(n))
         try:
             if kind == "seq":
-                return [self.value(item, join(path, i), depth + 1)
-                        for i, item in enumerate(n.value)]
+                return [
+                    self.value(item, join(path, i), depth + 1) for i, item in enumerate(n.value)
+                ]
             return self.mapping(n, path, depth)
         finally:
             self.open.discard(id(n))
@@ -206,12 +219,20 @@ class _Builder:
         out: dict[str, Any] = {}
         for key_node, value_node in n.value:
             if key_node.tag == _TAG + "merge":
-                raise _fail(self.file, "merge keys (<<) are not supported in a contract: "
-                                       "write the keys out", key_node.start_mark, path)
+                raise _fail(
+                    self.file,
+                    "merge keys (<<) are not supported in a contract: write the keys out",
+                    key_node.start_mark,
+                    path,
+                )
             key = self.value(key_node, path, depth + 1)
             if not isinstance(key, str):
-                raise _fail(self.file, f"keys must be strings, not {short(repr(key))}",
-                            key_node.start_mark, path)
+                raise _fail(
+                    self.file,
+                    f"keys must be strings, not {short(repr(key))}",
+                    key_node.start_mark,
+                    path,
+                )
             child = join(path, key)
             if key in out:
                 raise _fail(self.file, f"duplicate key {key!r}", key_node.start_mark, child)
@@ -231,13 +252,15 @@ class _Builder:
         try:
             out = getattr(self.scalars, f"construct_yaml_{kind}")(n)
         except (ValueError, KeyError, OverflowError):
-            raise _fail(self.file, f"{self.what(n)} is not a valid {kind}", n.start_mark,
-                        path) from None
+            raise _fail(
+                self.file, f"{self.what(n)} is not a valid {kind}", n.start_mark, path
+            ) from None
         if isinstance(out, float) and math.isnan(out):
             raise _fail(self.file, "NaN is not a value a contract can hold", n.start_mark, path)
         if isinstance(out, int) and abs(out) >= _MAX_INT:
-            raise _fail(self.file, f"{self.what(n)} is out of range (at most 2**63)",
-                        n.start_mark, path)
+            raise _fail(
+                self.file, f"{self.what(n)} is out of range (at most 2**63)", n.start_mark, path
+            )
         return out
 
     @staticmethod
@@ -246,5 +269,6 @@ class _Builder:
 
     def tag_error(self, n: Any, path: str) -> ContractError:
         tag = "!!" + n.tag.removeprefix(_TAG) if n.tag.startswith(_TAG) else n.tag
-        return _fail(self.file, f"the YAML tag {short(tag)} is not allowed in a contract",
-                     n.start_mark, path)
+        return _fail(
+            self.file, f"the YAML tag {short(tag)} is not allowed in a contract", n.start_mark, path
+        )

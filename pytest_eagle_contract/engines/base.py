@@ -161,9 +161,7 @@ class Engine(ABC):
         Only ascending ids are tried: the engines concatenate in layer order, and unsorted
         ids draw EC506 even where a rule would make them work."""
         wanted = [depth(x, num_layers) for x in layers]
-        windows = [
-            range(max(0, d - _REACH), min(num_layers, d + _REACH) + 1) for d in wanted
-        ]
+        windows = [range(max(0, d - _REACH), min(num_layers, d + _REACH) + 1) for d in wanted]
         found = []
         for ids in itertools.product(*windows):
             if any(a >= b for a, b in itertools.pairwise(ids)):

@@ -46,7 +46,7 @@ def draft_tensors(directory: Path) -> dict[str, torch.Tensor]:
     for file in files:
         for key, value in load_file(str(file)).items():
             name = key.removeprefix("model.")
-            out[LAYER + name[len("layers.0."):] if name.startswith("layers.0.") else name] = value
+            out[LAYER + name[len("layers.0.") :] if name.startswith("layers.0.") else name] = value
     return out
 
 
@@ -210,7 +210,8 @@ class EagleDraft:
         import torch
 
         var = x.float().pow(2).mean(-1, keepdim=True)
-        return (x.float() * torch.rsqrt(var + self.eps)).to(x.dtype) * self.weights[name + ".weight"]
+        normed = (x.float() * torch.rsqrt(var + self.eps)).to(x.dtype)
+        return normed * self.weights[name + ".weight"]
 
     def _rope(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
         import torch
@@ -226,7 +227,7 @@ def accepted(drafts: torch.Tensor, input_ids: torch.Tensor, first: int) -> torch
     equal the target's own continuation (``input_ids`` holds the target's greedy tokens)."""
     import torch
 
-    steps, n = drafts.shape
+    steps = drafts.shape[0]
     last = input_ids.numel() - 2 - steps  # the last start whose K guesses all exist
     if last < first:
         return torch.zeros(0, dtype=torch.long)
@@ -254,8 +255,9 @@ def _inv_freq(config: dict[str, Any], head_dim: int) -> torch.Tensor:
     scaling = config.get("rope_scaling") or params
     if (scaling.get("rope_type") or scaling.get("type")) != "llama3":
         return inv
-    factor, low, high = (float(scaling[k]) for k in
-                         ("factor", "low_freq_factor", "high_freq_factor"))
+    factor, low, high = (
+        float(scaling[k]) for k in ("factor", "low_freq_factor", "high_freq_factor")
+    )
     original = float(scaling["original_max_position_embeddings"])
     wavelen = 2 * math.pi / inv
     scaled = torch.where(wavelen > original / low, inv / factor, inv)
@@ -265,7 +267,9 @@ def _inv_freq(config: dict[str, Any], head_dim: int) -> torch.Tensor:
 
 
 def _required() -> list[str]:
-    return (["fc.weight", "norm.weight"]
-            + [f"{LAYER}self_attn.{p}.weight" for p in _PROJ]
-            + [f"{LAYER}mlp.{p}.weight" for p in _MLP]
-            + [f"{LAYER}{p}.weight" for p in _NORMS])
+    return (
+        ["fc.weight", "norm.weight"]
+        + [f"{LAYER}self_attn.{p}.weight" for p in _PROJ]
+        + [f"{LAYER}mlp.{p}.weight" for p in _MLP]
+        + [f"{LAYER}{p}.weight" for p in _NORMS]
+    )

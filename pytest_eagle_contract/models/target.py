@@ -25,10 +25,18 @@ from ..errors import UsageError
 if TYPE_CHECKING:
     import torch
 
-EMBED_NAMES = ("model.embed_tokens.weight", "language_model.model.embed_tokens.weight",
-               "model.language_model.embed_tokens.weight", "transformer.wte.weight")
-NORM_NAMES = ("model.norm.weight", "language_model.model.norm.weight",
-              "model.language_model.norm.weight", "transformer.ln_f.weight")
+EMBED_NAMES = (
+    "model.embed_tokens.weight",
+    "language_model.model.embed_tokens.weight",
+    "model.language_model.embed_tokens.weight",
+    "transformer.wte.weight",
+)
+NORM_NAMES = (
+    "model.norm.weight",
+    "language_model.model.norm.weight",
+    "model.language_model.norm.weight",
+    "transformer.ln_f.weight",
+)
 HEAD_NAMES = ("lm_head.weight", "language_model.lm_head.weight")
 INDEX = "model.safetensors.index.json"
 JSON_MAX_BYTES_ENV = "EAGLE_TARGET_JSON_MAX_BYTES"
@@ -101,14 +109,15 @@ class TargetModel:
     def final_norm_weight(self) -> torch.Tensor:
         weight = self.tensor(NORM_NAMES)
         if tuple(weight.shape) != (self.hidden_size,):
-            raise self._error(f"the final norm weight is {tuple(weight.shape)}, config.json "
-                              f"says hidden_size {self.hidden_size}")
+            raise self._error(
+                f"the final norm weight is {tuple(weight.shape)}, config.json "
+                f"says hidden_size {self.hidden_size}"
+            )
         return weight
 
     @cached_property
     def lm_head(self) -> torch.Tensor:
-        if self.config.get("tie_word_embeddings") and not any(n in self._files
-                                                              for n in HEAD_NAMES):
+        if self.config.get("tie_word_embeddings") and not any(n in self._files for n in HEAD_NAMES):
             return self.embedding
         return self._matrix(HEAD_NAMES)
 
@@ -123,8 +132,12 @@ class TargetModel:
         logging.disable_progress_bar()  # type: ignore[no-untyped-call]
         try:
             model: Any = AutoModelForCausalLM.from_pretrained(
-                str(self.path), local_files_only=True, trust_remote_code=False,
-                use_safetensors=True, dtype="float32")
+                str(self.path),
+                local_files_only=True,
+                trust_remote_code=False,
+                use_safetensors=True,
+                dtype="float32",
+            )
         except Exception as exc:  # any failure of a third-party loader
             raise self._error(f"transformers cannot load it: {_first_line(exc)}") from None
         return model.eval()
@@ -132,8 +145,10 @@ class TargetModel:
     def _matrix(self, names: tuple[str, ...]) -> torch.Tensor:
         weight = self.tensor(names)
         if weight.dim() != 2 or weight.shape[1] != self.hidden_size:
-            raise self._error(f"{names[0]} is {tuple(weight.shape)}, not [rows, "
-                              f"{self.hidden_size}] (hidden_size in config.json)")
+            raise self._error(
+                f"{names[0]} is {tuple(weight.shape)}, not [rows, "
+                f"{self.hidden_size}] (hidden_size in config.json)"
+            )
         return weight
 
     def _check_parameter_count(self) -> None:
@@ -143,18 +158,21 @@ class TargetModel:
         from transformers import AutoConfig, AutoModelForCausalLM
 
         try:
-            config = AutoConfig.from_pretrained(str(self.path), local_files_only=True,
-                                                trust_remote_code=False)
+            config = AutoConfig.from_pretrained(
+                str(self.path), local_files_only=True, trust_remote_code=False
+            )
             with torch.device("meta"):
                 skeleton = AutoModelForCausalLM.from_config(  # type: ignore[no-untyped-call]
-                    config, trust_remote_code=False)
+                    config, trust_remote_code=False
+                )
         except Exception as exc:  # any failure of a third-party loader
             raise self._error(f"transformers cannot build it: {_first_line(exc)}") from None
         wanted = sum(p.numel() for p in skeleton.parameters())
         stored = _stored_elements(self)
         if wanted > stored:
-            raise self._error(f"config.json describes {wanted:,} weights, its safetensors "
-                              f"files hold {stored:,}")
+            raise self._error(
+                f"config.json describes {wanted:,} weights, its safetensors files hold {stored:,}"
+            )
 
     def _error(self, message: str) -> UsageError:
         return UsageError(f"target model {self.path}: {message}")
@@ -189,8 +207,9 @@ def _read_json(folder: Path, name: str) -> dict[str, Any]:
     except (OSError, ValueError, RecursionError) as exc:
         raise UsageError(f"{cannot}: {_first_line(exc)}") from None
     if len(data) > limit:
-        raise UsageError(f"{cannot}: larger than {limit} bytes (set {JSON_MAX_BYTES_ENV} to "
-                         "raise the limit)")
+        raise UsageError(
+            f"{cannot}: larger than {limit} bytes (set {JSON_MAX_BYTES_ENV} to raise the limit)"
+        )
     if not isinstance(value, dict):
         raise UsageError(f"{cannot}: a JSON {type(value).__name__}, not an object")
     return value
@@ -207,12 +226,15 @@ def _check_config(model: TargetModel) -> None:
         if value is None and key == "vocab_size":
             continue
         if type(value) is not int or not 1 <= value <= most:
-            raise model._error(f"config.json: {key} is {str(value)[:40]}, expected a whole "
-                               f"number in [1, {most}] (a plausibility bound)")
+            raise model._error(
+                f"config.json: {key} is {str(value)[:40]}, expected a whole "
+                f"number in [1, {most}] (a plausibility bound)"
+            )
     eps = config.get("rms_norm_eps", 1e-6)
     if type(eps) not in (int, float) or not (math.isfinite(eps) and eps > 0):
-        raise model._error(f"config.json: rms_norm_eps is {str(eps)[:40]}, expected a "
-                           "positive number")
+        raise model._error(
+            f"config.json: rms_norm_eps is {str(eps)[:40]}, expected a positive number"
+        )
     archs = model.config.get("architectures") or []
     if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
         raise model._error("config.json: architectures is not a list of names")
@@ -224,15 +246,18 @@ def _index(path: Path) -> dict[str, Path]:
     if (path / INDEX).exists():
         weight_map = _read_json(path, INDEX).get("weight_map")
         if not isinstance(weight_map, dict) or not all(
-                isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()):
-            raise UsageError(f"target model {path}: {INDEX} has no weight_map of names to "
-                             "files")
+            isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()
+        ):
+            raise UsageError(f"target model {path}: {INDEX} has no weight_map of names to files")
         names = sorted(set(weight_map.values()))
     else:
         names = sorted(f.name for f in path.glob("*.safetensors"))
     if not names:
-        pickles = " (pickled .bin weights are never read: convert them to safetensors)" \
-            if any(path.glob("*.bin")) else ""
+        pickles = (
+            " (pickled .bin weights are never read: convert them to safetensors)"
+            if any(path.glob("*.bin"))
+            else ""
+        )
         raise UsageError(f"target model {path}: no safetensors files{pickles}")
     out: dict[str, Path] = {}
     for name in names:
@@ -247,16 +272,16 @@ def _inside(folder: Path, name: str) -> Path:
     cache snapshot, where every file is a link into it)."""
     parts = PurePosixPath(name).parts
     if not name or "\0" in name or name.startswith(("/", "\\")) or ".." in parts:
-        raise UsageError(f"target model {folder}: the index names {name[:80]!r}, a path "
-                         "outside the model folder")
+        raise UsageError(
+            f"target model {folder}: the index names {name[:80]!r}, a path outside the model folder"
+        )
     try:
         real, root = (folder / name).resolve(), folder.resolve()
     except (OSError, RuntimeError) as exc:  # a link loop
         raise UsageError(f"target model {folder}: {name}: {exc}") from None
     roots = [root] + ([root.parent.parent / "blobs"] if root.parent.name == "snapshots" else [])
     if not any(real.is_relative_to(r) for r in roots):
-        raise UsageError(f"target model {folder}: {name} links to {real}, outside the model "
-                         "folder")
+        raise UsageError(f"target model {folder}: {name} links to {real}, outside the model folder")
     if not real.is_file():
         raise UsageError(f"target model {folder}: {name} is not a regular file")
     return real
@@ -270,11 +295,15 @@ def _header(folder: Path, file: Path) -> dict[str, list[int]]:
         with safe_open(str(file), framework="pt") as f:
             return {name: list(f.get_slice(name).get_shape()) for name in f.keys()}
     except (SafetensorError, OSError, ValueError) as exc:
-        raise UsageError(f"target model {folder}: {file.name} is not a readable safetensors "
-                         f"file: {exc}") from None
+        raise UsageError(
+            f"target model {folder}: {file.name} is not a readable safetensors file: {exc}"
+        ) from None
 
 
 def _stored_elements(model: TargetModel) -> int:
     """Elements of every tensor the model's safetensors files declare."""
-    return sum(math.prod(shape) for file in set(model._files.values())
-               for shape in _header(model.path, file).values())
+    return sum(
+        math.prod(shape)
+        for file in set(model._files.values())
+        for shape in _header(model.path, file).values()
+    )

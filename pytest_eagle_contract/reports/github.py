@@ -106,8 +106,11 @@ def annotation_lines(runs: Sequence[CheckRun], root: Path | None = None) -> list
         for f in run.findings:
             loc = locate(f, run.contract, root)
             placed = loc is not None or f.line is not None
-            key = ((f.severity, f.code, loc, f.contract, f.line, f.slot) if placed
-                   else (f.severity, f.code, f.message))
+            key = (
+                (f.severity, f.code, loc, f.contract, f.line, f.slot)
+                if placed
+                else (f.severity, f.code, f.message)
+            )
             groups.setdefault(key, []).append(f)
             where[key] = loc
     out: list[str] = []
@@ -117,15 +120,20 @@ def annotation_lines(runs: Sequence[CheckRun], root: Path | None = None) -> list
         left += max(0, len(chosen) - MAX_PER_STEP)
         out += [_command(groups[k], where[k]) for k in chosen[:MAX_PER_STEP]]
     if left:
-        out.append(f"eagle-contract: {left} more finding group(s) not annotated (GitHub shows "
-                   f"{MAX_PER_STEP} per step and severity); all are in the step summary")
+        out.append(
+            f"eagle-contract: {left} more finding group(s) not annotated (GitHub shows "
+            f"{MAX_PER_STEP} per step and severity); all are in the step summary"
+        )
     return out
 
 
 def _command(same: list[Finding], loc: Location | None) -> str:
     f = same[0]
-    props = [] if loc is None else [f"file={escape_property(loc.file)}", f"line={loc.line}",
-                                    f"col={loc.col}"]
+    props = (
+        []
+        if loc is None
+        else [f"file={escape_property(loc.file)}", f"line={loc.line}", f"col={loc.col}"]
+    )
     props.append(f"title={escape_property(f'{f.code} {f.rule.name}')}")
     text = f.message
     shards = sorted({x.file for x in same if x.file})
@@ -149,22 +157,31 @@ def step_summary(runs: Sequence[CheckRun], shown: int = 5) -> str:
     parts: list[str] = []
     for run in runs:
         verdict = "passed" if run.ok else "FAILED"
-        parts += [f"## eagle-contract {verdict}: {run.contract.name}", "",
-                  f"`{display_path(str(run.contract.path))}`: {run.summary}", ""]
+        parts += [
+            f"## eagle-contract {verdict}: {run.contract.name}",
+            "",
+            f"`{display_path(str(run.contract.path))}`: {run.summary}",
+            "",
+        ]
         by_rule: dict[str, list[Finding]] = {}
         for f in run.findings:
             by_rule.setdefault(f.code, []).append(f)
         if by_rule:
-            parts += ["### Findings by rule", "",
-                      "| rule | name | severity | findings | shards affected | lines |",
-                      "|---|---|---|---:|---|---|"]
+            parts += [
+                "### Findings by rule",
+                "",
+                "| rule | name | severity | findings | shards affected | lines |",
+                "|---|---|---|---:|---|---|",
+            ]
             for code, same in sorted(by_rule.items()):
                 shards = sorted({f.file for f in same if f.file})
                 names = ", ".join(f"`{s}`" for s in shards[:shown])
                 more = f" and {len(shards) - shown} more" if len(shards) > shown else ""
                 lines = ", ".join(str(n) for n in sorted({f.line for f in same if f.line}))
-                parts.append(f"| {code} | {same[0].rule.name} | {same[0].severity} | "
-                             f"{len(same)} | {len(shards)} {names}{more} | {lines} |")
+                parts.append(
+                    f"| {code} | {same[0].rule.name} | {same[0].severity} | "
+                    f"{len(same)} | {len(shards)} {names}{more} | {lines} |"
+                )
             parts.append("")
             for code, same in sorted(by_rule.items()):
                 parts += [f"<details><summary>{code} {same[0].rule.name}</summary>", ""]
@@ -174,8 +191,9 @@ def step_summary(runs: Sequence[CheckRun], shown: int = 5) -> str:
                     if place in seen or len(seen) >= shown:
                         continue
                     seen.add(place)
-                    parts.append(f"- {_cell(f.message)}" + (f"<br>hint: {_cell(f.hint)}"
-                                                            if f.hint else ""))
+                    parts.append(
+                        f"- {_cell(f.message)}" + (f"<br>hint: {_cell(f.hint)}" if f.hint else "")
+                    )
                     if f.details:
                         parts += ["", "```", f.details, "```", ""]
                 parts += ["", "</details>", ""]
@@ -186,13 +204,15 @@ def step_summary(runs: Sequence[CheckRun], shown: int = 5) -> str:
                 parts += [f"refused: {_cell(span.refused)}", ""]
                 continue
             parts += ["| fc pos | training | serving | |", "|---:|---|---|---|"]
-            parts += [f"| {p} | {a} | {b} | {'ok' if s == 'ok' else '**DIFFERS**'} |"
-                      for p, a, b, s in span.rows()]
+            parts += [
+                f"| {p} | {a} | {b} | {'ok' if s == 'ok' else '**DIFFERS**'} |"
+                for p, a, b, s in span.rows()
+            ]
             parts.append("")
     return "\n".join(parts) + "\n"
 
 
-def publish(runs: Sequence[CheckRun], mode: str, echo: Callable[[str], None] = print) -> None:
+def emit(runs: Sequence[CheckRun], mode: str, echo: Callable[[str], None] = print) -> None:
     """Under GitHub Actions (or ``mode='github'``): echo the annotations and append the
     step summary to ``$GITHUB_STEP_SUMMARY`` when it is set."""
     if not enabled(mode):

@@ -32,30 +32,46 @@ def render(runs: Sequence[CheckRun], measured: Sequence[Measurements]) -> str:
     verdict = '<span class="ok">passed</span>' if ok else '<span class="bad">FAILED</span>'
     body = [f"<h1>eagle-contract: {verdict}</h1>"]
     if not plots.available():
-        body.append(f'<p class="note">Plots need matplotlib: <code>{escape(plots.EXTRA)}'
-                    "</code>. The tables below hold the same numbers.</p>")
+        body.append(
+            f'<p class="note">Plots need matplotlib: <code>{escape(plots.EXTRA)}'
+            "</code>. The tables below hold the same numbers.</p>"
+        )
     for run, m in zip(runs, measured):
         body += _contract(run, m)
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>eagle-contract report</title><style>{_STYLE}</style></head><body>\n"
-            + "\n".join(body) + "\n</body></html>\n")
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>eagle-contract report</title><style>{_STYLE}</style></head><body>\n"
+        + "\n".join(body)
+        + "\n</body></html>\n"
+    )
 
 
 def _contract(run: CheckRun, m: Measurements) -> list[str]:
     from ..render import display_path
 
     state = "passed" if run.ok else "FAILED"
-    out = [f"<h2>{escape(run.contract.name)}: {state}</h2>",
-           f"<p><code>{escape(display_path(str(run.contract.path)))}</code>: "
-           f"{escape(run.summary)}</p>", "<h3>Findings</h3>"]
+    out = [
+        f"<h2>{escape(run.contract.name)}: {state}</h2>",
+        f"<p><code>{escape(display_path(str(run.contract.path)))}</code>: "
+        f"{escape(run.summary)}</p>",
+        "<h3>Findings</h3>",
+    ]
     out += _findings(run) or ["<p>none</p>"]
     out += _layout(run)
     out += _norms(m)
-    if run.probe is not None:
+    if run.probe:
         out.append("<h3>Probe</h3>")
-        out.append(_figure(plots.probe_plot(run.probe)) if plots.available() else _table(
-            ["draft step", "acceptance"],
-            [[str(i + 1), f"{a:.3f}"] for i, a in enumerate(run.probe.acceptance_per_step)]))
+        if plots.available():
+            out.append(_figure(plots.probe_plot(run.probe)))
+        out.append(
+            _table(
+                ["layout", "acceptance length", "acceptance per draft step"],
+                [
+                    [e.name, f"{e.accept_length:.3f}", ", ".join(f"{a:.3f}" for a in e.per_step)]
+                    for e in run.probe
+                ],
+            )
+        )
     out += [f'<p class="note">{escape(p)}</p>' for p in m.problems]
     return out
 
@@ -71,8 +87,10 @@ def _findings(run: CheckRun) -> list[str]:
 def _finding(f: Finding, shards: list[str]) -> str:
     from ..render import display_path
 
-    rows = [f'<div class="finding {f.severity}"><b>{f.code} {escape(f.rule.name)}</b>: '
-            f"{escape(f.message)}"]
+    rows = [
+        f'<div class="finding {f.severity}"><b>{f.code} {escape(f.rule.name)}</b>: '
+        f"{escape(f.message)}"
+    ]
     if f.contract and f.line:
         rows.append(f"<br><code>{escape(display_path(f.contract))}:{f.line}</code>")
     if shards:
@@ -98,8 +116,11 @@ def _layout(run: CheckRun) -> list[str]:
         if span.refused:
             out.append(f"<p>refused: {escape(span.refused)}</p>")
             continue
-        out.append(_table(["fc pos", "training (declared)", "serving", ""],
-                          [list(row) for row in span.rows()]))
+        out.append(
+            _table(
+                ["fc pos", "training (declared)", "serving", ""], [list(row) for row in span.rows()]
+            )
+        )
     return out
 
 
@@ -114,13 +135,26 @@ def _norms(m: Measurements) -> list[str]:
         values = sorted(v for _, v in s.medians)
         if values:
             bounds = "-" if s.bounds is None else f"[{s.bounds[0]:.4g}, {s.bounds[1]:.4g}]"
-            rows.append([str(s.slot), s.layer, bounds, str(len(values)), f"{values[0]:.4g}",
-                         f"{values[len(values) // 2]:.4g}", f"{values[-1]:.4g}"])
+            rows.append(
+                [
+                    str(s.slot),
+                    s.layer,
+                    bounds,
+                    str(len(values)),
+                    f"{values[0]:.4g}",
+                    f"{values[len(values) // 2]:.4g}",
+                    f"{values[-1]:.4g}",
+                ]
+            )
     if rows:
         out.append(_table(["slot", "layer", "bounds", "shards", "min", "median", "max"], rows))
     if m.curve is not None and not plots.available():
-        out.append(_table(["layer", "target median norm"],
-                          [[x, f"{v:.4g}"] for x, v in zip(m.curve.layers, m.curve.medians)]))
+        out.append(
+            _table(
+                ["layer", "target median norm"],
+                [[x, f"{v:.4g}"] for x, v in zip(m.curve.layers, m.curve.medians)],
+            )
+        )
     return out if len(out) > 1 else []
 
 
@@ -130,9 +164,15 @@ def _figure(svg: str) -> str:
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
     head = "".join(f"<th>{escape(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(
-        f'<td class="differs">{escape(c)}</td>' if c == "DIFFERS" else f"<td>{escape(c)}</td>"
-        for c in row) + "</tr>" for row in rows)
+    body = "".join(
+        "<tr>"
+        + "".join(
+            f'<td class="differs">{escape(c)}</td>' if c == "DIFFERS" else f"<td>{escape(c)}</td>"
+            for c in row
+        )
+        + "</tr>"
+        for row in rows
+    )
     return f"<table><tr>{head}</tr>{body}</table>"
 
 

@@ -24,23 +24,31 @@ def check_report(run: CheckRun) -> dict[str, Any]:
     contract = run.contract
     serving = contract.serving
     return {
-        "schema_version": SCHEMA_VERSION, "kind": "check",
-        "contract": str(contract.path), "name": contract.name,
-        "contract_sha256": content_sha256(contract.path), "ok": run.ok, "summary": run.summary,
-        "engine": None if serving is None else {"name": serving.engine,
-                                                "version": serving.version},
+        "schema_version": SCHEMA_VERSION,
+        "kind": "check",
+        "contract": str(contract.path),
+        "name": contract.name,
+        "contract_sha256": content_sha256(contract.path),
+        "ok": run.ok,
+        "summary": run.summary,
+        "engine": None if serving is None else {"name": serving.engine, "version": serving.version},
         "layout": [span.to_dict() for span in layout_spans(contract)],
-        "units": [{"check": u.check, "shard": u.shard, "findings": [f.to_dict() for f in
-                                                                    u.findings]}
-                  for u in run.units],
+        "units": [
+            {"check": u.check, "shard": u.shard, "findings": [f.to_dict() for f in u.findings]}
+            for u in run.units
+        ],
         "findings": [f.to_dict() for f in run.findings],
     }
 
 
 def session_report(runs: list[CheckRun]) -> dict[str, Any]:
     """A pytest session's contracts, one check report each."""
-    return {"schema_version": SCHEMA_VERSION, "kind": "session",
-            "ok": all(run.ok for run in runs), "reports": [check_report(r) for r in runs]}
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": "session",
+        "ok": all(run.ok for run in runs),
+        "reports": [check_report(r) for r in runs],
+    }
 
 
 def stamped(kind: str, data: dict[str, Any]) -> dict[str, Any]:
@@ -67,5 +75,7 @@ def problems(data: Any) -> list[str]:
     from jsonschema import Draft202012Validator
 
     validator = Draft202012Validator(schema())
-    return [f"{'/'.join(map(str, e.absolute_path)) or '(top)'}: {e.message}"
-            for e in validator.iter_errors(data)]
+    return [
+        f"{'/'.join(map(str, e.absolute_path)) or '(top)'}: {e.message}"
+        for e in validator.iter_errors(data)
+    ]

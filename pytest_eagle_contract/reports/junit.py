@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ..contract.model import Contract
     from ..findings import Finding
-    from .run import ProbeResult
+    from .run import ProbeEstimate
 
 
 _BY_CONTRACT: dict[Path, tuple[tuple[str, str], ...]] = {}  # worked out once per contract
@@ -22,11 +22,15 @@ def _contract_properties(contract: Contract) -> tuple[tuple[str, str], ...]:
     from .layout import layout_spans
     from .run import content_sha256
 
-    props = [("eagle_contract", contract.name),
-             ("eagle_contract_sha256", content_sha256(contract.path))]
+    props = [
+        ("eagle_contract", contract.name),
+        ("eagle_contract_sha256", content_sha256(contract.path)),
+    ]
     if contract.serving is not None:
-        props += [("eagle_engine", contract.serving.engine),
-                  ("eagle_engine_version", contract.serving.version or "any")]
+        props += [
+            ("eagle_engine", contract.serving.engine),
+            ("eagle_engine_version", contract.serving.version or "any"),
+        ]
     if contract.training is not None:
         fc = [str(contract.training.slots[i].layer) for i in contract.training.fc_input]
         props.append(("eagle_fc_layers", ",".join(fc)))
@@ -37,12 +41,12 @@ def _contract_properties(contract: Contract) -> tuple[tuple[str, str], ...]:
     return _BY_CONTRACT[contract.path]
 
 
-def properties(contract: Contract, findings: Sequence[Finding],
-               probe: ProbeResult | None = None) -> list[tuple[str, str]]:
+def properties(
+    contract: Contract, findings: Sequence[Finding], probe: Sequence[ProbeEstimate] = ()
+) -> list[tuple[str, str]]:
     """Contract name and content sha256, engine and version, the fc layers trained and
-    served per engine version, the rule codes found, the acceptance length where known."""
+    served per engine version, the rule codes found, the probe's acceptance lengths."""
     props = list(_contract_properties(contract))
     props.append(("eagle_rules", ",".join(sorted({f.code for f in findings}))))
-    if probe is not None and probe.acceptance_length is not None:
-        props.append(("eagle_acceptance_length", f"{probe.acceptance_length:.3f}"))
+    props += [(f"eagle_acceptance_length[{e.name}]", f"{e.accept_length:.3f}") for e in probe]
     return props

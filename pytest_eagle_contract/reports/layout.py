@@ -38,9 +38,13 @@ class LayoutSpan:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"engine": self.engine, "versions": self.versions,
-                                "training": self.training, "serving": self.serving,
-                                "same": self.same}
+        data: dict[str, Any] = {
+            "engine": self.engine,
+            "versions": self.versions,
+            "training": self.training,
+            "serving": self.serving,
+            "same": self.same,
+        }
         if self.refused:
             data["refused"] = self.refused
         return data
@@ -65,8 +69,13 @@ def layout_spans(contract: Contract) -> list[LayoutSpan]:
     spans: list[LayoutSpan] = []
     for version in versions:
         try:
-            res = resolve(serving.engine, contract.target.num_hidden_layers, ids, arch,
-                          None if version == "any" else version)
+            res = resolve(
+                serving.engine,
+                contract.target.num_hidden_layers,
+                ids,
+                arch,
+                None if version == "any" else version,
+            )
             served, refused = [str(x) for x in res.layers], ""
         except Unservable as exc:
             served, refused = [], str(exc)

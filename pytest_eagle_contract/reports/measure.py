@@ -64,8 +64,12 @@ def measure(run: CheckRun, runner: Runner) -> Measurements:
             continue
         if usable is None and shard.input_ids is not None:
             usable = shard
-    slots = [SlotNorms(s.index, str(s.layer), None if s.norm is None else
-                       (s.norm.low, s.norm.high), medians[i]) for i, s in enumerate(spec.slots)]
+    slots = [
+        SlotNorms(
+            s.index, str(s.layer), None if s.norm is None else (s.norm.low, s.norm.high), medians[i]
+        )
+        for i, s in enumerate(spec.slots)
+    ]
     curve = None
     if usable is not None:
         try:
@@ -93,5 +97,9 @@ def _curve(run: CheckRun, runner: Runner, shard: Shard) -> TargetCurve | None:
         if i < len(shard.slots) and slot.layer in x_of:
             median = shard.stats(i).median
             placed.append((i, str(slot.layer), x_of[slot.layer], float(median)))
-    return TargetCurve(shard.label, [str(x) for x in order],
-                       [norm_stats(states[layer].float()).median for layer in order], placed)
+    return TargetCurve(
+        shard.label,
+        [str(x) for x in order],
+        [norm_stats(states[layer].float()).median for layer in order],
+        placed,
+    )

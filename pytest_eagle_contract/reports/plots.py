@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import io
+from collections.abc import Sequence
 from importlib.util import find_spec
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .measure import Measurements, TargetCurve
-    from .run import ProbeResult
+    from .run import ProbeEstimate
 
 EXTRA = "pip install 'pytest-eagle-contract[report]'"
 
@@ -32,7 +33,7 @@ def _svg(fig: Any) -> str:
     fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
     _pyplot().close(fig)
     text = buf.getvalue()
-    return text[text.index("<svg"):]
+    return text[text.index("<svg") :]
 
 
 def norms_plot(m: Measurements) -> str | None:
@@ -48,8 +49,13 @@ def norms_plot(m: Measurements) -> str | None:
             ax.axhspan(s.bounds[0], s.bounds[1], color="tab:green", alpha=0.2, label="bounds")
         inside = [s.bounds is None or s.bounds[0] <= v <= s.bounds[1] for v in values]
         ax.boxplot(values, widths=0.5)
-        ax.scatter([1.0] * len(values), values, s=14, zorder=3,
-                   c=["tab:blue" if ok else "tab:red" for ok in inside])
+        ax.scatter(
+            [1.0] * len(values),
+            values,
+            s=14,
+            zorder=3,
+            c=["tab:blue" if ok else "tab:red" for ok in inside],
+        )
         ax.set_title(f"slot {s.slot} ({s.layer})", fontsize=9)
         ax.set_xticks([])
         lows = [*values, *(s.bounds[:1] if s.bounds else ())]
@@ -57,8 +63,7 @@ def norms_plot(m: Measurements) -> str | None:
         pad = 0.1 * (max(highs) - min(lows) or 1.0)
         ax.set_ylim(min(lows) - pad, max(highs) + pad)
     axes[0][0].set_ylabel("median per-token L2 norm, per shard")
-    fig.suptitle("per-shard median norms (green: the contract's bounds, red: outside)",
-                 fontsize=10)
+    fig.suptitle("per-shard median norms (green: the contract's bounds, red: outside)", fontsize=10)
     return _svg(fig)
 
 
@@ -72,23 +77,26 @@ def curve_plot(curve: TargetCurve) -> str:
         ax.scatter([x], [median], s=60, zorder=3, marker="D", label=f"slot {slot} as {layer}")
     ax.set_xticks(xs, curve.layers, rotation=45, ha="right", fontsize=8)
     ax.set_ylabel("median per-token L2 norm")
-    ax.set_title(f"target's per-layer norms on {curve.shard}; a slot off the curve is not "
-                 "the layer it is declared as", fontsize=9)
+    ax.set_title(
+        f"the target's per-layer norms on {curve.shard}\n"
+        "a slot off the curve is not the layer it is declared as",
+        fontsize=9,
+    )
     ax.legend(fontsize=8)
     return _svg(fig)
 
 
-def probe_plot(probe: ProbeResult) -> str:
-    """The probe's acceptance rate per draft step."""
+def probe_plot(probe: Sequence[ProbeEstimate]) -> str:
+    """The probe's acceptance rate per draft step, one bar per layout it estimated."""
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(5, 3))
-    steps = list(range(1, len(probe.acceptance_per_step) + 1))
-    ax.bar(steps, probe.acceptance_per_step, color="tab:blue")
+    fig, ax = plt.subplots(figsize=(6, 3))
+    width = 0.8 / len(probe)
+    for n, e in enumerate(probe):
+        steps = [s + 1 + (n - (len(probe) - 1) / 2) * width for s in range(len(e.per_step))]
+        ax.bar(steps, e.per_step, width, label=f"{e.name}: acceptance length {e.accept_length:.2f}")
     ax.set_ylim(0, 1)
     ax.set_xlabel("draft step")
     ax.set_ylabel("acceptance rate")
-    title = "probe: acceptance per step"
-    if probe.acceptance_length is not None:
-        title += f" (acceptance length {probe.acceptance_length:.2f})"
-    ax.set_title(title, fontsize=9)
+    ax.set_title("probe: acceptance per draft step", fontsize=9)
+    ax.legend(fontsize=8)
     return _svg(fig)

@@ -17,13 +17,21 @@ _ATTR = "eagle_contract"
 
 
 def addoption(group: Any) -> None:
-    group.addoption("--eagle-report", dest="eagle_report", metavar="PATH", default=None,
-                    help="write a report of the contracts' results: PATH.json (the versioned "
-                         "JSON report), else one self-contained HTML file with plots")
-    group.addoption("--eagle-annotations", dest="eagle_annotations", default="auto",
-                    choices=("auto", "github", "none"),
-                    help="GitHub Actions annotations and step summary (auto: when "
-                         "GITHUB_ACTIONS=true)")
+    group.addoption(
+        "--eagle-report",
+        dest="eagle_report",
+        metavar="PATH",
+        default=None,
+        help="write a report of the contracts' results: PATH.json (the versioned "
+        "JSON report), else one self-contained HTML file with plots",
+    )
+    group.addoption(
+        "--eagle-annotations",
+        dest="eagle_annotations",
+        default="auto",
+        choices=("auto", "github", "none"),
+        help="GitHub Actions annotations and step summary (auto: when GITHUB_ACTIONS=true)",
+    )
 
 
 class ReportHooks:
@@ -34,8 +42,9 @@ class ReportHooks:
         self.seen: list[dict[str, Any]] = []
 
     @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_makereport(self, item: pytest.Item,
-                                  call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Generator[None, Any, None]:
         unit = getattr(item, "unit", None)
         if unit is None or call.when != "call":
             yield
@@ -45,10 +54,17 @@ class ReportHooks:
         findings = list(getattr(call.excinfo.value, "findings", []) if call.excinfo else [])
         item.user_properties.extend(properties(unit.contract, findings))
         outcome = yield
-        setattr(outcome.get_result(), _ATTR, {
-            "contract": str(unit.contract.path), "check": unit.check, "label": unit.label,
-            "shard": "" if unit.shard is None else str(unit.shard),
-            "findings": [f.to_dict() for f in findings]})
+        setattr(
+            outcome.get_result(),
+            _ATTR,
+            {
+                "contract": str(unit.contract.path),
+                "check": unit.check,
+                "label": unit.label,
+                "shard": "" if unit.shard is None else str(unit.shard),
+                "findings": [f.to_dict() for f in findings],
+            },
+        )
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         data = getattr(report, _ATTR, None)
@@ -63,11 +79,15 @@ class ReportHooks:
         path = self.config.getoption("eagle_report")
         report = Path(path) if path else None
         runs = _runs(self.seen)
-        publish(runs, json_path=report if report and report.suffix == ".json" else None,
-                html_path=report if report and report.suffix != ".json" else None,
-                annotations=self.config.getoption("eagle_annotations"), session=True,
-                runner=_runner(self.config) if report else None,
-                echo=terminalreporter.write_line)
+        publish(
+            runs,
+            json_path=report if report and report.suffix == ".json" else None,
+            html_path=report if report and report.suffix != ".json" else None,
+            annotations=self.config.getoption("eagle_annotations"),
+            session=True,
+            runner=_runner(self.config) if report else None,
+            echo=terminalreporter.write_line,
+        )
         if report is not None:
             terminalreporter.write_line(f"eagle-contract: report written to {report}")
 
@@ -91,12 +111,24 @@ def _runs(seen: list[dict[str, Any]]) -> list[Any]:
         by_contract.setdefault(data["contract"], []).append(data)
     runs = []
     for path, items in by_contract.items():
-        units = [UnitResult(d["check"], d["label"],
-                            [Finding(**{k: v for k, v in f.items() if k != "rule"})
-                             for f in d["findings"]], Path(d["shard"]) if d["shard"] else None)
-                 for d in items]
+        units = [
+            UnitResult(
+                d["check"],
+                d["label"],
+                [Finding(**{k: v for k, v in f.items() if k != "rule"}) for f in d["findings"]],
+                Path(d["shard"]) if d["shard"] else None,
+            )
+            for d in items
+        ]
         findings = unique(f for u in units for f in u.findings)
         shards = list(dict.fromkeys((u.path, u.shard) for u in units if u.path is not None))
-        runs.append(CheckRun(load_contract(Path(path)), units, findings,
-                             summary(findings, len(units), len(shards)), shard_paths=shards))
+        runs.append(
+            CheckRun(
+                load_contract(Path(path)),
+                units,
+                findings,
+                summary(findings, len(units), len(shards)),
+                shard_paths=shards,
+            )
+        )
     return runs

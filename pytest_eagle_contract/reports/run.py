@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from ..contract.model import Contract
@@ -23,13 +23,18 @@ class UnitResult:
     path: Path | None = None
 
 
-@dataclass(frozen=True)
-class ProbeResult:
-    """What a probe of the draft against the engine measured: acceptance rate per draft
-    step (1-based step i at index i-1) and, where known, the mean acceptance length."""
+class ProbeEstimate(Protocol):
+    """What the reports read of a probe's estimate (``eagle-contract probe``'s Estimate):
+    the layout's name, the acceptance length, the acceptance rate per draft step."""
 
-    acceptance_per_step: tuple[float, ...]
-    acceptance_length: float | None = None
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def accept_length(self) -> float: ...
+
+    @property
+    def per_step(self) -> tuple[float, ...]: ...
 
 
 @dataclass(frozen=True)
@@ -38,7 +43,7 @@ class CheckRun:
     units: list[UnitResult]
     findings: list[Finding]
     summary: str
-    probe: ProbeResult | None = None
+    probe: tuple[ProbeEstimate, ...] = ()
     shard_paths: list[tuple[Path, str]] = field(default_factory=list)
 
     @property
@@ -47,8 +52,10 @@ class CheckRun:
 
     @classmethod
     def of(cls, contract: Contract, outcome: Outcome, summary: str) -> CheckRun:
-        units = [UnitResult(u.check, u.label, fs, u.shard)
-                 for u, fs in zip(outcome.units, outcome.per_unit)]
+        units = [
+            UnitResult(u.check, u.label, fs, u.shard)
+            for u, fs in zip(outcome.units, outcome.per_unit)
+        ]
         return cls(contract, units, outcome.findings, summary, shard_paths=_shards(units))
 
 

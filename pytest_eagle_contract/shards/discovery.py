@@ -25,6 +25,8 @@ def discover(root: Path, format: str = "auto") -> list[Path]:
         return [root]
     if not root.exists():
         raise UsageError(f"shard path {root} does not exist")
+    if not root.is_dir():  # a FIFO or a device: never opened (a FIFO would block)
+        raise UsageError(f"shard path {root} is not a regular file or a folder")
     globs = FORMATS[format].globs if format != "auto" else SHARD_GLOBS
     found = {p for pattern in globs for p in root.rglob(pattern) if p.is_file()}
     return sorted(found, key=_natural_key)

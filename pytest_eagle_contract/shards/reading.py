@@ -213,7 +213,8 @@ def _safetensors_load(path: Path) -> dict[str, Any]:
             "the file was probably cut short while writing",
         ) from None
     except (TypeError, ValueError, RuntimeError) as exc:
-        raise ShardReadError("EC001", f"unusable safetensors file: {_first_line(str(exc))}") from None
+        text = _first_line(str(exc))
+        raise ShardReadError("EC001", f"unusable safetensors file: {text}") from None
 
 
 def _first_line(text: str) -> str:
@@ -262,11 +263,17 @@ def read_sample(path: str | Path, format: str = "auto") -> Sample:
             "name the format in the contract: training.format",
         )
     for key in (fmt.ids_key, fmt.mask_key):
-        value = tensors.get(key or "")
-        if value is not None and (not hasattr(value, "dim") or value.dim() == 0):
-            found = "a 0-d tensor" if hasattr(value, "dim") else f"a {type(value).__name__}"
+        value, flat = tensors.get(key or ""), _flat_1d(tensors.get(key or ""))
+        if value is not None and (flat is None or flat.dim() != 1):
+            found = (
+                f"of shape {list(value.shape)}"
+                if hasattr(value, "shape")
+                else f"a {type(value).__name__}"
+            )
             raise ShardReadError(
-                "EC001", f"{key} is {found}, not a [T] tensor", "one id or mask value per token"
+                "EC001",
+                f"{key} is {found}, not a [T] or [1, T] tensor",
+                "one id or mask value per token",
             )
     return Sample(path, fmt, tensors, fmt.read_extras(path, tensors))
 
@@ -285,10 +292,14 @@ def _screened(tensors: dict[Any, Any]) -> dict[str, Any]:
         if not isinstance(value, torch.Tensor):
             return value
         kind = (
-            "a nested" if value.is_nested
-            else "a sparse" if value.layout != torch.strided
-            else "a quantized" if value.is_quantized
-            else "a meta" if value.is_meta
+            "a nested"
+            if value.is_nested
+            else "a sparse"
+            if value.layout != torch.strided
+            else "a quantized"
+            if value.is_quantized
+            else "a meta"
+            if value.is_meta
             else ""
         )
         if kind:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..errors import EagleContractError
-from . import commands, gate
+from . import commands, gate, probe
 from .exit_codes import EXIT_USAGE
 from .terminal import QuietPipe
 
@@ -32,84 +32,153 @@ def _parser() -> argparse.ArgumentParser:
     ins.add_argument("--json", action="store_true", help="print one JSON object")
 
     inf = sub.add_parser("infer", help="draft a contract from shards you trust")
-    inf.add_argument("paths", type=Path, nargs="*", metavar="PATH",
-                     help="shard files or directories (with --update: default training.shards)")
-    inf.add_argument("--update", type=Path, metavar="CONTRACT",
-                     help="re-measure CONTRACT's norm bounds and rewrite them in place, keeping "
-                          "comments and key order; exits 1 when anything changed")
+    inf.add_argument(
+        "paths",
+        type=Path,
+        nargs="*",
+        metavar="PATH",
+        help="shard files or directories (with --update: default training.shards)",
+    )
+    inf.add_argument(
+        "--update",
+        type=Path,
+        metavar="CONTRACT",
+        help="re-measure CONTRACT's norm bounds and rewrite them in place, keeping "
+        "comments and key order; exits 1 when anything changed",
+    )
     inf.add_argument("-o", "--output", type=Path, help="write here instead of stdout")
     inf.add_argument("--name", help="contract name (default: the output file's stem)")
     inf.add_argument("--format", choices=FORMAT_NAMES, default="auto")
-    inf.add_argument("--layers", nargs="+", metavar="LAYER",
-                     help="canonical layer of each slot in stored order (embed, residual:K, "
-                          "final_norm)")
-    inf.add_argument("--num-layers", type=int,
-                     help="target num_hidden_layers (overrides --target-model's)")
+    inf.add_argument(
+        "--layers",
+        nargs="+",
+        metavar="LAYER",
+        help="canonical layer of each slot in stored order (embed, residual:K, final_norm)",
+    )
+    inf.add_argument(
+        "--num-layers", type=int, help="target num_hidden_layers (overrides --target-model's)"
+    )
     inf.add_argument("--hidden-size", type=int)
     inf.add_argument("--vocab-size", type=int)
     inf.add_argument("--arch", help="target architecture, e.g. LlamaForCausalLM")
-    inf.add_argument("--target-model", type=Path, metavar="DIR",
-                     help="HF model directory of the target: L, H, vocab and arch from its "
-                          "config.json, each slot named by a reference capture, and the "
-                          "evidence the contract needs when norms cannot tell slots apart")
-    inf.add_argument("--draft", type=Path, metavar="DIR",
-                     help="the draft model's directory (or config.json): serving's aux ids")
+    inf.add_argument(
+        "--target-model",
+        type=Path,
+        metavar="DIR",
+        help="HF model directory of the target: L, H, vocab and arch from its "
+        "config.json, each slot named by a reference capture, and the "
+        "evidence the contract needs when norms cannot tell slots apart",
+    )
+    inf.add_argument(
+        "--draft",
+        type=Path,
+        metavar="DIR",
+        help="the draft model's directory (or config.json): serving's aux ids",
+    )
     inf.add_argument("--sample", default="all", help="N shards or 'all' (default: all)")
     inf.add_argument("--seed", type=int, default=0)
 
     chk = sub.add_parser("check", help="check shards against a contract")
     chk.add_argument("contract", type=Path)
-    chk.add_argument("paths", type=Path, nargs="*", metavar="PATH",
-                     help="shard files or directories (default: training.shards)")
+    chk.add_argument(
+        "paths",
+        type=Path,
+        nargs="*",
+        metavar="PATH",
+        help="shard files or directories (default: training.shards)",
+    )
     chk.add_argument("--sample", default=None, help="N shards or 'all' (default: 10)")
     chk.add_argument("--seed", type=int, default=0)
     chk.add_argument("--json", type=Path, metavar="REPORT", help="also write a JSON report here")
-    chk.add_argument("--report", type=Path, metavar="HTML",
-                     help="also write one self-contained HTML report (plots with the report "
-                          "extra)")
-    chk.add_argument("--annotations", choices=("auto", "github", "none"), default="auto",
-                     help="GitHub Actions annotations and step summary (auto: when "
-                          "GITHUB_ACTIONS=true)")
+    chk.add_argument(
+        "--report",
+        type=Path,
+        metavar="HTML",
+        help="also write one self-contained HTML report (plots with the report extra)",
+    )
+    chk.add_argument(
+        "--annotations",
+        choices=("auto", "github", "none"),
+        default="auto",
+        help="GitHub Actions annotations and step summary (auto: when GITHUB_ACTIONS=true)",
+    )
     chk.add_argument("-q", "--quiet", action="store_true", help="print only the summary")
-    chk.add_argument("--checks", default=None, metavar="LIST",
-                     help="comma-separated check families (default: layout,structure,values,"
-                          "norms)")
-    chk.add_argument("--serving-args", metavar="COMMAND",
-                     help="the engine's launch command line (overrides serving.launch)")
-    chk.add_argument("--target-model", type=Path, metavar="DIR",
-                     help="HF model directory of the target (overrides target.model): adds the "
-                          "weight-based evidence checks")
-    chk.add_argument("--reference-capture", action=argparse.BooleanOptionalAction, default=None,
-                     help="run the target on each shard's tokens and identify every slot "
-                          "(default: target.reference_capture)")
+    chk.add_argument(
+        "--checks",
+        default=None,
+        metavar="LIST",
+        help="comma-separated check families (default: layout,structure,values,norms)",
+    )
+    chk.add_argument(
+        "--serving-args",
+        metavar="COMMAND",
+        help="the engine's launch command line (overrides serving.launch)",
+    )
+    chk.add_argument(
+        "--target-model",
+        type=Path,
+        metavar="DIR",
+        help="HF model directory of the target (overrides target.model): adds the "
+        "weight-based evidence checks",
+    )
+    chk.add_argument(
+        "--reference-capture",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="run the target on each shard's tokens and identify every slot "
+        "(default: target.reference_capture)",
+    )
 
-    chk.add_argument("--no-sharpness", action="store_true",
-                     help="leave out the sharpness self-test that runs with the other checks "
-                          "(as pytest --eagle-no-sharpness)")
-    chk.add_argument("--sharpness", action="store_true",
-                     help="run the sharpness self-test: every class of real pipeline bug, "
-                          "mutated into a shard the contract accepts, must be caught")
-    chk.add_argument("--captures", type=Path, action="append", metavar="DIR",
-                     help="verify shards against these capture files (eagle-contract record)")
-    chk.add_argument("--sglang-url", metavar="URL",
-                     help="verify shards against a live SGLang server")
+    chk.add_argument(
+        "--no-sharpness",
+        action="store_true",
+        help="leave out the sharpness self-test that runs with the other checks "
+        "(as pytest --eagle-no-sharpness)",
+    )
+    chk.add_argument(
+        "--sharpness",
+        action="store_true",
+        help="run the sharpness self-test: every class of real pipeline bug, "
+        "mutated into a shard the contract accepts, must be caught",
+    )
+    chk.add_argument(
+        "--captures",
+        type=Path,
+        action="append",
+        metavar="DIR",
+        help="verify shards against these capture files (eagle-contract record)",
+    )
+    chk.add_argument(
+        "--sglang-url", metavar="URL", help="verify shards against a live SGLang server"
+    )
     chk.add_argument("--sglang-timeout", type=float, default=60.0, metavar="S")
-    chk.add_argument("--sglang-flush-cache", action="store_true",
-                     help="let the capture flush the server's prefix cache when it ignores "
-                          "the request's cache key (SGLang < 0.5.3)")
+    chk.add_argument(
+        "--sglang-flush-cache",
+        action="store_true",
+        help="let the capture flush the server's prefix cache when it ignores "
+        "the request's cache key (SGLang < 0.5.3)",
+    )
 
     rec = sub.add_parser("record", help="capture what SGLang feeds the draft, for shards' ids")
     rec.add_argument("contract", type=Path)
-    rec.add_argument("paths", type=Path, nargs="*", metavar="PATH",
-                     help="shard files or directories (default: training.shards)")
+    rec.add_argument(
+        "paths",
+        type=Path,
+        nargs="*",
+        metavar="PATH",
+        help="shard files or directories (default: training.shards)",
+    )
     rec.add_argument("--sglang-url", required=True, metavar="URL")
     rec.add_argument("-o", "--out", type=Path, required=True, metavar="DIR")
     rec.add_argument("--sample", default="all", help="N shards or 'all' (default: all)")
     rec.add_argument("--seed", type=int, default=0)
     rec.add_argument("--timeout", type=float, default=60.0, metavar="S")
-    rec.add_argument("--sglang-flush-cache", action="store_true",
-                     help="let the capture flush the server's prefix cache when it ignores "
-                          "the request's cache key (SGLang < 0.5.3)")
+    rec.add_argument(
+        "--sglang-flush-cache",
+        action="store_true",
+        help="let the capture flush the server's prefix cache when it ignores "
+        "the request's cache key (SGLang < 0.5.3)",
+    )
 
     idf = sub.add_parser("identify", help="name each slot's layer by running the target model")
     idf.add_argument("path", type=Path)
@@ -119,22 +188,44 @@ def _parser() -> argparse.ArgumentParser:
 
     res = sub.add_parser("resolve", help="map an engine's aux layer ids to canonical layers")
     res.add_argument("--engine", required=True, choices=ENGINES)
-    res.add_argument("--version", help="engine version (sglang: default the installed one, "
-                                       "else the newest in the table)")
-    res.add_argument("--arch", help="target architecture: HF class (DeepseekV3ForCausalLM) or "
-                                    "model_type (deepseek_v3)")
+    res.add_argument(
+        "--version",
+        help="engine version (sglang: default the installed one, else the newest in the table)",
+    )
+    res.add_argument(
+        "--arch",
+        help="target architecture: HF class (DeepseekV3ForCausalLM) or model_type (deepseek_v3)",
+    )
     res.add_argument("--num-layers", type=int, required=True, help="target num_hidden_layers")
-    res.add_argument("--ids", type=int, nargs="*", default=None,
-                     help="the draft's aux layer ids (omit for the engine default)")
+    res.add_argument(
+        "--ids",
+        type=int,
+        nargs="*",
+        default=None,
+        help="the draft's aux layer ids (omit for the engine default)",
+    )
     res.add_argument("--json", action="store_true", help="print one JSON object")
-    res.add_argument("--source", choices=("auto", "table"), default="auto",
-                     help="auto: the installed sglang's own methods when its version is asked "
-                          "for, else the built-in table; table: always the table")
+    res.add_argument(
+        "--source",
+        choices=("auto", "table"),
+        default="auto",
+        help="auto: the installed sglang's own methods when its version is asked "
+        "for, else the built-in table; table: always the table",
+    )
 
-    dem = sub.add_parser("demo", help="the built-in demo: a tiny transformer, a good shard set "
-                                      "and one with a real bug, gated by a contract")
-    dem.add_argument("--out", type=Path, default=Path("eagle-demo"),
-                     help="where to write the shards (default: ./eagle-demo)")
+    dem = sub.add_parser(
+        "demo",
+        help="the built-in demo: a tiny transformer, a good shard set "
+        "and one with a real bug, gated by a contract",
+    )
+    dem.add_argument(
+        "--out",
+        type=Path,
+        default=Path("eagle-demo"),
+        help="where to write the shards (default: ./eagle-demo)",
+    )
+
+    probe.add_parser(sub)
 
     sch = sub.add_parser("schema", help="print the contract JSON Schema (for editors)")
     sch.add_argument("--path", action="store_true", help="print the schema file's path instead")
@@ -150,6 +241,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "record": commands.record,
     "demo": gate.demo,
     "schema": commands.schema,
+    "probe": probe.probe,
 }
 
 

@@ -38,12 +38,14 @@ def infer(args: argparse.Namespace) -> int:
     if args.update is not None:
         from ..contract.baseline import update_contract
 
-        changes = update_contract(args.update, args.paths or None, parse_sample(args.sample),
-                                  args.seed)
+        changes = update_contract(
+            args.update, args.paths or None, parse_sample(args.sample), args.seed
+        )
         for change in changes:
             print(f"{args.update}: {change}")
-        print(f"{len(changes)} bound(s) changed" if changes else "no bound changed: nothing "
-              "written")
+        print(
+            f"{len(changes)} bound(s) changed" if changes else "no bound changed: nothing written"
+        )
         return EXIT_FINDINGS if changes else EXIT_OK
     if not args.paths:
         raise UsageError("infer needs shard PATHs (or --update CONTRACT)")
@@ -64,13 +66,24 @@ def infer(args: argparse.Namespace) -> int:
         if len(args.paths) == 1:
             shards_ref = ref(args.paths[0])
     draft = draft_contract(
-        args.paths, name=name, format=args.format, layers=args.layers,
-        num_layers=args.num_layers, hidden_size=args.hidden_size, vocab_size=args.vocab_size,
-        arch=args.arch, sample=parse_sample(args.sample), seed=args.seed, shards_ref=shards_ref,
-        schema_ref=schema_ref, target_model=args.target_model, draft=args.draft,
+        args.paths,
+        name=name,
+        format=args.format,
+        layers=args.layers,
+        num_layers=args.num_layers,
+        hidden_size=args.hidden_size,
+        vocab_size=args.vocab_size,
+        arch=args.arch,
+        sample=parse_sample(args.sample),
+        seed=args.seed,
+        shards_ref=shards_ref,
+        schema_ref=schema_ref,
+        target_model=args.target_model,
+        draft=args.draft,
         model_ref=ref(args.target_model) if args.output else None,
         draft_ref=ref(args.draft) if args.output else None,
-        where=args.output)
+        where=args.output,
+    )
     _validate_drafted(draft.text, args.output)
     if args.output is None:
         sys.stdout.write(draft.text)
@@ -81,8 +94,11 @@ def infer(args: argparse.Namespace) -> int:
     for note in draft.notes:
         print(f"eagle-contract infer: {note}", file=sys.stderr)
     if not draft.sharp:
-        print("eagle-contract infer: the drafted contract is not sharp (it lets a pipeline bug "
-              "through): see above", file=sys.stderr)
+        print(
+            "eagle-contract infer: the drafted contract is not sharp (it lets a pipeline bug "
+            "through): see above",
+            file=sys.stderr,
+        )
     return EXIT_OK if draft.sharp else EXIT_FINDINGS
 
 
@@ -105,8 +121,10 @@ def record(args: argparse.Namespace) -> int:
 
     use_server(args.sglang_url, args.timeout, flush_cache=args.sglang_flush_cache)
     contract = load_contract(args.contract)
-    paths = [p for p, _ in shard_paths(contract, args.paths or None, parse_sample(args.sample),
-                                       args.seed)]
+    paths = [
+        p
+        for p, _ in shard_paths(contract, args.paths or None, parse_sample(args.sample), args.seed)
+    ]
     try:
         written = record(args.sglang_url, paths, contract, args.out, args.timeout)
     except CaptureError as exc:
@@ -137,9 +155,15 @@ def identify(args: argparse.Namespace) -> int:
     if sample.input_ids is None:
         problems.append("no input ids")
     else:
-        problems += [p for p in (length_problem(slots, sample.input_ids),
-                                 vocabulary_problem(sample.input_ids, target),
-                                 width_problem(slots, target)) if p]
+        problems += [
+            p
+            for p in (
+                length_problem(slots, sample.input_ids),
+                vocabulary_problem(sample.input_ids, target),
+                width_problem(slots, target),
+            )
+            if p
+        ]
     if problems:
         print(f"{args.path}: EC605 " + "; ".join(problems), file=sys.stderr)
         return EXIT_FINDINGS
@@ -147,22 +171,47 @@ def identify(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     found = identify([s.tensor for s in slots], sample.input_ids, target)
     if len(found) != len(slots):
-        print(f"{args.path}: EC605 only {len(found)} of {len(slots)} slots could be compared "
-              "with the target's states (shapes differ)", file=sys.stderr)
+        print(
+            f"{args.path}: EC605 only {len(found)} of {len(slots)} slots could be compared "
+            "with the target's states (shapes differ)",
+            file=sys.stderr,
+        )
         return EXIT_FINDINGS
     took = time.perf_counter() - start
     if args.json:
-        print(to_json({"file": str(args.path), "target_model": str(args.target_model),
-                       "arch": target.arch, "seconds": round(took, 3),
-                       "slots": [{**i.to_dict(), "source": slots[i.slot].source}
-                                 for i in found]}))
+        print(
+            to_json(
+                {
+                    "file": str(args.path),
+                    "target_model": str(args.target_model),
+                    "arch": target.arch,
+                    "seconds": round(took, 3),
+                    "slots": [{**i.to_dict(), "source": slots[i.slot].source} for i in found],
+                }
+            )
+        )
         return EXIT_OK
-    print(f"{args.path}: {len(slots)} slots, target {target.arch} ({target.num_layers} layers); "
-          f"reference capture in {took:.2f} s")
-    print(table(["slot", "layer", "cosine", "rel.err", "runner-up"],
-                [[i.slot, i.best.layer, f"{i.best.cosine:.4f}", f"{i.best.rel_error:.3g}",
-                  f"{i.runner_up.layer} (cosine {i.runner_up.cosine:.4f}, "
-                  f"rel.err {i.runner_up.rel_error:.3g})"] for i in found], right=(2, 3)))
+    print(
+        f"{args.path}: {len(slots)} slots, target {target.arch} ({target.num_layers} layers); "
+        f"reference capture in {took:.2f} s"
+    )
+    print(
+        table(
+            ["slot", "layer", "cosine", "rel.err", "runner-up"],
+            [
+                [
+                    i.slot,
+                    i.best.layer,
+                    f"{i.best.cosine:.4f}",
+                    f"{i.best.rel_error:.3g}",
+                    f"{i.runner_up.layer} (cosine {i.runner_up.cosine:.4f}, "
+                    f"rel.err {i.runner_up.rel_error:.3g})",
+                ]
+                for i in found
+            ],
+            right=(2, 3),
+        )
+    )
     return EXIT_OK
 
 
@@ -173,24 +222,46 @@ def resolve(args: argparse.Namespace) -> int:
     from ..tables import table
 
     try:
-        res = resolve(args.engine, args.num_layers, args.ids, args.arch, args.version,
-                      use_installed=args.source == "auto")
+        res = resolve(
+            args.engine,
+            args.num_layers,
+            args.ids,
+            args.arch,
+            args.version,
+            use_installed=args.source == "auto",
+        )
     except Unservable as exc:
         if args.json:
-            print(to_json({"engine": args.engine, "version": args.version, "arch": args.arch,
-                           "refused": str(exc), "layers": None}))
-        print(f"eagle-contract resolve: {args.engine} would not serve this: {exc}",
-              file=sys.stderr)
+            print(
+                to_json(
+                    {
+                        "engine": args.engine,
+                        "version": args.version,
+                        "arch": args.arch,
+                        "refused": str(exc),
+                        "layers": None,
+                    }
+                )
+            )
+        print(f"eagle-contract resolve: {args.engine} would not serve this: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if args.json:
         print(to_json(res.to_dict()))
         return EXIT_FINDINGS if res.problems else EXIT_OK
     head = f"{res.engine} {res.version or ''} {res.arch or ''}".split()
-    print(" ".join(head) + f", L = {res.num_layers}, ids "
-          f"{'(default)' if res.ids is None else list(res.ids)}")
-    print(table(["pos", "id", "capture", "layer"],
-                [[i, "-" if p.id is None else p.id, p.capture, p.layer]
-                 for i, p in enumerate(res.positions)]))
+    print(
+        " ".join(head) + f", L = {res.num_layers}, ids "
+        f"{'(default)' if res.ids is None else list(res.ids)}"
+    )
+    print(
+        table(
+            ["pos", "id", "capture", "layer"],
+            [
+                [i, "-" if p.id is None else p.id, p.capture, p.layer]
+                for i, p in enumerate(res.positions)
+            ],
+        )
+    )
     print(f"source: {res.source}")
     for note in res.notes:
         print(f"note: {note}")

@@ -25,8 +25,11 @@ SHARDS = 12
 CONTRACT_NAME = "demo-tiny-llama-eagle3.yaml"
 
 
-def write_demo_shards(out: Path, shards: int = SHARDS, save_target: bool = False,
-                      ) -> tuple[Path, Path]:
+def write_demo_shards(
+    out: Path,
+    shards: int = SHARDS,
+    save_target: bool = False,
+) -> tuple[Path, Path]:
     """Write the good and the buggy SpecForge shard sets under ``out``; deterministic.
 
     With ``save_target`` the tiny target is saved too, as an HF directory ``out/target``.

@@ -21,15 +21,21 @@ def _marked_contract(node: Any, config: pytest.Config) -> Path:
             candidates = [config.rootpath / path, Path(node.path).parent / path]
             path = next((c for c in candidates if c.is_file()), candidates[0])
         return path
-    chosen = (options.option_contracts(config) + options.named_contracts(config)) if options.active(config) else []
+    chosen = (
+        (options.option_contracts(config) + options.named_contracts(config))
+        if options.active(config)
+        else []
+    )
     candidates = chosen or options.configured_contracts(config)
     if len(candidates) == 1:
         return candidates[0]
     from ..errors import UsageError
 
-    raise UsageError(f"{node.nodeid}: {len(candidates)} contracts could apply; mark the test "
-                     "with @pytest.mark.eagle_contract('contracts/x.yaml') or name one with "
-                     "--eagle-contract PATH")
+    raise UsageError(
+        f"{node.nodeid}: {len(candidates)} contracts could apply; mark the test "
+        "with @pytest.mark.eagle_contract('contracts/x.yaml') or name one with "
+        "--eagle-contract PATH"
+    )
 
 
 def _load(path: Path) -> Contract:
@@ -65,14 +71,22 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         from ..errors import UsageError
 
         # no shards is a skip with the reason; an ambiguous or invalid contract fails
-        outcome = "fail" if isinstance(exc, UsageError) and "contracts could apply" in str(exc) \
+        outcome = (
+            "fail"
+            if isinstance(exc, UsageError) and "contracts could apply" in str(exc)
             else "skip"
+        )
         reason = str(exc).splitlines()[0]
-        metafunc.parametrize("eagle_shard", [(outcome, f"eagle_shard: {reason}")],
-                             ids=["no-shards"], indirect=True)
+        metafunc.parametrize(
+            "eagle_shard", [(outcome, f"eagle_shard: {reason}")], ids=["no-shards"], indirect=True
+        )
         return
-    metafunc.parametrize("eagle_shard", [(contract, path) for path, _ in found],
-                         ids=[label for _, label in found], indirect=True)
+    metafunc.parametrize(
+        "eagle_shard",
+        [(contract, path) for path, _ in found],
+        ids=[label for _, label in found],
+        indirect=True,
+    )
 
 
 @pytest.fixture
@@ -98,9 +112,13 @@ def eagle_capture(request: pytest.FixtureRequest, eagle_shard: Any) -> Any:
     config = request.config
     dirs = [Path(d) for d in (config.getoption("eagle_captures") or [])]
     try:
-        return aux_for_shard(eagle_shard.contract, eagle_shard.path,
-                             url=config.getoption("eagle_sglang_url"), captures=dirs or None,
-                             timeout=config.getoption("eagle_sglang_timeout"))
+        return aux_for_shard(
+            eagle_shard.contract,
+            eagle_shard.path,
+            url=config.getoption("eagle_sglang_url"),
+            captures=dirs or None,
+            timeout=config.getoption("eagle_sglang_timeout"),
+        )
     except NoCapture as exc:
         pytest.skip(f"eagle_capture: {exc}")
     except CaptureError as exc:

@@ -15,11 +15,20 @@ if TYPE_CHECKING:
     from ..planner import Runner
 
 
-def _gate(contract_path: Path, paths: list[Path] | None, sample: str | None, seed: int,
-          quiet: bool = False, report: Path | None = None, checks: str | None = None,
-          target_model: Path | None = None, runner: Runner | None = None,
-          without: tuple[str, ...] = (), html: Path | None = None,
-          annotations: str = "auto") -> int:
+def _gate(
+    contract_path: Path,
+    paths: list[Path] | None,
+    sample: str | None,
+    seed: int,
+    quiet: bool = False,
+    report: Path | None = None,
+    checks: str | None = None,
+    target_model: Path | None = None,
+    runner: Runner | None = None,
+    without: tuple[str, ...] = (),
+    html: Path | None = None,
+    annotations: str = "auto",
+) -> int:
     from ..contract.model import load_contract
     from ..planner import Outcome, Runner, plan
     from ..render import format_findings, summary
@@ -32,12 +41,22 @@ def _gate(contract_path: Path, paths: list[Path] | None, sample: str | None, see
         raise UsageError(f"--report: folder {html.parent} does not exist")
     contract = load_contract(contract_path)
     named = [c.strip() for c in checks.split(",") if c.strip()] if checks is not None else None
-    units = plan(contract, paths or None, parse_sample(sample), seed, named, target_model,
-                 capture=runner is not None and runner.captures_enabled,
-                 reference=runner is not None and runner.wants_reference, without=without)
+    units = plan(
+        contract,
+        paths or None,
+        parse_sample(sample),
+        seed,
+        named,
+        target_model,
+        capture=runner is not None and runner.captures_enabled,
+        reference=runner is not None and runner.wants_reference,
+        without=without,
+    )
     if not units:
-        raise UsageError(f"{contract_path}: nothing to check (no training or serving section, "
-                         "or no check of those asked for applies)")
+        raise UsageError(
+            f"{contract_path}: nothing to check (no training or serving section, "
+            "or no check of those asked for applies)"
+        )
     runner = runner or Runner()
     outcome = Outcome(units, [runner.run(u) for u in progress(units, len(units), "checking")])
     findings = outcome.findings
@@ -48,8 +67,13 @@ def _gate(contract_path: Path, paths: list[Path] | None, sample: str | None, see
     from ..reports.publish import publish
     from ..reports.run import CheckRun
 
-    publish([CheckRun.of(contract, outcome, line)], json_path=report, html_path=html,
-            annotations=annotations, runner=runner)
+    publish(
+        [CheckRun.of(contract, outcome, line)],
+        json_path=report,
+        html_path=html,
+        annotations=annotations,
+        runner=runner,
+    )
     return EXIT_FINDINGS if outcome.failed else EXIT_OK
 
 
@@ -58,20 +82,37 @@ def check(args: argparse.Namespace) -> int:
 
     if args.sharpness:
         if args.paths or args.checks or args.target_model or args.captures or args.sglang_url:
-            raise UsageError("--sharpness tests the contract alone: it takes no shard PATH, "
-                             "--checks, --target-model or capture options")
+            raise UsageError(
+                "--sharpness tests the contract alone: it takes no shard PATH, "
+                "--checks, --target-model or capture options"
+            )
         return _sharpness(args.contract, args.quiet, args.json)
     if args.sglang_url is not None:
         from ..capture.sglang_client import use_server
 
         use_server(args.sglang_url, args.sglang_timeout, flush_cache=args.sglang_flush_cache)
-    runner = Runner(serving_args=args.serving_args, target_model=args.target_model,
-                    reference=args.reference_capture, captures=args.captures or (),
-                    sglang_url=args.sglang_url, timeout=args.sglang_timeout)
-    return _gate(args.contract, args.paths, args.sample, args.seed, args.quiet, args.json,
-                 args.checks, args.target_model, runner,
-                 without=("sharpness",) if args.no_sharpness else (), html=args.report,
-                 annotations=args.annotations)
+    runner = Runner(
+        serving_args=args.serving_args,
+        target_model=args.target_model,
+        reference=args.reference_capture,
+        captures=args.captures or (),
+        sglang_url=args.sglang_url,
+        timeout=args.sglang_timeout,
+    )
+    return _gate(
+        args.contract,
+        args.paths,
+        args.sample,
+        args.seed,
+        args.quiet,
+        args.json,
+        args.checks,
+        args.target_model,
+        runner,
+        without=("sharpness",) if args.no_sharpness else (),
+        html=args.report,
+        annotations=args.annotations,
+    )
 
 
 def _sharpness(contract_path: Path, quiet: bool, report: Path | None) -> int:
@@ -91,13 +132,26 @@ def _sharpness(contract_path: Path, quiet: bool, report: Path | None) -> int:
         print("\n" + format_findings(result.findings))
     applicable = [r for r in result.rows if r.caught is not None]
     caught = sum(bool(r.caught) for r in applicable)
-    print(f"\n{'sharp' if result.sharp else 'NOT SHARP'}: {caught} of {len(applicable)} "
-          f"mutation classes caught ({took:.2f} s)")
+    print(
+        f"\n{'sharp' if result.sharp else 'NOT SHARP'}: {caught} of {len(applicable)} "
+        f"mutation classes caught ({took:.2f} s)"
+    )
     if report:
-        report.write_text(to_json(stamped("sharpness", {
-            "contract": str(contract.path), "sharp": result.sharp,
-            "rows": [dataclasses.asdict(r) for r in result.rows],
-            "findings": [f.to_dict() for f in result.findings]})) + "\n", "utf-8")
+        report.write_text(
+            to_json(
+                stamped(
+                    "sharpness",
+                    {
+                        "contract": str(contract.path),
+                        "sharp": result.sharp,
+                        "rows": [dataclasses.asdict(r) for r in result.rows],
+                        "findings": [f.to_dict() for f in result.findings],
+                    },
+                )
+            )
+            + "\n",
+            "utf-8",
+        )
     return EXIT_OK if result.sharp else EXIT_FINDINGS
 
 
@@ -108,8 +162,10 @@ def demo(args: argparse.Namespace) -> int:
         raise UsageError(f"--out {args.out} is a file, not a folder")
     start = time.perf_counter()
     spec = demo.SPEC
-    print(f"demo: a tiny {spec.arch} target ({spec.num_layers} layers, H={spec.hidden_size}, "
-          "random weights, no download); shards captured the way SGLang feeds the draft")
+    print(
+        f"demo: a tiny {spec.arch} target ({spec.num_layers} layers, H={spec.hidden_size}, "
+        "random weights, no download); shards captured the way SGLang feeds the draft"
+    )
     good, buggy = demo.write_demo_shards(args.out, save_target=True)
     from ..planner import Runner
     from ..render import display_path
@@ -120,8 +176,11 @@ def demo(args: argparse.Namespace) -> int:
     print(f"  {buggy}: the real bug, fc input cat({', '.join(map(str, demo.BUGGY[:-1]))})")
     print(f"  {target}: the target's weights, for the evidence checks")
     results = {}
-    runs = (("good", good, None), ("embed-in-front", buggy, None),
-            ("embed-in-front + weights", buggy, target))
+    runs = (
+        ("good", good, None),
+        ("embed-in-front", buggy, None),
+        ("embed-in-front + weights", buggy, target),
+    )
     for label, shards, model in runs:
         extra = f" --target-model {model} --reference-capture" if model else ""
         print(f"\n== eagle-contract check {contract} {shards}{extra} ==")
@@ -129,8 +188,14 @@ def demo(args: argparse.Namespace) -> int:
         results[label] = _gate(contract, [shards], "all", 0, target_model=model, runner=runner)
     took = time.perf_counter() - start
     ok = set(results.values()) == {EXIT_OK, EXIT_FINDINGS} and results["good"] == EXIT_OK
-    verdict = ("the good set passed and the bug was caught, by its norms and, with the "
-               "target's weights, by name" if ok else f"UNEXPECTED: exit codes {results}")
-    print(f"\ndemo: {verdict} ({took:.1f} s). The same gate in pytest:\n"
-          f"  pytest --eagle-contract {contract} --eagle-shards {buggy}")
+    verdict = (
+        "the good set passed and the bug was caught, by its norms and, with the "
+        "target's weights, by name"
+        if ok
+        else f"UNEXPECTED: exit codes {results}"
+    )
+    print(
+        f"\ndemo: {verdict} ({took:.1f} s). The same gate in pytest:\n"
+        f"  pytest --eagle-contract {contract} --eagle-shards {buggy}"
+    )
     return EXIT_OK if ok else EXIT_FINDINGS

@@ -18,8 +18,7 @@ def named_contracts(config: pytest.Config) -> list[Path]:
     """The contract files among the command line's arguments."""
     here = config.invocation_params.dir
     named = (Path(arg.split("::")[0]) for arg in config.args)
-    return [here / p if not p.is_absolute() else p for p in named
-            if p.suffix in CONTRACT_SUFFIXES]
+    return [here / p if not p.is_absolute() else p for p in named if p.suffix in CONTRACT_SUFFIXES]
 
 
 def active(config: pytest.Config) -> bool:
@@ -39,14 +38,17 @@ def option_contracts(config: pytest.Config) -> list[Path]:
         if path.is_dir():
             found = sorted(p for p in path.iterdir() if p.suffix in CONTRACT_SUFFIXES)
             if not found:
-                raise UsageError(f"{value} holds no contract (*.yaml); to run tests in it, "
-                                 "write --eagle-contract=CONTRACT or put the flag last")
+                raise UsageError(
+                    f"{value} holds no contract (*.yaml); to run tests in it, "
+                    "write --eagle-contract=CONTRACT or put the flag last"
+                )
             out += found
         elif path.suffix in CONTRACT_SUFFIXES and path.is_file():
             out.append(path)
         else:
-            raise UsageError(f"no such contract {value}: --eagle-contract takes a YAML file "
-                             "or a folder of them")
+            raise UsageError(
+                f"no such contract {value}: --eagle-contract takes a YAML file or a folder of them"
+            )
     return out
 
 

@@ -31,51 +31,120 @@ _CHANGES_KEY = "eagle_contract_changes"  # in xdist's workerinput
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("eagle-contract", "EAGLE-3 contracts (pytest-eagle-contract)")
     group.addoption(
-        "--eagle-contract", action="append", nargs="?", const="", dest="eagle_contract",
-        metavar="PATH", default=None,
+        "--eagle-contract",
+        action="append",
+        nargs="?",
+        const="",
+        dest="eagle_contract",
+        metavar="PATH",
+        default=None,
         help="check EAGLE-3 contracts beside your own tests: PATH (a YAML file or a folder "
-             "of them; repeatable), else ini eagle_contract_paths, else contracts/*.yaml "
-             "under the rootdir")
+        "of them; repeatable), else ini eagle_contract_paths, else contracts/*.yaml "
+        "under the rootdir",
+    )
     group.addoption(
-        "--eagle-shards", action="append", dest="eagle_shards", metavar="PATH", default=None,
+        "--eagle-shards",
+        action="append",
+        dest="eagle_shards",
+        metavar="PATH",
+        default=None,
         help="shard file or directory to check instead of the contract's training.shards "
-             "(repeatable)")
-    group.addoption("--eagle-sample", dest="eagle_sample", metavar="N|all", default=None,
-                    help="how many shards to sample per contract (default 10)")
-    group.addoption("--eagle-seed", dest="eagle_seed", metavar="S", type=int, default=None,
-                    help="seed of the shard sample (default 0)")
-    group.addoption("--eagle-contract-update", action="store_true", dest="eagle_update",
-                    help="re-measure each contract's norm bounds from its shards and rewrite "
-                         "them in place (comments kept); the run that changes them fails")
-    group.addoption("--eagle-target-model", dest="eagle_target_model", metavar="DIR",
-                    default=None, help="the target's HF model directory (overrides "
-                                       "target.model): adds the evidence check per shard")
-    group.addoption("--eagle-reference-capture", action="store_true", default=None,
-                    dest="eagle_reference",
-                    help="run the target on each shard's tokens and identify every slot")
-    group.addoption("--eagle-captures", action="append", dest="eagle_captures", metavar="DIR",
-                    default=None, help="verify shards against these capture files "
-                                       "(eagle-contract record); repeatable")
-    group.addoption("--eagle-sglang-url", dest="eagle_sglang_url", metavar="URL", default=None,
-                    help="verify shards against a live SGLang server")
-    group.addoption("--eagle-sglang-timeout", dest="eagle_sglang_timeout", metavar="S",
-                    type=float, default=60.0, help="seconds per request to the server")
-    group.addoption("--eagle-sglang-flush-cache", action="store_true",
-                    dest="eagle_sglang_flush_cache",
-                    help="let the capture flush the server's prefix cache when it ignores the "
-                         "request's cache key (SGLang < 0.5.3)")
-    group.addoption("--eagle-sglang-skip-unreachable", action="store_true",
-                    dest="eagle_sglang_skip",
-                    help="skip (with the reason), instead of fail, when the server is down")
-    group.addoption("--eagle-no-sharpness", action="store_true", dest="eagle_no_sharpness",
-                    help="leave out the sharpness self-test (as eagle-contract check "
-                         "--no-sharpness)")
-    group.addoption("--eagle-serving-args", dest="eagle_serving_args", metavar="COMMAND",
-                    default=None, help="the engine's launch command line, linted and used by "
-                                       "the layout check (overrides serving.launch)")
+        "(repeatable)",
+    )
+    group.addoption(
+        "--eagle-sample",
+        dest="eagle_sample",
+        metavar="N|all",
+        default=None,
+        help="how many shards to sample per contract (default 10)",
+    )
+    group.addoption(
+        "--eagle-seed",
+        dest="eagle_seed",
+        metavar="S",
+        type=int,
+        default=None,
+        help="seed of the shard sample (default 0)",
+    )
+    group.addoption(
+        "--eagle-contract-update",
+        action="store_true",
+        dest="eagle_update",
+        help="re-measure each contract's norm bounds from its shards and rewrite "
+        "them in place (comments kept); the run that changes them fails",
+    )
+    group.addoption(
+        "--eagle-target-model",
+        dest="eagle_target_model",
+        metavar="DIR",
+        default=None,
+        help="the target's HF model directory (overrides "
+        "target.model): adds the evidence check per shard",
+    )
+    group.addoption(
+        "--eagle-reference-capture",
+        action="store_true",
+        default=None,
+        dest="eagle_reference",
+        help="run the target on each shard's tokens and identify every slot",
+    )
+    group.addoption(
+        "--eagle-captures",
+        action="append",
+        dest="eagle_captures",
+        metavar="DIR",
+        default=None,
+        help="verify shards against these capture files (eagle-contract record); repeatable",
+    )
+    group.addoption(
+        "--eagle-sglang-url",
+        dest="eagle_sglang_url",
+        metavar="URL",
+        default=None,
+        help="verify shards against a live SGLang server",
+    )
+    group.addoption(
+        "--eagle-sglang-timeout",
+        dest="eagle_sglang_timeout",
+        metavar="S",
+        type=float,
+        default=60.0,
+        help="seconds per request to the server",
+    )
+    group.addoption(
+        "--eagle-sglang-flush-cache",
+        action="store_true",
+        dest="eagle_sglang_flush_cache",
+        help="let the capture flush the server's prefix cache when it ignores the "
+        "request's cache key (SGLang < 0.5.3)",
+    )
+    group.addoption(
+        "--eagle-sglang-skip-unreachable",
+        action="store_true",
+        dest="eagle_sglang_skip",
+        help="skip (with the reason), instead of fail, when the server is down",
+    )
+    group.addoption(
+        "--eagle-no-sharpness",
+        action="store_true",
+        dest="eagle_no_sharpness",
+        help="leave out the sharpness self-test (as eagle-contract check --no-sharpness)",
+    )
+    group.addoption(
+        "--eagle-serving-args",
+        dest="eagle_serving_args",
+        metavar="COMMAND",
+        default=None,
+        help="the engine's launch command line, linted and used by "
+        "the layout check (overrides serving.launch)",
+    )
     report_hooks.addoption(group)
-    parser.addini("eagle_contract_paths", "contracts run by --eagle-contract without PATH",
-                  type="paths", default=[])
+    parser.addini(
+        "eagle_contract_paths",
+        "contracts run by --eagle-contract without PATH",
+        type="paths",
+        default=[],
+    )
     parser.addini("eagle_shards", "default for --eagle-shards", type="paths", default=[])
     parser.addini("eagle_sample", "default for --eagle-sample", default="10")
     parser.addini("eagle_seed", "default for --eagle-seed", default="0")
@@ -83,17 +152,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", "eagle_contract(path): the contract the eagle_contract and eagle_shard "
-                   "fixtures of this test use")
+        "markers",
+        "eagle_contract(path): the contract the eagle_contract and eagle_shard "
+        "fixtures of this test use",
+    )
     config.stash[_COLLECTED] = set()
     if config.getoption("eagle_sglang_url") is not None:  # a bad URL or timeout: usage error
         from ..capture.sglang_client import use_server
         from ..errors import UsageError
 
         try:
-            use_server(config.getoption("eagle_sglang_url"),
-                       config.getoption("eagle_sglang_timeout"),
-                       flush_cache=config.getoption("eagle_sglang_flush_cache"))
+            use_server(
+                config.getoption("eagle_sglang_url"),
+                config.getoption("eagle_sglang_timeout"),
+                flush_cache=config.getoption("eagle_sglang_flush_cache"),
+            )
         except UsageError as exc:
             raise pytest.UsageError(str(exc)) from None
     if options.active(config) and getattr(config.option, "dist", "no") == "load":
@@ -136,8 +209,7 @@ def _rewrite_baselines(config: pytest.Config) -> dict[str, list[str]]:
     out = {}
     for path in options.chosen_contracts(config):
         if path.is_file():
-            out[str(path.resolve())] = [str(c) for c in update_contract(path, shards, sample,
-                                                                          seed)]
+            out[str(path.resolve())] = [str(c) for c in update_contract(path, shards, sample, seed)]
     return out
 
 
@@ -153,7 +225,7 @@ def pytest_report_header(config: pytest.Config) -> str | None:
     sample, seed = options.sampling(config)
     shards = options.shards_override(config)
     where = f", shards {', '.join(map(str, shards))}" if shards else ""
-    return (f"eagle-contract: sample {'all' if sample is None else sample}, seed {seed}{where}")
+    return f"eagle-contract: sample {'all' if sample is None else sample}, seed {seed}{where}"
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
@@ -169,18 +241,21 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
 
 
 @pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
-                                  items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(
+    session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+) -> None:
     """Add the run's contracts (option, else ini, else contracts/) beside the tests pytest
     collected from its own arguments, testpaths or rootdir."""
     if not options.active(config):
         return
-    contracts = [p for p in options.chosen_contracts(config)
-                 if p.resolve() not in config.stash[_COLLECTED]]
+    contracts = [
+        p for p in options.chosen_contracts(config) if p.resolve() not in config.stash[_COLLECTED]
+    ]
     if not contracts and not config.stash[_COLLECTED]:
         raise pytest.UsageError(
             "--eagle-contract: no contract given. Pass --eagle-contract PATH, set ini "
-            f"eagle_contract_paths, or put contracts in {config.rootpath / options.DEFAULT_DIR}/")
+            f"eagle_contract_paths, or put contracts in {config.rootpath / options.DEFAULT_DIR}/"
+        )
     for path in contracts:
         if not path.is_file():
             raise pytest.UsageError(f"--eagle-contract: no such contract {path}")
@@ -209,9 +284,16 @@ class ContractFile(pytest.File):
         runner = _runner(self.config)
         try:
             contract = load_contract(self.path)
-            units = plan(contract, shards, sample, seed, without=_without(self.config),
-                         target_model=options.target_model(self.config),
-                         capture=runner.captures_enabled, reference=runner.wants_reference)
+            units = plan(
+                contract,
+                shards,
+                sample,
+                seed,
+                without=_without(self.config),
+                target_model=options.target_model(self.config),
+                capture=runner.captures_enabled,
+                reference=runner.wants_reference,
+            )
         except EagleContractError as exc:  # one failing item: the user's tests still run
             yield ContractProblemItem.from_parent(self, name="contract", message=str(exc))
             return
@@ -221,8 +303,9 @@ class ContractFile(pytest.File):
         for unit in units:
             # The explicit nodeid parses as name + [params], as pytest's own parametrised
             # ids do, so --lf and --sw match the ids they stored.
-            item = ContractItem.from_parent(self, name=unit.name, unit=unit,
-                                            nodeid=f"{self.nodeid}::{unit.name}")
+            item = ContractItem.from_parent(
+                self, name=unit.name, unit=unit, nodeid=f"{self.nodeid}::{unit.name}"
+            )
             if unit.shard is not None and getattr(self.config.option, "dist", "") == "loadgroup":
                 item.add_marker(pytest.mark.xdist_group(f"eagle-shard:{unit.shard}"))
             yield item
@@ -241,14 +324,18 @@ class ContractItem(pytest.Item):
         except EagleContractError as exc:  # a bad input named by the run, not a bug
             pytest.fail(str(exc), pytrace=False)
         errors = [f for f in findings if f.severity == "error"]
-        if errors and self.config.getoption("eagle_sglang_skip") and all(
-                f.code == "EC705" for f in errors):
+        if (
+            errors
+            and self.config.getoption("eagle_sglang_skip")
+            and all(f.code == "EC705" for f in errors)
+        ):
             pytest.skip(errors[0].message)
         if errors:
             raise ContractViolation(findings)
 
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
-                     style: Any = None) -> str | Any:
+    def repr_failure(
+        self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None
+    ) -> str | Any:
         if isinstance(excinfo.value, ContractViolation):
             from ..render import format_findings, unique
 
@@ -288,10 +375,11 @@ class BaselineItem(pytest.Item):
     def runtest(self) -> None:
         raise ContractViolation([])
 
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
-                     style: Any = None) -> str:
-        lines = [f"{self.path.name}: norm bounds re-measured and rewritten "
-                 "(--eagle-contract-update); review the diff and commit it:"]
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+        lines = [
+            f"{self.path.name}: norm bounds re-measured and rewritten "
+            "(--eagle-contract-update); review the diff and commit it:"
+        ]
         lines += [f"  {change}" for change in self.changes]
         return "\n".join(lines)
 
@@ -314,9 +402,12 @@ def _runner(config: pytest.Config) -> Runner:
                 raise pytest.UsageError(f"--eagle-captures: {d} does not exist")
         config.stash[_RUNNER] = Runner(
             serving_args=config.getoption("eagle_serving_args"),
-            target_model=options.target_model(config), reference=config.getoption("eagle_reference"),
-            captures=dirs, sglang_url=config.getoption("eagle_sglang_url"),
-            timeout=config.getoption("eagle_sglang_timeout"))
+            target_model=options.target_model(config),
+            reference=config.getoption("eagle_reference"),
+            captures=dirs,
+            sglang_url=config.getoption("eagle_sglang_url"),
+            timeout=config.getoption("eagle_sglang_timeout"),
+        )
     return config.stash[_RUNNER]
 
 

@@ -91,8 +91,10 @@ class Format(ABC):
                 continue
             if packing == "list":
                 if not isinstance(value, (list, tuple)) or len(value) > MAX_SLOTS:
-                    what = f"{len(value)} entries" if isinstance(value, (list, tuple)) else (
-                        f"a {type(value).__name__}"
+                    what = (
+                        f"{len(value)} entries"
+                        if isinstance(value, (list, tuple))
+                        else (f"a {type(value).__name__}")
                     )
                     problems.append(f"{key} is {what}, not a list of up to {MAX_SLOTS} [T, H]")
                     continue
@@ -142,8 +144,9 @@ class Format(ABC):
     def _guess_hidden_size(self, tensors: dict[str, Any]) -> int | None:
         for key, packing in self.states:
             value = tensors.get(key)
-            if packing == "single" and hasattr(value, "shape") and len(value.shape):
-                return int(value.shape[-1]) or None
+            shape: tuple[int, ...] = getattr(value, "shape", ())
+            if packing == "single" and len(shape):
+                return int(shape[-1]) or None
         return None
 
     # -- writing ---------------------------------------------------------------------------

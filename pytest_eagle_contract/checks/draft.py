@@ -1,0 +1,155 @@
+"""The ``draft`` family: the draft checkpoint itself, as the serving engine will load it.
+
+Reads ``serving.draft_config``'s folder (config.json and safetensors headers; only
+``embed_tokens`` is read whole, to compare with the target's). The maps' consistency with
+each other is EC509 (layout family); the fc width against the contract's is EC503.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..findings import Finding, RuleCode, finding
+from .family import CheckFamily
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..contract.model import Contract
+    from ..planner import Runner, Unit
+
+KEY = "serving.draft_config"
+
+
+def _shapes(directory: Path) -> dict[str, tuple[Path, str, tuple[int, ...]]]:
+    """Normalised tensor name -> (file, stored name, shape), from the headers."""
+    from safetensors import safe_open
+
+    out: dict[str, tuple[Path, str, tuple[int, ...]]] = {}
+    for file in sorted(directory.glob("*.safetensors")):
+        with safe_open(str(file), framework="pt") as f:
+            for key in f.keys():
+                name = key.removeprefix("model.")
+                if name.startswith("layers.0."):
+                    name = "midlayer." + name[len("layers.0.") :]
+                out[name] = (file, key, tuple(f.get_slice(key).get_shape()))
+    return out
+
+
+def _read(entry: tuple[Path, str, tuple[int, ...]]) -> torch.Tensor:
+    from safetensors import safe_open
+
+    with safe_open(str(entry[0]), framework="pt") as f:
+        out: torch.Tensor = f.get_tensor(entry[1])
+    return out
+
+
+def check_draft(contract: Contract, target_embedding: torch.Tensor | None) -> list[Finding]:
+    """Findings about the draft checkpoint of ``serving.draft_config``."""
+    from ..engines.resolve import get_engine
+    from ..errors import EagleContractError
+    from ..models.draft import read_draft_config
+    from ..models.draft_model import draft_json
+
+    serving = contract.serving
+    if serving is None or serving.draft_config is None:
+        return []
+    out: list[Finding] = []
+
+    def add(code: RuleCode, message: str, hint: str, **kw: Any) -> None:
+        out.append(finding(code, message, contract=contract, key=KEY, hint=hint, **kw))
+
+    try:
+        draft = read_draft_config(serving.draft_config)
+        config = draft_json(draft.path.parent)
+    except EagleContractError:
+        return []  # the layout family reports an unreadable draft config (EC510)
+    shapes = _shapes(draft.path.parent)
+    if not shapes:
+        return []
+    engine = get_engine(serving.engine)
+    H = contract.target.hidden_size
+    hidden = draft.hidden_size or H
+    n_aux = engine.n_aux(draft, serving.version)
+    if "fc.weight" in shapes:
+        found = shapes["fc.weight"][2]
+        want = (hidden, n_aux * (draft.target_hidden_size or H))
+        if found != want:
+            add(
+                "EC901",
+                f"fc.weight is {list(found)}, the engine builds fc as {list(want)}",
+                f"{engine.title} builds fc for {n_aux} aux states of width "
+                f"{draft.target_hidden_size or H} onto hidden_size {hidden}: the checkpoint "
+                "was trained for another target or aux count",
+                expected=list(want),
+                found=list(found),
+            )
+    vocab = contract.target.vocab_size or draft.vocab_size
+    rows = draft.draft_vocab_size or vocab
+    head = shapes.get("lm_head.weight")
+    if (
+        head is None
+        and draft.draft_vocab_size is not None
+        and not config.get("tie_word_embeddings")
+    ):
+        add(
+            "EC902",
+            "the draft config sets draft_vocab_size but the checkpoint has no lm_head.weight",
+            "the engine builds its own lm_head and leaves it unloaded "
+            "(random or zero): export the draft's lm_head",
+        )
+    elif head is not None and rows is not None and head[2][0] != rows:
+        add(
+            "EC902",
+            f"lm_head.weight has {head[2][0]} rows, draft_vocab_size is {rows}",
+            "set draft_vocab_size to the lm_head's rows (the logits index the draft vocabulary)",
+            expected=rows,
+            found=head[2][0],
+        )
+    if draft.draft_vocab_size and vocab and draft.draft_vocab_size < vocab and "d2t" not in shapes:
+        add(
+            "EC903",
+            f"a compressed draft vocabulary ({draft.draft_vocab_size} of {vocab}) without d2t",
+            "without d2t the engine reads draft ids as target ids: every "
+            "drafted token is another token; export d2t/t2d with the draft",
+        )
+    embed = shapes.get("embed_tokens.weight")
+    if embed is not None and target_embedding is not None and serving.engine == "sglang":
+        if embed[2] != tuple(target_embedding.shape) or not bool(
+            (_read(embed).float() - target_embedding.float()).abs().max() < 1e-3
+        ):
+            add(
+                "EC904",
+                "the draft's embed_tokens differ from the target's embedding, and "
+                "SGLang overwrites them with the target's",
+                "train with the target's "
+                "embedding frozen, or serve where the draft's own embedding is loaded",
+                severity="warning",
+            )
+    if config.get("norm_before_residual") and serving.engine == "sglang":
+        add(
+            "EC905",
+            "the draft config sets norm_before_residual, which SGLang's llama_eagle3 does not read",
+            "SGLang feeds the un-normed fc output into the "
+            "residual; the draft was trained with it normed: serve it with vLLM, or retrain "
+            "without the flag",
+        )
+    return out
+
+
+def _run(runner: Runner, unit: Unit) -> list[Finding]:
+    target = runner.target(unit.contract)
+    return check_draft(unit.contract, None if target is None else target.embedding)
+
+
+FAMILY = CheckFamily(
+    "draft",
+    "contract",
+    "the draft checkpoint as the engine loads it: fc, lm_head, vocab maps, embedding, flags",
+    codes=("EC901", "EC902", "EC903", "EC904", "EC905"),
+    keys=("serving.draft_config",),
+    run=_run,
+    needs=frozenset({"serving"}),
+    default=False,
+)

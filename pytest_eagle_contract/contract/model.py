@@ -144,7 +144,8 @@ def _validator() -> Any:
     checker = Draft202012Validator.TYPE_CHECKER.redefine(
         "integer", lambda _, x: isinstance(x, int) and not isinstance(x, bool)
     )
-    return validators.extend(Draft202012Validator, type_checker=checker)(schema())
+    extend: Any = validators.extend  # untyped in the stubs
+    return extend(Draft202012Validator, type_checker=checker)(schema())
 
 
 def _schema_problems(

@@ -102,7 +102,7 @@ def _reader_class() -> Any:
     from yaml.resolver import Resolver
     from yaml.scanner import Scanner
 
-    class _Reader(Reader, Scanner, Parser, Composer, Resolver):  # type: ignore[misc]
+    class _Reader(Reader, Scanner, Parser, Composer, Resolver):
         def __init__(self, text: str, file: str) -> None:
             Reader.__init__(self, text)
             Scanner.__init__(self)
@@ -112,7 +112,8 @@ def _reader_class() -> Any:
             self.file, self.depth, self.nodes = file, 0, 0
 
         def compose_node(self, parent: Any, index: Any) -> Any:
-            mark = self.peek_event().start_mark
+            parser: Any = self  # PyYAML's parser methods carry no annotations
+            mark = parser.peek_event().start_mark
             self.depth, self.nodes = self.depth + 1, self.nodes + 1
             if self.depth > MAX_DEPTH:
                 raise _fail(self.file, f"nested deeper than {MAX_DEPTH} levels", mark)

@@ -458,7 +458,7 @@ def _layer_pattern() -> re.Pattern[str]:
     return re.compile(slot["properties"]["layer"]["pattern"])
 
 
-@settings(max_examples=300, derandomize=True, database=None)
+@settings(max_examples=300, derandomize=True, database=None, deadline=None)
 @given(
     st.from_regex(r"\s?(embed|final_norm|residual:[0-9٣]{1,3}|[a-z_:0-9]{0,12})\s?", fullmatch=True)
     | st.text(max_size=16)

@@ -36,6 +36,7 @@ from pytest_eagle_contract.stats import norm_stats
 KIMI = Path(__file__).parents[1] / "contracts" / "kimi-k2.5-eagle3.yaml"
 FEW = settings(
     max_examples=25,
+    deadline=None,  # a loaded CI machine is slow; time is not what these tests check
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 SMALL = 1 << 16  # elements per generated record: keeps Kimi-sized records at a few tokens
@@ -203,7 +204,7 @@ def test_records_reach_the_edges(tmp_path):
     contract = write_variant(tmp_path, "exact-lengths")
     seen = {"lengths": set(), "masks": set(), "norms": set()}
 
-    @settings(max_examples=60)
+    @settings(max_examples=60, deadline=None)
     @given(recipes(contract))
     def collect(recipe):
         seen["lengths"].add(recipe.length)
@@ -316,7 +317,7 @@ def test_mutations_strategy_draws_from_the_list():
     contract = load_contract(shipped_contract())
     ids = {m.id for m in mutation_list(contract)}
 
-    @settings(max_examples=40)
+    @settings(max_examples=40, deadline=None)
     @given(mutations(contract))
     def check(m):
         assert m.id in ids and find_mutation(contract, m.id) == m

@@ -14,8 +14,8 @@ from typing import Any
 
 from ..errors import UsageError
 from ..shards.discovery import Sampling, shard_paths
-from .infer import bounds_from, observe
 from .model import Contract, NormBounds, load_contract, parse_contract
+from .observed import bounds_from, observe
 
 
 @dataclass(frozen=True)
@@ -108,5 +108,7 @@ def update_contract(
     if changes:
         text = rewrite(path.read_text("utf-8"), new)
         parse_contract(text, path)  # never leave a contract that would not load
-        path.write_text(text, "utf-8")
+        from ..outputs import write_text
+
+        write_text(path, text, "", replace=True)  # atomic: never half a contract
     return changes

@@ -1,0 +1,111 @@
+"""What ``infer`` and ``--eagle-contract-update`` measure on trusted shards: per slot the
+per-shard median norms, and the bounds drawn from them (docs/first-contract.md)."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ShardReadError, UsageError
+from ..shards.reading import dtype_name, read_sample
+from ..stats import norm_stats
+
+if TYPE_CHECKING:
+    import torch
+
+MIN_MARGIN = 0.05  # bounds reach at least 5 % beyond the observed medians
+GAP_SHARE = 0.45  # and at most this share of the gap to another slot's medians
+
+
+@dataclass
+class Observed:
+    """Per slot, one median norm per shard, and what the shards hold besides."""
+
+    format: str
+    hidden_size: int
+    dtypes: list[str]
+    medians: list[list[float]]  # per slot, one median per shard
+    lengths: list[int]
+    shards: int
+    metadata: dict[str, Any]
+    ids_dtype: str
+    mask_dtype: str
+    probe: tuple[torch.Tensor, list[torch.Tensor]] | None = field(default=None, repr=False)
+
+
+def observe(paths: Sequence[Path], format: str, hidden_size: int | None) -> Observed:
+    medians: list[list[float]] = []
+    dtypes: list[str] = []
+    lengths: list[int] = []
+    fmt_name = ""
+    hidden = hidden_size
+    metadata: dict[str, Any] = {}
+    ids_dtype = mask_dtype = "int64"
+    probe = None
+    for path in paths:
+        try:
+            sample = read_sample(path, format)
+        except ShardReadError as exc:
+            raise UsageError(f"{path}: {exc.code} {exc.message}: infer needs good shards") from None
+        if hidden is None:
+            first, _ = sample.slots(None)
+            hidden = int(first[-1].tensor.shape[-1]) if first else None
+        slots, problems = sample.slots(hidden)
+        if problems:
+            raise UsageError(f"{path}: {'; '.join(problems)}: pass --hidden-size")
+        if fmt_name and (sample.format.name != fmt_name or len(slots) != len(medians)):
+            raise UsageError(
+                f"{path}: {sample.format.name} with {len(slots)} slots differs from "
+                f"the first shard ({fmt_name}, {len(medians)} slots)"
+            )
+        fmt_name = sample.format.name
+        metadata = metadata or sample.metadata
+        if not medians:
+            medians = [[] for _ in slots]
+            dtypes = [s.dtype for s in slots]
+            if sample.input_ids is not None:
+                ids_dtype = dtype_name(sample.input_ids.dtype)
+            if sample.loss_mask is not None:
+                mask_dtype = dtype_name(sample.loss_mask.dtype)
+        for slot in slots:
+            medians[slot.index].append(norm_stats(slot.tensor).median)
+        ids = sample.input_ids
+        if ids is not None:
+            lengths.append(int(ids.numel()))
+            states = [s.tensor for s in slots]
+            if probe is None and all(s.dim() == 2 and s.shape[0] == ids.numel() for s in states):
+                probe = (ids.reshape(-1), states)
+    if hidden is None or not medians:
+        raise UsageError("the shards hold no hidden states: infer needs at least one slot")
+    return Observed(
+        fmt_name,
+        hidden,
+        dtypes,
+        medians,
+        lengths,
+        len(paths),
+        metadata,
+        ids_dtype,
+        mask_dtype,
+        probe,
+    )
+
+
+def bounds_from(values: list[float], others: Sequence[list[float]] = ()) -> tuple[float, float]:
+    """Bounds on a slot's median norm from its per-shard ``values``: their range widened by
+    itself on each side (at least ``MIN_MARGIN``), cut to ``GAP_SHARE`` of the gap to each
+    of ``others`` (other slots' per-shard medians) whose range does not meet this one."""
+    lo, hi = min(values), max(values)
+    center = statistics.median(values)
+    margin = max(MIN_MARGIN, (hi - lo) / center if center else MIN_MARGIN)
+    low, high = lo / (1 + margin), hi * (1 + margin)
+    for other in others:
+        olo, ohi = min(other), max(other)
+        if olo > hi:
+            high = min(high, hi + GAP_SHARE * (olo - hi))
+        elif ohi < lo:
+            low = max(low, lo - GAP_SHARE * (lo - ohi))
+    return low, high

@@ -59,6 +59,8 @@ RuleCode = Literal[
     "EC903",
     "EC904",
     "EC905",
+    "EC906",
+    "EC907",
 ]
 """Every rule code; the type checker refuses a code not listed (tests tie it to RULES)."""
 
@@ -158,6 +160,8 @@ _RULES: tuple[Rule, ...] = (
         "the draft's embed_tokens differ from the target's, which the engine uses",
     ),
     Rule("EC905", "draft-norm-flag", "a norm flag in the draft config the engine ignores"),
+    Rule("EC906", "accept-length-below-floor", "a served layout's estimated acceptance is low"),
+    Rule("EC907", "accept-drop", "a served layout accepts much less than the trainer's layout"),
 )
 RULES: dict[RuleCode, Rule] = {rule.code: rule for rule in _RULES}
 

@@ -8,8 +8,10 @@ shells plan alike and refuse alike. No check logic lives here or in either shell
 
 from __future__ import annotations
 
+import dataclasses
+import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -23,6 +25,7 @@ if TYPE_CHECKING:
     from .capture.files import CaptureIndex
     from .checks.family import CheckFamily, Need
     from .models.target import TargetModel
+    from .pool import Kind
     from .shards.shard import Shard
 
 
@@ -49,6 +52,8 @@ def _available(contract: Contract, target_model: Path | None, capture: bool) -> 
         have.add("training")
     if contract.serving is not None:
         have.add("serving")
+        if (contract.serving.min_accept_length, contract.serving.max_accept_drop) != (None, None):
+            have.add("floor")
     if target_model is not None or contract.target.model is not None:
         have.add("target")
     if capture:
@@ -163,6 +168,9 @@ class Runner:
     ) -> None:
         self._cache: OrderedDict[tuple[Path, str, int], Shard] = OrderedDict()
         self._keep = keep
+        self.settings = _Settings(
+            serving_args, target_model, reference, tuple(captures), sglang_url, timeout
+        )
         self.serving_args = serving_args
         self._target_path = target_model
         self._reference = reference
@@ -232,6 +240,10 @@ class Runner:
             self._cache.popitem(last=False)
         return shard
 
+    def forget(self) -> None:
+        """Drop the shards kept (a worker holds one shard at a time)."""
+        self._cache.clear()
+
     def shard_of(self, unit: Unit) -> Shard:
         """The (read, cached) shard of a shard unit."""
         assert unit.shard is not None
@@ -282,6 +294,80 @@ class Outcome:
         return len({u.shard for u in self.units if u.shard is not None})
 
 
-def run_units(units: list[Unit], runner: Runner | None = None) -> Outcome:
+def run_units(units: list[Unit], runner: Runner | None = None, workers: int = 1) -> Outcome:
     runner = runner or Runner()
-    return Outcome(units, [runner.run(unit) for unit in units])
+    per_unit: list[list[Finding]] = [[] for _ in units]
+    for i, found in iter_units(units, runner, workers):
+        per_unit[i] = found
+    return Outcome(units, per_unit)
+
+
+@dataclass(frozen=True)
+class _Settings:
+    """What a worker needs to build its own :class:`Runner`."""
+
+    serving_args: str | None
+    target_model: Path | None
+    reference: bool | None
+    captures: tuple[Path, ...]
+    sglang_url: str | None
+    timeout: float
+
+
+def iter_units(
+    units: Sequence[Unit], runner: Runner, workers: int = 1, kind: Kind = "process"
+) -> Iterator[tuple[int, list[Finding]]]:
+    """``(index, findings)`` of each unit as it finishes.
+
+    With ``workers`` > 1 the families that need only the shard run in a pool, one task per
+    shard file (its families share one read); the rest run here, with the shards they read
+    (the layout's evidence shard) kept here so that no file is read twice."""
+    from .checks.registry import BY_NAME
+
+    def alone(u: Unit) -> bool:
+        family = BY_NAME[u.check]
+        return u.shard is not None and family.run is None and family.scope == "shard"
+
+    here = {p for u in units if not alone(u) for p in (u.shard, u.evidence) if p is not None}
+    groups: dict[Path, list[int]] = {}
+    for i, u in enumerate(units):
+        if workers > 1 and alone(u) and u.shard not in here:
+            groups.setdefault(u.shard, []).append(i)  # type: ignore[arg-type]
+    if len(groups) < 2:
+        groups = {}
+    pooled = {i for idx in groups.values() for i in idx}
+    from .pool import executor, imap, single_threaded
+
+    if not groups:
+        for i, u in enumerate(units):
+            if alone(u):
+                with single_threaded():  # as a worker would
+                    found = runner.run(u)
+            else:
+                found = runner.run(u)
+            yield i, found
+        return
+
+    tasks = [(runner.settings, [units[i] for i in idx], idx) for idx in groups.values()]
+    with executor(min(workers, len(tasks)), kind) as pool:
+        done = imap(_run_group, tasks, pool)
+        for i, u in enumerate(units):
+            if i not in pooled:
+                yield i, runner.run(u)
+        for (_, _, indices), future in done:
+            yield from zip(indices, future.result())
+
+
+_local = threading.local()
+
+
+def _run_group(task: tuple[_Settings, list[Unit], list[int]]) -> list[list[Finding]]:
+    """A pool task: the units of one shard, on this worker's runner, the shard then dropped."""
+    settings, units, _ = task
+    runner: Runner | None = getattr(_local, "runner", None)
+    if runner is None or runner.settings != settings:
+        runner = _local.runner = Runner(keep=1, **dataclasses.asdict(settings))
+    try:
+        return [runner.run(u) for u in units]
+    finally:
+        runner.forget()

@@ -27,3 +27,34 @@ def run_cli(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedP
 @pytest.fixture
 def cli():
     return run_cli
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Every JSON report the tests wrote, anywhere under the session's temporary folder
+    (xdist's workers write under the controller's), follows the published schema."""
+    import json
+
+    from pytest_eagle_contract.reports.json_report import SCHEMA_FILE, problems
+
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    if factory is None or hasattr(session.config, "workerinput") or session.exitstatus > 1:
+        return
+    seen, bad = 0, []
+    for path in factory.getbasetemp().rglob("*.json"):
+        try:  # regular files only: the hostile tests leave FIFOs and links behind
+            if path.is_symlink() or not path.is_file() or path.stat().st_size > 1 << 24:
+                continue
+            data = json.loads(path.read_bytes())
+        except (OSError, ValueError, RecursionError):  # hostile tests write hostile JSON
+            continue
+        if isinstance(data, dict) and "schema_version" in data and "kind" in data:
+            seen += 1
+            bad += [f"{path}: {p}" for p in problems(data)[:5]]
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None and seen:
+        reporter.line("")
+        reporter.write_sep("-", f"{seen} JSON report(s) of the tests checked against {SCHEMA_FILE}")
+        for line in bad:
+            reporter.write_line(f"NOT VALID: {line}", red=True)
+    if bad:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -53,6 +53,13 @@ SAFE: dict[str, tuple[str, str]] = {
     "mypy": ("1.10", "none known"),
     "types-pyyaml": ("0", "stubs only"),
     "types-jsonschema": ("0", "stubs only"),
+    "ray": (
+        "2.55.0",
+        "CVE-2023-6019/6020/6021 (2.8.1), CVE-2025-62593 dashboard DNS rebinding RCE "
+        "(2.52.0), CVE-2026-27482 (2.54.0), CVE-2026-41486 Arrow extension type "
+        "deserialization (2.55.0); CVE-2023-48022 (disputed, unpatched): the audit starts "
+        "a local cluster without a dashboard",
+    ),
     "sglang": (
         "0.5.10",
         "CVE-2026-3059 ZMQ pickle RCE (0.5.10), CVE-2026-3989 replay script "

@@ -88,6 +88,7 @@ LAYOUTS = [  # each format's keys (docs/formats.md), so most inputs get past det
     ("input_ids", "loss_mask", "hidden_states"),
     ("token_ids", "hidden_states", "loss_mask"),
     ("input_ids", "hidden_state", "loss_mask"),
+    ("id", "input_ids", "hidden_state", "aux_hidden_states"),  # TensorRT-LLM, in a list
 ]
 
 
@@ -121,8 +122,8 @@ def _write(folder: Path, shard: dict[Any, Any], container: str) -> Path:
         with gzip.open(path, "wb") as f:
             torch.save(shard, f)
         return path
-    path = folder / ("data_0.pt" if container == "pt" else "data_0.ckpt")
-    torch.save(shard, path)
+    path = folder / ("data_0.ckpt" if container == "ckpt" else "data_0.pt")
+    torch.save([shard] if container == "list" else shard, path)
     return path
 
 
@@ -133,13 +134,14 @@ def _write(folder: Path, shard: dict[Any, Any], container: str) -> Path:
     derandomize=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-@given(shard=shards(), container=st.sampled_from(["ckpt", "pt", "gz", "safetensors"]))
+@given(shard=shards(), container=st.sampled_from(["ckpt", "pt", "gz", "safetensors", "list"]))
 def test_any_shard_contents_end_in_findings_with_known_codes(shard, container):
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         (root / "shards").mkdir()
         path = _write(root / "shards", shard, container)
-        TRIED[f"container {path.name.split('.', 1)[1]}"] += 1
+        kind = "list in .pt" if container == "list" else path.name.split(".", 1)[1]
+        TRIED[f"container {kind}"] += 1
         TRIED["shards"] += 1
         contract = parse_contract(CONTRACT, root / "contract.yaml")
         units = plan(contract, [path], sample=None, checks=["structure", "values", "norms"])

@@ -134,6 +134,22 @@ CASES: dict[str, tuple[Any, str]] = {
         good(aux_hidden_state=torch.zeros(1, 0, 1 << 30), hidden_state=torch.zeros(1, 0, 1)),
         "EC203",
     ),
+    "requires_grad state": (good(hidden_state=torch.randn(1, T, H, requires_grad=True)), "EC201"),
+    "T = 0": ({k: v[:0] if v.dim() == 1 else v[:, :0] for k, v in good().items()}, "EC205"),
+    "0-d hidden_state": (good(hidden_state=torch.tensor(2.0)), "EC203"),
+    "v1 a 0-d entry": (v1([torch.zeros(T, H), torch.tensor(1.0)]), "EC203"),
+    "a string state": (good(hidden_state="x"), "EC203"),
+    "v1 5000 states": (v1([torch.zeros(T, 4) for _ in range(5000)]), "EC203"),
+    "uint64 mask 2**63-1": (
+        good(loss_mask=torch.full((T,), 2**63 - 1, dtype=torch.int64).to(torch.uint64)),
+        "EC302",
+    ),
+    "negative int8 ids": (good(input_ids=torch.full((T,), -5, dtype=torch.int8)), "EC301"),
+    "ids 1e30": (good(input_ids=torch.full((T,), 1e30, dtype=torch.float64)), "EC301"),
+    "[T, 1] mask": (good(loss_mask=torch.ones(T, 1)), "EC001"),
+    "5-d state": (good(hidden_state=torch.zeros(1, 1, 1, T, H)), "EC203"),
+    "T + 5 ids": (good(input_ids=torch.arange(T + 5)), "EC202"),
+    "TensorRT-LLM list of no dicts": ([1, torch.zeros(3)], "EC001"),
 }
 if hasattr(torch, "quantize_per_tensor"):
     CASES["quantized"] = (
@@ -175,6 +191,23 @@ def test_inspect_and_infer_on_hostile_shards(hostile):
         except ShardReadError as exc:
             assert exc.code in ("EC001", "EC002", "EC003")
     assert run("inspect", folder / "data_0.ckpt").returncode == 1
+
+
+def test_infer_on_each_hostile_shard_drafts_or_refuses(hostile):
+    """``infer`` reads shards one trusts: a bad one is a usage error naming it, no crash."""
+    from pytest_eagle_contract.contract.infer import draft_contract
+    from pytest_eagle_contract.errors import EagleContractError
+
+    refused = 0
+    for path in sorted((hostile / "shards" / "rows_0-2000").iterdir()):
+        try:
+            draft_contract([path], name="x", num_layers=8)
+        except EagleContractError as exc:
+            refused += 1
+            assert path.name in str(exc) or "hidden" in str(exc), exc
+    assert refused >= 10
+    res = run("infer", hostile / "shards", "--num-layers", "8")  # the whole folder at once
+    assert res.returncode == 2 and "data_" in res.stderr
 
 
 def test_infer_on_shards_without_states_is_a_usage_error(tmp_path):
@@ -303,7 +336,7 @@ def test_arrow_extension_types_are_refused_before_pyarrow_reads_them(tmp_path):
 
 def _gzip_bomb(path: Path, gib: int) -> None:
     """``gib`` GiB of zeros in about ``gib`` MB: one 64 MiB gzip member, repeated."""
-    member = gzip.compress(bytes(64 << 20), compresslevel=1)
+    member = gzip.compress(bytes(64 << 20), compresslevel=9)
     with open(path, "wb") as f:
         for _ in range(gib * 16):
             f.write(member)
@@ -321,13 +354,21 @@ def test_a_gzip_bomb_is_not_read_whole(tmp_path):
     found = codes_by_file(report)
     assert found["rows_0-2000/data_0.ckpt.gz"] == {"EC001"}
     assert not {"EC001", "EC002"} & found.get("rows_0-2000/data_1.ckpt.gz", set())
+    res = run("inspect", folder / "data_0.ckpt.gz")
+    assert res.returncode == 1 and f"expands to more than {256 << 20} bytes" in res.stderr
+    res = run("infer", folder / "data_0.ckpt.gz", "--num-layers", "8")
+    assert res.returncode == 2 and "EC001" in res.stderr
 
 
 def test_gunzip_cap_reads_its_env_var(monkeypatch):
     monkeypatch.delenv(GUNZIP_CAP_ENV, raising=False)
     assert gunzip_cap() == GUNZIP_CAP
+    assert gunzip_cap(1 << 20) == 256 << 20  # small files: the 256 MiB floor
+    assert gunzip_cap(8 << 20) == 512 << 20  # 64 times the compressed size
+    assert gunzip_cap(1 << 30) == GUNZIP_CAP  # never past 1 GiB
     monkeypatch.setenv(GUNZIP_CAP_ENV, "4G")
     assert gunzip_cap() == 4 << 30
+    assert gunzip_cap(1 << 20) == 4 << 30  # set: the only bound
     monkeypatch.setenv(GUNZIP_CAP_ENV, "-3")
     with pytest.raises(ShardReadError):
         gunzip_cap()

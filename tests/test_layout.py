@@ -307,11 +307,15 @@ def test_kimi_ec501_end_to_end_says_what_to_retrain_on(tmp_path, cli):
     res = cli("check", CONTRACTS / "kimi-k2.5-eagle3.yaml", "--checks", "layout")
     assert res.returncode == 1
     hint = next(line for line in res.stdout.splitlines() if "no ids make it feed" in line)
+    # 0.5.13's loop adds a None residual before layer 0; from 0.5.14 the capture happens
+    # after prepare_attn, where index 0 is the embedding output (engines/sglang_rules.json)
     assert hint.strip() == (
-        "hint: SGLang 0.5.13..0.5.23 on KimiK25ForConditionalGeneration: no ids make it feed "
+        "hint: SGLang 0.5.13 on KimiK25ForConditionalGeneration: no ids make it feed "
         "embed; retrain on residual:2, residual:3, residual:31 (the nearest it can feed), then "
         'set "eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 3, 31]} in the '
-        "draft's config.json and aux_layer_ids: [2, 3, 31] in serving"
+        "draft's config.json and aux_layer_ids: [2, 3, 31] in serving; SGLang 0.5.14..0.5.23: "
+        'set "eagle_config": {"eagle_aux_hidden_state_layer_ids": [0, 3, 31]} in the '
+        "draft's config.json and aux_layer_ids: [0, 3, 31] in serving"
     )
 
 

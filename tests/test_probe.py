@@ -16,13 +16,14 @@ from typing import Any
 import pytest
 import torch
 
+from pytest_eagle_contract.checks.probe import Estimate, estimate, greedy_sequences
 from pytest_eagle_contract.layers import Layer
 from pytest_eagle_contract.models.draft_model import EagleDraft
 from pytest_eagle_contract.models.tiny import TinySpec, capture_canonical, tiny_target
-from pytest_eagle_contract.shells.probe import Estimate, estimate, greedy_sequences
 
 VOCAB, HIDDEN, LAYERS, SEQ, PROMPT = 64, 64, 6, 48, 8
 TRAINED = (Layer(1), Layer(3), Layer(5))  # the draft's fc input, in order
+DRAFTED = 3  # chain steps, in training and in the probe
 
 
 def make_target(out: Path) -> Any:
@@ -45,7 +46,8 @@ def aux_of(model: Any, ids: torch.Tensor, layers: tuple[Layer, ...]) -> torch.Te
 
 
 def distill_draft(model: Any, out: Path, steps: int = 400) -> EagleDraft:
-    """A one-layer draft trained (first step only) on the target's greedy continuations."""
+    """A one-layer draft trained on the target's greedy continuations as EAGLE-3 trains
+    (``DRAFTED`` steps, each after the first from the draft's own output)."""
     torch.manual_seed(0)
     shapes = {
         "fc.weight": (HIDDEN, 3 * HIDDEN),
@@ -88,8 +90,10 @@ def distill_draft(model: Any, out: Path, steps: int = 400) -> EagleDraft:
     opt = torch.optim.AdamW(trained, lr=1e-2)
     for step in range(steps):
         aux, ids = examples[step % len(examples)]
-        logits = draft.prefill_logits(aux, ids, embedding)[:-1]
-        loss = torch.nn.functional.cross_entropy(logits, ids[2:])
+        loss = sum(  # the training-time test: later steps from the draft's own output
+            torch.nn.functional.cross_entropy(logits[: logits.shape[0] - 1], ids[2 + s :])
+            for s, logits in enumerate(draft.unrolled_logits(aux, ids, embedding, DRAFTED))
+        )
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -220,3 +224,68 @@ def test_probe_cli(
     assert out["layouts"][0]["name"].startswith("vllm")
     assert out["layouts"][1]["name"] == "layout 1"
     assert all(len(x["per_step"]) == 2 and x["accept_length"] >= 1 for x in out["layouts"])
+
+
+def _write_contract(root: Path, target: Path, draft: Path, engine: str, floors: str) -> Path:
+    version = "  version: '0.5.13'\n" if engine == "sglang" else ""
+    path = root / f"{engine}.yaml"
+    path.write_text(
+        "contract: probe-gate\nversion: 1\n"
+        f"target: {{arch: LlamaForCausalLM, num_hidden_layers: {LAYERS}, "
+        f"hidden_size: {HIDDEN}, vocab_size: {VOCAB}}}\n"
+        "training:\n  format: specforge\n  slots:\n"
+        + "".join(f"    - {{layer: {x}}}\n" for x in TRAINED)
+        + "    - {layer: final_norm}\n"
+        + f"  fc_input: [0, 1, 2]\n  target_slot: 3\nserving:\n  engine: {engine}\n{version}"
+        + f"  draft_config: {draft}\n{floors}"
+    )
+    return path
+
+
+def test_gate_quotes_the_estimates_and_fails_below_the_floor(
+    pair: tuple[Path, Path, Any, EagleDraft], tmp_path: Path, cli: Any
+) -> None:
+    target, draft, _, _ = pair
+    floors = "  min_accept_length: 4.9\n  max_accept_drop: 0.0\n"  # 4 steps: at most 5
+    contract = _write_contract(tmp_path, target, draft, "vllm", floors)
+    res = cli("check", contract, "--checks", "probe", "--target-model", target)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "EC906 accept-length-below-floor" in res.stdout
+    assert "EC907 accept-drop" in res.stdout
+    assert "trainer (residual:1, residual:3, residual:5)" in res.stdout
+    assert "(embed, residual:2, residual:4)" in res.stdout
+
+
+def test_gate_passes_where_the_engine_feeds_the_trained_layers(
+    pair: tuple[Path, Path, Any, EagleDraft], tmp_path: Path, cli: Any
+) -> None:
+    target, draft, _, _ = pair
+    floors = "  min_accept_length: 1.2\n  max_accept_drop: 0.05\n"
+    contract = _write_contract(tmp_path, target, draft, "sglang", floors)
+    res = cli("check", contract, "--checks", "probe", "--target-model", target)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_probe_check_needs_a_floor(
+    pair: tuple[Path, Path, Any, EagleDraft], tmp_path: Path, cli: Any
+) -> None:
+    target, draft, _, _ = pair
+    contract = _write_contract(tmp_path, target, draft, "sglang", "")
+    res = cli("check", contract, "--checks", "probe", "--target-model", target)
+    assert res.returncode == 2
+    assert "serving.min_accept_length or serving.max_accept_drop" in res.stderr
+
+
+def test_plugin_gets_a_probe_item_per_contract_with_a_floor(
+    pair: tuple[Path, Path, Any, EagleDraft], tmp_path: Path, pytester: pytest.Pytester
+) -> None:
+    target, draft, _, _ = pair
+    floors = "  min_accept_length: 3.5\n"
+    contract = _write_contract(tmp_path, target, draft, "vllm", floors)
+    (tmp_path / "plain").mkdir()
+    without = _write_contract(tmp_path / "plain", target, draft, "vllm", "")
+    args = ["--co", "-q", "-p", "no:cacheprovider", "--eagle-target-model", str(target)]
+    found = pytester.runpytest("--eagle-contract", str(contract), *args).stdout.str()
+    assert "::probe" in found
+    plain = pytester.runpytest("--eagle-contract", str(without), *args).stdout.str()
+    assert "::layout" in plain and "::probe" not in plain

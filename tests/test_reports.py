@@ -4,8 +4,10 @@ schema), GitHub annotations and step summary, JUnit properties, the HTML report.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import xml.etree.ElementTree as ET
+from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -24,7 +26,7 @@ HAS_MATPLOTLIB = plots.available()
 @pytest.fixture(autouse=True)
 def _not_in_actions(monkeypatch):
     """The tests say when they are under GitHub Actions, whatever runs them."""
-    for name in ("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY", "GITHUB_WORKSPACE"):
+    for name in ("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY", "GITHUB_WORKSPACE", "RUNNER_TEMP"):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -148,6 +150,23 @@ def test_annotation_limits(repo):
     assert "::warning title=EC507 default-ids::warning 0, 100%25" in lines
 
 
+def test_annotations_stop_at_the_jobs_limit(repo, tmp_path, monkeypatch):
+    """Earlier steps of the job wrote 45 annotations: this one writes the last 5."""
+    contract = load_contract(repo / "contracts" / "demo.yaml")
+    errors = [
+        finding("EC401", f"e{i}", contract=contract, key=f"training.slots[{i}]") for i in range(4)
+    ]
+    warnings = [finding("EC507", f"w{i}", severity="warning") for i in range(4)]
+    monkeypatch.setenv("RUNNER_TEMP", str(tmp_path))
+    monkeypatch.setenv("GITHUB_WORKSPACE", str(repo))
+    (tmp_path / "eagle-contract-annotations.count").write_text("45")
+    lines: list[str] = []
+    github.emit([_run(repo, errors + warnings)], "github", lines.append)
+    assert [x[:9] for x in lines[:5]] == ["::error f"] * 4 + ["::warning"]
+    assert "3 more finding group(s) not annotated" in lines[5] and len(lines) == 6
+    assert (tmp_path / "eagle-contract-annotations.count").read_text() == "50"
+
+
 def _mismatch(repo: Path, draft: bool) -> Path:
     """The demo contract with served ids one layer off: the contract's, or a draft's."""
     path = repo / "contracts" / "demo.yaml"
@@ -171,9 +190,15 @@ def _mismatch(repo: Path, draft: bool) -> Path:
 @pytest.mark.parametrize("draft", [False, True])
 def test_layout_mismatch_points_at_the_served_ids(repo, shards, draft, capsys, monkeypatch):
     contract = _mismatch(repo, draft)
-    monkeypatch.setenv("GITHUB_ACTIONS", "true")
     monkeypatch.setenv("GITHUB_WORKSPACE", str(repo))
-    assert main(["check", str(contract), str(shards / "good"), "--checks", "layout", "-q"]) == 1
+    if draft:  # asked for, as anywhere else
+        flags = ["--annotations", "github"]
+    else:  # under GitHub Actions
+        flags = []
+        monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(repo / "summary.md"))
+    args = ["check", str(contract), str(shards / "good"), "--checks", "layout", "-q", *flags]
+    assert main(args) == 1
     out = capsys.readouterr().out
     where = (
         (repo / "draft" / "config.json", '"eagle_aux_hidden_state_layer_ids"')
@@ -183,6 +208,11 @@ def test_layout_mismatch_points_at_the_served_ids(repo, shards, draft, capsys, m
     line, col = _line_of(*where)
     rel = where[0].relative_to(repo).as_posix()
     assert f"::error file={rel},line={line},col={col},title=EC501 layout-mismatch::" in out
+    place = f"`{rel}`:{line}" if draft else str(line)  # the summary names the same place
+    assert (
+        f"| EC501 | layout-mismatch | error | 1 | - (contract) | {place} |"
+        in (repo / "summary.md").read_text()
+    )
 
 
 def test_step_summary_when_the_env_var_is_set(repo, shards, capsys, monkeypatch):
@@ -204,7 +234,7 @@ def test_step_summary_when_the_env_var_is_set(repo, shards, capsys, monkeypatch)
     text = summary.read_text()
     assert text.startswith("earlier step\n## eagle-contract FAILED: demo-tiny-llama-eagle3")
     assert "### Findings by rule" in text
-    assert "| EC401 | norm-out-of-bounds | error | 9 | 3 " in text
+    assert "| EC401 | norm-out-of-bounds | error | 9 | 3: `rows_0-2000/data_0.ckpt`, " in text
     assert "### Layout: training (specforge) vs sglang 0.5.13..0.5.23" in text
     assert "| 0 | residual:2 | residual:2 | ok |" in text
 
@@ -218,6 +248,8 @@ def test_no_annotations_outside_actions(repo, shards, capsys):
 
 
 class _Page(HTMLParser):
+    """The page's tags and text; refuses anything fetched from elsewhere."""
+
     def __init__(self) -> None:
         super().__init__()
         self.tags: list[str] = []
@@ -225,9 +257,13 @@ class _Page(HTMLParser):
 
     def handle_starttag(self, tag, attrs):
         self.tags.append(tag)
-        assert not any(k in ("src", "href") and v and "://" in v for k, v in attrs), attrs
+        assert tag not in ("script", "link", "iframe", "object", "embed"), tag
+        for key, value in attrs:
+            if key in ("src", "href", "xlink:href", "srcset") and value:
+                assert value.startswith(("#", "data:")), (tag, key, value)
 
     def handle_data(self, data):
+        assert "url(http" not in data and "@import" not in data
         self.text.append(data)
 
 
@@ -264,56 +300,118 @@ def test_html_report_of_the_buggy_set_has_plots_and_layout(repo, shards):
     assert "FAILED" in text and "EC401 norm-out-of-bounds" in text and "hint:" in text
     assert "Layout: training (specforge) vs sglang 0.5.13..0.5.23" in text
     assert "fc pos" in text and "Plots need matplotlib" not in text
+    assert "slot 0 as residual:2" in text and "the target's per-layer norms" in text
 
 
-BROWSER = next(
-    filter(None, map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))), None
-)
+BROWSERS = {
+    "chromium": next(
+        filter(
+            None,
+            map(
+                shutil.which,
+                ("chromium", "chromium-browser", "chromium-headless-shell", "google-chrome"),
+            ),
+        ),
+        None,
+    ),
+    "firefox": shutil.which("firefox"),
+}
+BAND = (213, 236, 213)  # the bounds' band: matplotlib's tab:green at alpha 0.2 on white
 
 
-@pytest.mark.skipif(
-    BROWSER is None or not HAS_MATPLOTLIB, reason="needs a headless chromium and matplotlib"
-)
-def test_html_report_in_a_real_browser(repo, shards):
+@pytest.mark.parametrize("browser", sorted(BROWSERS))
+def test_html_report_in_a_real_browser(browser, repo, shards, tmp_path):
+    """The page as a headless browser draws it: the plots are there, drawn."""
     import subprocess
 
-    _html(repo, shards)
-    dom = subprocess.run(
-        [str(BROWSER), "--headless", "--no-sandbox", "--dump-dom", (repo / "report.html").as_uri()],
+    exe = BROWSERS[browser]
+    if exe is None or not HAS_MATPLOTLIB:
+        pytest.skip(f"needs a headless {browser} on PATH and matplotlib")
+    from PIL import Image  # matplotlib's own dependency
+
+    _html(repo, shards, "--target-model", str(shards / "target"))
+    url, shot = (repo / "report.html").as_uri(), tmp_path / "shot.png"
+    flags = ["--headless", "--window-size=1200,2400"]
+    if browser == "chromium":
+        flags += ["--no-sandbox", "--disable-gpu"]
+        dom = subprocess.run(
+            [exe, *flags, "--dump-dom", url], capture_output=True, text=True, timeout=120
+        ).stdout
+        assert dom.count("<svg") == 2 and "fc pos" in dom
+    shot_flag = [f"--screenshot={shot}"] if browser == "chromium" else ["--screenshot", str(shot)]
+    subprocess.run(
+        [exe, *flags, *shot_flag, url],
+        capture_output=True,
+        timeout=120,
+        env={**os.environ, "HOME": str(tmp_path)},  # a fresh profile
+    )
+    colors = Image.open(shot).convert("RGB").getcolors(1 << 24) or []
+    band = sum(n for n, c in colors if all(abs(a - b) <= 8 for a, b in zip(c, BAND)))
+    assert band > 1000, f"{band} pixels of the bounds' band: the plots were not drawn"
+
+
+def test_html_report_without_matplotlib(repo, shards):
+    """A Python where matplotlib cannot be imported: a note instead of the plots."""
+    import subprocess
+    import sys
+
+    block = "import sys; sys.modules['matplotlib'] = None; "
+    run = "from pytest_eagle_contract.shells.cli import main; sys.exit(main(sys.argv[1:]))"
+    report = repo / "report.html"
+    contract = repo / "contracts" / "demo.yaml"
+    args = ["check", str(contract), str(shards / "embed-in-front"), "--sample", "all"]
+    res = subprocess.run(
+        [sys.executable, "-c", block + run, *args, "--report", str(report), "-q"],
         capture_output=True,
         text=True,
-        timeout=120,
-        check=True,
-    ).stdout
-    assert "<svg" in dom and "fc pos" in dom
-
-
-def test_html_report_without_matplotlib(repo, shards, monkeypatch):
-    monkeypatch.setattr(plots, "available", lambda: False)
-    page = _html(repo, shards)
+        timeout=300,
+    )
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    page = _page(report)
     text = " ".join(page.text)
     assert "svg" not in page.tags and "img" not in page.tags
     assert "Plots need matplotlib" in text and "fc pos" in text and "median" in text
 
 
+@dataclass(frozen=True)
+class _Estimate:
+    name: str
+    accept_length: float
+    per_step: tuple[float, ...]
+
+
 def test_html_probe_plot(repo, tmp_path):
     from pytest_eagle_contract.reports.html import render
-    from pytest_eagle_contract.reports.junit import properties
     from pytest_eagle_contract.reports.measure import Measurements
-    from pytest_eagle_contract.shells.probe import Estimate
 
     contract = load_contract(repo / "contracts" / "demo.yaml")
-    probe = (
-        Estimate("trained", (), 2.3, (0.8, 0.6, 0.4), 10),
-        Estimate("served", (), 1.1, (0.1, 0.0, 0.0), 10),
-    )
+    probe = (_Estimate("trained", 2.3, (0.8, 0.6, 0.4)), _Estimate("served", 1.1, (0.1, 0, 0)))
     (tmp_path / "p.html").write_text(
-        render([CheckRun(contract, [], [], "ok", probe=probe)], [Measurements()])
+        render([CheckRun(contract, [], [], "ok")], [Measurements(probe=probe)])
     )
     page = _page(tmp_path / "p.html")
     assert page.tags.count("svg") == (1 if HAS_MATPLOTLIB else 0)
     assert "Probe" in page.text and "0.800, 0.600, 0.400" in page.text
-    assert ("eagle_acceptance_length[trained]", "2.300") in properties(contract, [], probe)
+
+
+def test_junit_acceptance_length_where_a_finding_carries_it(repo):
+    from pytest_eagle_contract.reports.junit import properties
+
+    contract = load_contract(repo / "contracts" / "demo.yaml")
+    estimates = [{"name": "trainer", "accept_length": 2.3}, {"name": "sglang 0.5.13", "x": 1}]
+    found = [
+        finding("EC501", "a", extra={"estimates": estimates}),
+        finding("EC401", "b", extra={"accept_length": 1.25, "layout": "served"}),
+        finding("EC401", "c", extra={"accept_length": "junk"}),
+    ]
+    props = dict(properties(contract, found))
+    assert props["eagle_rules"] == "EC401,EC501"
+    assert props["eagle_acceptance_length[trainer]"] == "2.300"
+    assert props["eagle_acceptance_length[served]"] == "1.250"
+    assert [k for k in props if k.startswith("eagle_acceptance")] == [
+        "eagle_acceptance_length[trainer]",
+        "eagle_acceptance_length[served]",
+    ]
 
 
 # -- the plugin ---------------------------------------------------------------------------
@@ -328,7 +426,9 @@ def project(pytester, shards):
     return pytester
 
 
-def test_plugin_junit_properties_and_json_under_xdist(project):
+def test_plugin_junit_properties_and_json_under_xdist(project, monkeypatch):
+    monkeypatch.setenv("GITHUB_WORKSPACE", str(project.path))
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(project.path / "summary.md"))
     result = project.runpytest(
         "--eagle-contract",
         "contracts/demo.yaml",
@@ -338,10 +438,19 @@ def test_plugin_junit_properties_and_json_under_xdist(project):
         "2",
         "--junitxml=junit.xml",
         "--eagle-report=report.json",
+        "--eagle-annotations=github",
         "-p",
         "no:cacheprovider",
     )
     assert result.parseoutcomes()["failed"] == 3  # norms, on each of the 3 shards
+    line, col = _line_of(project.path / "contracts" / "demo.yaml", "{layer: residual:2")
+    result.stdout.fnmatch_lines(
+        [f"::error file=contracts/demo.yaml,line={line},col={col},title=EC401 *"]
+    )
+    assert (
+        "| EC401 | norm-out-of-bounds | error | 9 | 3: "
+        in (project.path / "summary.md").read_text()
+    )
     cases = list(ET.parse(project.path / "junit.xml").getroot().iter("testcase"))
     mine = [{p.get("name"): p.get("value") for p in c.iter("property")} for c in cases]
     assert len(cases) > 9 and all("eagle_contract" in p for p in mine)
@@ -382,3 +491,27 @@ def test_plugin_html_and_annotations(project, monkeypatch):
     page = _page(project.path / "report.html")
     assert "fc pos" in " ".join(page.text)
     assert page.tags.count("svg") == (1 if HAS_MATPLOTLIB else 0)
+
+
+def test_plugin_reports_the_warnings_of_a_passing_item(project, monkeypatch):
+    contract = project.path / "contracts" / "demo.yaml"
+    contract.write_text(contract.read_text().replace("aux_layer_ids: [1, 3, 4]", ""))
+    monkeypatch.setenv("GITHUB_WORKSPACE", str(project.path))
+    result = project.runpytest(
+        "--eagle-contract",
+        "contracts/demo.yaml",
+        "-k",
+        "layout",
+        "--junitxml=junit.xml",
+        "--eagle-report=report.json",
+        "--eagle-annotations=github",
+        "-p",
+        "no:cacheprovider",
+    )
+    outcomes = result.parseoutcomes()  # the layout item passes with its warning
+    assert outcomes["passed"] == 1 and "failed" not in outcomes
+    result.stdout.fnmatch_lines(["::warning file=contracts/demo.yaml,line=*EC507 default-ids::*"])
+    (case,) = ET.parse(project.path / "junit.xml").getroot().iter("testcase")
+    assert {p.get("name"): p.get("value") for p in case.iter("property")}["eagle_rules"] == "EC507"
+    (report,) = _valid(project.path / "report.json")["reports"]
+    assert report["ok"] and [f["code"] for f in report["findings"]] == ["EC507"]

@@ -145,6 +145,7 @@ def test_each_engine_says_its_default_ids():
     assert {name: e.default_ids(61) for name, e in ENGINES.items()} == {
         "sglang": [2, 30, 58],
         "vllm": [2, 30, 58],
+        "trtllm": [1, 29, 57],
         "specforge": [1, 29, 57],
         "speculators-v1": [2, 30, 58, 60],
         "speculators": [2, 30, 58, 61],
@@ -202,6 +203,15 @@ def _layers(*names):
             ["residual:1", "residual:30", "residual:61"],
             (1, 30, 61),
         ),
+        # the Kimi fix on the serving side: from 0.5.14 the capture happens after prepare_attn,
+        # where index 0 is the embedding output
+        (
+            "sglang",
+            "KimiK25ForConditionalGeneration",
+            "0.5.14",
+            ["embed", "residual:3", "residual:31"],
+            (0, 3, 31),
+        ),
         ("vllm", None, None, ["embed", "residual:3", "residual:31"], (0, 3, 31)),
         ("vllm", None, None, ["residual:2", "residual:30", "residual:61"], (2, 30, 61)),
     ],
@@ -217,11 +227,12 @@ def test_ids_for_finds_the_ids_that_resolve_to_the_layers(engine, arch, version,
 @pytest.mark.parametrize(
     ("arch", "version", "nearest", "ids"),
     [
-        # no SGLang id captures index 0 (residual is None before layer 0); DeepSeek 0.5.13+
-        # uses ascending ids as given unless the first is 1 (then +1): residual:1 is out too
+        # no SGLang id captures index 0 where the loop adds a None residual before layer 0
+        # (DeepSeek 0.5.13, the last with that loop); DeepSeek 0.5.13+ uses ascending ids as
+        # given unless the first is 1 (then +1): residual:1 is out too
         (
             "DeepseekV3ForCausalLM",
-            "0.5.14",
+            "0.5.13",
             ["residual:2", "residual:3", "residual:31"],
             (2, 3, 31),
         ),

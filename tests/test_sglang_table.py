@@ -23,7 +23,13 @@ ID_SETS = {
     "include-L": [2, 30, 61],
     "four": [1, 20, 40, 57],
 }
-ARCHS = sorted(a for a in table.KNOWN_ARCHS if table.row_for(a, VERSION or "0"))
+ARCHS = sorted(
+    a
+    for a in table.KNOWN_ARCHS
+    if (row := table.row_for(a, VERSION or "0"))
+    and row.rule != "unfollowed"
+    and row.index0 != "none"
+)
 
 
 def _layers(use_installed: bool, arch: str, ids):

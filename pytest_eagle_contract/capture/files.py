@@ -194,11 +194,13 @@ def write_capture(
         ids_sha256=key,
         dtype=str(aux.dtype).removeprefix("torch."),
     )
+    from ..outputs import atomic
+
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{PREFIX}{key[:16]}{SUFFIX}"
-    save_file(
-        {AUX_KEY: aux.contiguous(), IDS_KEY: ids}, str(path), metadata={META_KEY: meta.to_json()}
-    )
+    with atomic(path, "") as tmp:  # a link in out_dir is replaced, never written through
+        tensors = {AUX_KEY: aux.contiguous(), IDS_KEY: ids}
+        save_file(tensors, str(tmp), metadata={META_KEY: meta.to_json()})
     return path
 
 

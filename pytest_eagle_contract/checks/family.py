@@ -20,15 +20,17 @@ if TYPE_CHECKING:
 Scope = Literal["contract", "shard"]
 """``contract``: one unit per contract; ``shard``: one unit per sampled shard."""
 
-Need = Literal["training", "serving", "target", "capture"]
+Need = Literal["training", "serving", "target", "capture", "floor"]
 """What a family needs to run: a contract section, a target model (``--target-model`` or
-``target.model``), or serving captures (``--captures`` / ``--sglang-url``)."""
+``target.model``), serving captures (``--captures`` / ``--sglang-url``), or an acceptance
+floor in the contract (the probe)."""
 
 NEED_HOW: dict[str, str] = {
     "training": "a training section in the contract",
     "serving": "a serving section in the contract",
     "target": "--target-model (or target.model in the contract)",
     "capture": "--captures DIR or --sglang-url URL",
+    "floor": "serving.min_accept_length or serving.max_accept_drop in the contract",
 }
 
 

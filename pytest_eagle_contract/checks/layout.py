@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..contract.model import Contract, ServingSpec
 from ..engines.fixes import ANY, Fixes, runs, span_label
-from ..engines.resolve import Resolution, get_engine, resolve
+from ..engines.matrix import summary
+from ..engines.resolve import Resolution, get_engine, resolve, serving_ids
 from ..errors import EagleContractError, Unservable
 from ..findings import Finding
 from ..models.draft import DraftConfig, read_draft_config, read_draft_weights
@@ -138,8 +139,19 @@ def check_layout(
         serving.version,
         serving.aux_layer_ids is not None,
     )
+    matrix = functools.cache(
+        functools.partial(
+            summary,
+            fc_layers,
+            L,
+            arch,
+            lambda e: serving_ids(serving, draft, e.name),
+            (serving.engine, [v for span in spans for v in span.versions]),
+        )
+    )
     for span in spans:
-        engine = f"{serving.engine} {span.label}" if serving.engine == "sglang" else serving.engine
+        versioned = serving.engine == "sglang" or serving.version
+        engine = f"{serving.engine} {span.label}" if versioned else serving.engine
         if span.resolution is None:
             report.add(
                 "EC510",
@@ -152,7 +164,7 @@ def check_layout(
         for p in res.problems:
             report.add(p.code, f"{engine}: {p.message}", "serving")
         fix = functools.partial(fixes.hint, span.versions)
-        compare(report, training, res, fc_layers, engine, fmt, H, stats_of, evidence, fix)
+        compare(report, training, res, fc_layers, engine, fmt, H, stats_of, evidence, fix, matrix)
         fc_width(report, contract, draft, weights, res, engine, span)
     served_dtype_check(report, contract, serving, serving_args)
     target_norm(report, training, fmt, L)

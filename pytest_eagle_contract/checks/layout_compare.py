@@ -23,7 +23,10 @@ def compare(
     stats_of: Callable[[int], object] | None,
     evidence: str,
     fix: Callable[[], str],
+    matrix: Callable[[], str],
 ) -> None:
+    """EC502 or EC501 when the two sides differ; ``fix`` gives EC501's hint, ``matrix`` the
+    every-engine table appended to its details."""
     table = _table(training, res, fmt, engine, fc_layers) + f"\ntraining side: {evidence}"
     if len(fc_layers) != len(res.layers):
         report.add(
@@ -54,7 +57,7 @@ def compare(
         "training.fc_input",
         expected=", ".join(map(str, res.layers)),
         found=", ".join(map(str, fc_layers)),
-        details=table + f"\nserving source: {res.source}" + causes,
+        details=table + f"\nserving source: {res.source}" + causes + "\n" + matrix(),
         hint=fix(),
     )
 

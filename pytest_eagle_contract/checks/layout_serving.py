@@ -73,6 +73,17 @@ def read_ids(
             )
         return ids
     engine, engine_ids = get_engine(serving.engine), serving_ids(serving, draft)
+    if not engine.id_keys:  # the ids come from the engine's launch config, not the draft's
+        for key, unread in draft.aux_ids.items():
+            report.add(
+                "EC508",
+                f"{draft.path}: {key} {list(unread)} is not read by {engine.title}, which "
+                "takes its ids from its launch config",
+                "serving.draft_config",
+                severity="warning",
+                hint=f"set the ids in {engine.title}'s launch config and in serving.aux_layer_ids",
+            )
+        return ids
     for key, unread in draft.aux_ids.items():
         if key not in engine.id_keys:
             where = key if "." in key else f"a top-level {key}"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from . import capture, draft, evidence, files, layout, norms, sharpness, structure, values
+from . import capture, draft, evidence, files, layout, norms, probe, sharpness, structure, values
 from .family import CheckFamily
 
 if TYPE_CHECKING:
@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 FAMILIES: tuple[CheckFamily, ...] = (
     layout.FAMILY,
     draft.FAMILY,
+    probe.FAMILY,
     sharpness.FAMILY,
     files.FAMILY,
     structure.FAMILY,

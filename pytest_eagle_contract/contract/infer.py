@@ -69,6 +69,7 @@ def draft_contract(
     model_ref: str | None = None,
     draft_ref: str | None = None,
     where: Path | None = None,
+    workers: int = 1,
 ) -> Draft:
     """Draft a contract from ``paths``; ``target_model`` (an HF directory) supplies L, H,
     vocab and arch (the explicit options override them) and names the slots; ``draft``
@@ -85,7 +86,7 @@ def draft_contract(
     files = [f for p in paths for f in discover(Path(p), format)]
     if not files:
         raise UsageError("no shard files found under " + ", ".join(map(str, paths)))
-    obs = observe(choose(files, sample, seed), format, hidden_size)
+    obs = observe(choose(files, sample, seed), format, hidden_size, workers)
     named, why = _name_slots(obs, layers, num_layers, arch, target)
     L = num_layers or max((ly.index for ly in named), default=1) or 1
     d = _Drafting(obs, named, why, name, L, arch, vocab_size, shards_ref, schema_ref)

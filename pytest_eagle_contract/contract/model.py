@@ -97,6 +97,8 @@ class ServingSpec:
     aux_layer_ids: tuple[int, ...] | None
     dtype: str | None
     launch: str | None
+    min_accept_length: float | None = None  # the probe's floor (EC906)
+    max_accept_drop: float | None = None  # the largest drop from the trainer's layout (EC907)
 
 
 @dataclass(frozen=True)
@@ -326,7 +328,14 @@ def _build(data: dict[str, Any], path: Path, lines: dict[str, int]) -> Contract:
             aux_layer_ids=tuple(sv["aux_layer_ids"]) if "aux_layer_ids" in sv else None,
             dtype=sv.get("dtype"),
             launch=sv.get("launch"),
+            min_accept_length=sv.get("min_accept_length"),
+            max_accept_drop=sv.get("max_accept_drop"),
         )
+        floors = [k for k in ("min_accept_length", "max_accept_drop") if k in sv]
+        if floors and serving.draft_config is None:
+            problem(f"serving.{floors[0]}", "the acceptance probe needs serving.draft_config")
+        if "max_accept_drop" in sv and training is None:
+            problem("serving.max_accept_drop", "a drop from the trainer's layout needs training")
     waivers: dict[str, str] = {}
     for i, w in enumerate(data.get("waive", [])):
         if w["code"] not in RULES:

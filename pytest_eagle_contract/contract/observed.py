@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ShardReadError, UsageError
-from ..shards.reading import dtype_name, read_sample
+from ..shards.reading import Slot, dtype_name, read_sample
 from ..stats import norm_stats
 
 if TYPE_CHECKING:
@@ -36,7 +36,12 @@ class Observed:
     probe: tuple[torch.Tensor, list[torch.Tensor]] | None = field(default=None, repr=False)
 
 
-def observe(paths: Sequence[Path], format: str, hidden_size: int | None) -> Observed:
+def observe(
+    paths: Sequence[Path], format: str, hidden_size: int | None, workers: int = 1
+) -> Observed:
+    """What ``paths`` hold; with ``workers`` > 1 the norms are measured in worker processes
+    (one file per task), the rest read here from the memory-mapped files."""
+    measured = _measure_all(paths, format, hidden_size, workers)
     medians: list[list[float]] = []
     dtypes: list[str] = []
     lengths: list[int] = []
@@ -71,7 +76,7 @@ def observe(paths: Sequence[Path], format: str, hidden_size: int | None) -> Obse
             if sample.loss_mask is not None:
                 mask_dtype = dtype_name(sample.loss_mask.dtype)
         for slot in slots:
-            medians[slot.index].append(norm_stats(slot.tensor).median)
+            medians[slot.index].append(_median(measured.get(path), hidden, slot))
         ids = sample.input_ids
         if ids is not None:
             lengths.append(int(ids.numel()))
@@ -92,6 +97,44 @@ def observe(paths: Sequence[Path], format: str, hidden_size: int | None) -> Obse
         mask_dtype,
         probe,
     )
+
+
+Measured = tuple[int | None, list[float]]  # the width a file's slots were split by, medians
+
+
+def _measure(task: tuple[Path, str, int | None]) -> Measured | None:
+    """A worker's part: one file's per-slot median norms (None when it cannot be read:
+    the caller reads it again and says why)."""
+    path, format, hidden = task
+    try:
+        sample = read_sample(path, format)
+    except ShardReadError:
+        return None
+    if hidden is None:
+        first, _ = sample.slots(None)
+        hidden = int(first[-1].tensor.shape[-1]) if first else None
+    slots, _ = sample.slots(hidden)
+    return hidden, [norm_stats(s.tensor).median for s in slots]
+
+
+def _measure_all(
+    paths: Sequence[Path], format: str, hidden: int | None, workers: int
+) -> dict[Path, Measured | None]:
+    from ..pool import executor, imap, single_threaded
+
+    if workers <= 1 or len(paths) <= 1:
+        with single_threaded():  # as a worker would: torch's threads lose on small chunks
+            return {p: _measure((p, format, hidden)) for p in paths}
+    with executor(min(workers, len(paths))) as pool:
+        done = imap(_measure, [(p, format, hidden) for p in paths], pool)
+        return {task[0]: future.result() for task, future in done}
+
+
+def _median(measured: Measured | None, hidden: int | None, slot: Slot) -> float:
+    """The slot's median norm: from the worker when it split the file alike, else here."""
+    if measured is not None and measured[0] == hidden and slot.index < len(measured[1]):
+        return measured[1][slot.index]
+    return norm_stats(slot.tensor).median
 
 
 def bounds_from(values: list[float], others: Sequence[list[float]] = ()) -> tuple[float, float]:

@@ -4,7 +4,7 @@ An :class:`Engine` owns everything known about one side: the releases it knows a
 version spec expands to them, the draft ``config.json`` keys it reads its aux ids from, its
 default ids, how many aux states it builds the draft's fc for, and ``resolve``: the side's
 ids mapped onto canonical layers, in the order it concatenates them. ``reachable`` and
-``ids_for`` run ``resolve`` backwards: which ids make the side feed given layers.
+``ids_for`` run ``resolve`` backwards (``fixes.inverse``): which ids make it feed given layers.
 """
 
 from __future__ import annotations
@@ -12,14 +12,13 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import importlib.util
-import itertools
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from ..errors import Problem, Unservable
+from ..errors import Problem
 from ..layers import Layer
 
 if TYPE_CHECKING:
@@ -96,15 +95,6 @@ def depth(layer: Layer, num_layers: int) -> int:
     return num_layers + 1 if layer.is_final_norm else layer.index
 
 
-def _distance(a: Sequence[Layer], b: Sequence[Layer], num_layers: int) -> int:
-    return sum(abs(depth(x, num_layers) - depth(y, num_layers)) for x, y in zip(a, b))
-
-
-# Every known rule moves an id at most one layer from the state it captures; candidates for
-# a wanted layer are the ids within this many layers of it.
-_REACH = 3
-
-
 def straight(ids: Sequence[int]) -> tuple[Position, ...]:
     """Positions where id k is capture index k is ``residual:k``."""
     return positions(ids, ids, [Layer(k) for k in ids])
@@ -154,38 +144,20 @@ class Engine(ABC):
     def reachable(
         self, layers: Sequence[Layer], num_layers: int, arch: str | None, version: str | None
     ) -> list[Resolution]:
-        """What this side feeds for ascending ids near ``layers`` (each id within ``_REACH``
-        of its layer), by its own ``resolve``: as many states as ``layers``, closest to them
-        first (exact ones lead), then problem-free, then ids nearest the layers.
+        """What this side feeds for ids near ``layers`` (``fixes.inverse``'s search), as
+        many states as ``layers``: exact ones first, then the nearest."""
+        from .fixes import inverse
 
-        Only ascending ids are tried: the engines concatenate in layer order, and unsorted
-        ids draw EC506 even where a rule would make them work."""
-        wanted = [depth(x, num_layers) for x in layers]
-        windows = [range(max(0, d - _REACH), min(num_layers, d + _REACH) + 1) for d in wanted]
-        found = []
-        for ids in itertools.product(*windows):
-            if any(a >= b for a, b in itertools.pairwise(ids)):
-                continue
-            try:
-                res = self.resolve(num_layers, ids, arch, version)
-            except Unservable:
-                continue
-            if len(res.layers) == len(layers):
-                found.append(res)
-
-        def key(res: Resolution) -> tuple[int, bool, int, tuple[int, ...]]:
-            ids = res.ids or ()
-            moved = sum(abs(i - d) for i, d in zip(ids, wanted))
-            return (_distance(res.layers, layers, num_layers), bool(res.problems), moved, ids)
-
-        return sorted(found, key=key)
+        found = inverse(self, layers, num_layers, arch, version)
+        return list(found.exact) or ([found.nearest] if found.nearest else [])
 
     def ids_for(
         self, layers: Sequence[Layer], num_layers: int, arch: str | None, version: str | None
     ) -> tuple[int, ...] | None:
         """Ids whose resolution is exactly ``layers`` (None: no ids make this side feed them)."""
-        found = self.reachable(layers, num_layers, arch, version)
-        return found[0].ids if found and found[0].layers == tuple(layers) else None
+        from .fixes import inverse
+
+        return inverse(self, layers, num_layers, arch, version).ids
 
     def config_line(self, ids: Sequence[int]) -> str:
         """``ids`` as the draft config.json entry this side reads first, ready to paste."""

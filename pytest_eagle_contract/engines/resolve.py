@@ -1,9 +1,10 @@
 """The engine registry, and the lookups over it: ``resolve`` and ``serving_ids``.
 
 Engines: ``sglang`` (built-in table in ``sglang_table``, or the installed sglang's own
-methods), ``vllm``; trainers' captures: ``specforge`` (SGLang at the version SpecForge
-pinned), ``speculators-v1``, ``speculators``, ``eagle`` (SafeAILab EAGLE-3) and ``hf``
-(``output_hidden_states`` indices). See docs/layers.md for every rule and its source.
+methods), ``vllm``, ``trtllm`` (TensorRT-LLM); trainers' captures: ``specforge`` (SGLang at
+the version SpecForge pinned), ``speculators-v1``, ``speculators``, ``eagle`` (SafeAILab
+EAGLE-3) and ``hf`` (``output_hidden_states`` indices). See docs/layers.md for every rule
+and its source.
 A new engine is one module with an :class:`~.base.Engine` subclass and one line here.
 """
 
@@ -17,6 +18,7 @@ from ..models.draft import read_draft_config
 from .base import Engine, Position, Resolution
 from .sglang import SGLang, installed_sglang, sglang_versions
 from .trainers import HF, SafeAILab, SpecForge, Speculators, SpeculatorsV1
+from .trtllm import TensorRTLLM
 from .vllm import VLLM
 
 if TYPE_CHECKING:
@@ -36,7 +38,16 @@ __all__ = [
 
 ENGINES: dict[str, Engine] = {
     e.name: e
-    for e in (SGLang(), VLLM(), SpecForge(), SpeculatorsV1(), Speculators(), SafeAILab(), HF())
+    for e in (
+        SGLang(),
+        VLLM(),
+        TensorRTLLM(),
+        SpecForge(),
+        SpeculatorsV1(),
+        Speculators(),
+        SafeAILab(),
+        HF(),
+    )
 }
 
 
@@ -74,6 +85,7 @@ def serving_ids(
     config cannot be read."""
     if draft is None and serving.draft_config is not None:
         draft = read_draft_config(serving.draft_config)
-    if draft is None:
+    side = get_engine(engine or serving.engine)
+    if draft is None or not side.id_keys:  # no draft, or an engine that reads none from it
         return serving.aux_layer_ids
-    return get_engine(engine or serving.engine).draft_ids(draft)
+    return side.draft_ids(draft)

@@ -23,16 +23,6 @@ def installed_sglang() -> str | None:
     return installed_version("sglang")
 
 
-def _apply_rule(rule: str, ids: Sequence[int] | None, num_layers: int) -> list[int]:
-    if ids is None or rule == "default-only":
-        return eagle3_default_ids(num_layers)
-    if rule == "deepseek":
-        return [i + 1 for i in ids] if ids and ids[0] == 1 else list(ids)
-    if rule == "gpt-oss":
-        return list(ids) if ids and max(ids) == num_layers else [i + 1 for i in ids]
-    return [i + 1 for i in ids]  # plus1, plus1-flag
-
-
 def _capture(
     arch: str, version: str, num_layers: int, ids: Sequence[int] | None, use_installed: bool
 ) -> tuple[list[int], table.Row, str]:
@@ -40,6 +30,16 @@ def _capture(
     row = table.row_for(arch, version)
     if row is None:
         raise Unservable(_absent(arch, version))
+    if row.rule == "unfollowed":
+        raise Unservable(
+            f"sglang {version} {row.method_in} delegates to the model it loads at start-up; "
+            "give that model's architecture"
+        )
+    if row.index0 == "none":
+        raise Unservable(
+            f"sglang {version}: {arch} inherits set_eagle3_layers_to_capture but its forward "
+            f"({row.forward_in}) never captures: a draft or MTP class, not an EAGLE-3 target"
+        )
     installed = installed_sglang() if use_installed else None
     if installed is not None and table.parse_version(installed) == table.parse_version(version):
         capture = native_layers_to_capture(arch, num_layers, ids)
@@ -51,13 +51,13 @@ def _capture(
                 f"set_eagle3_layers_to_capture on a stub ({row.source})"
             ),
         )
-    if ids is not None and row.rule == "plus1-flag" and any(i + 1 >= num_layers for i in ids):
+    found = table.apply_rule(row.rule, ids, num_layers)
+    if found is None:
         raise Unservable(
             f"sglang {version} {row.source}: id + 1 >= {num_layers} raises "
             "IndexError at start-up (the inner model flags layers[id + 1])"
         )
-    capture = _apply_rule(row.rule, ids, num_layers)
-    return capture, row, f"built-in table: sglang {_span(row)} {row.source}, rule {row.rule}"
+    return found, row, f"built-in table: sglang {row.source}, rule {row.rule}"
 
 
 def _span(row: table.Row) -> str:
@@ -68,9 +68,20 @@ def _absent(arch: str, version: str) -> str:
     if arch in table.NO_CAPTURE:
         return f"{arch}: {table.NO_CAPTURE[arch]}"
     if arch not in table.KNOWN_ARCHS:
-        return (
-            f"{arch} is not in the built-in table ({', '.join(sorted(table.KNOWN_ARCHS))}); "
-            "install that sglang to use its own rules"
+        import difflib
+        import textwrap
+
+        names = sorted(table.SERVED_ARCHS)
+        near = difflib.get_close_matches(arch, names, n=2)
+        return "\n".join(
+            [
+                f"{arch} is not in the built-in table: no sglang release "
+                f"{table.ALL_RELEASES[0]} to {table.NEWEST} captures for it"
+                + (f" (did you mean {' or '.join(near)}?)" if near else "")
+                + "; install that sglang to use its own rules. The "
+                f"{len(names)} architectures that do:",
+                *textwrap.wrap(", ".join(names), 100, break_on_hyphens=False),
+            ]
         )
     first = min((r.since for r in table.ROWS if arch in r.archs), key=table.parse_version)
     return f"sglang {version} has no EAGLE-3 capture for {arch} (from {first} on)"
@@ -133,24 +144,31 @@ class SGLang(Engine):
         if version is None:
             version = installed_sglang() or table.NEWEST
             notes.append(f"no version given: sglang {version} assumed")
-        v = _check_version(version)
+        _check_version(version)
         if ids is not None and any(i < 0 for i in ids):
             raise Unservable(f"negative ids {list(ids)}: SGLang would index from the end")
         capture, row, source = _capture(arch, version, num_layers, ids, use_installed)
+        notes.append(
+            f"sglang {_span(row)}: captures at {row.site} (index 0: {row.index0}, "
+            f"index >= L: {row.beyond})"
+        )
         if ids is None:
-            notes.append(f"no ids: SGLang's default capture {default} (no +1)")
+            shifted = "no +1" if capture == default else f"{row.method_in} adds 1 to it"
+            notes.append(f"no ids: SGLang's default {default}, captured as {capture} ({shifted})")
         elif row.rule == "default-only":
             notes.append(f"sglang {version} ignores the draft's ids: default capture used")
-        if 0 in capture:
+        if 0 in capture and row.index0 != "embed":
             raise Unservable(
                 "capture index 0 (before layer 0, where residual is None): "
-                f"{row.source}'s forward adds None; not a served case"
+                f"{row.forward_in}'s forward adds None; not a served case"
             )
+        if 0 in capture:
+            notes.append(f"capture index 0 is the embedding output ({row.site})")
         limit = num_layers if row.final_boundary else num_layers - 1
         dropped = sorted({c for c in capture if c > limit})
         kept = sorted({c for c in capture if c <= limit})
         if dropped:
-            if row.rule == "deepseek" and v >= table.parse_version(table.MISSING_CAPTURE_RAISES):
+            if row.beyond == "raises":
                 raise Unservable(
                     f"capture index {dropped} is never reached; sglang {version} "
                     f"fails at the first forward ('captured {len(kept)} of "
@@ -168,15 +186,15 @@ class SGLang(Engine):
             notes.append("duplicate ids collapse: each layer is captured once")
         if ids is not None and list(ids) != sorted(ids):
             notes.append(f"ids {list(ids)} are not ascending: SGLang concatenates in layer order")
-        low, high = (table.parse_version(x) for x in table.CUDA_GRAPH_DEFAULT_BUG)
-        if ids is not None and low <= v < high and kept != default:
+        graphs = table.graph_default(version)
+        if ids is not None and graphs is not None and kept != default:
             problems.append(
                 Problem(
                     "EC514",
                     "CUDA graphs are captured before the draft's ids "
                     f"are applied: decode and verify passes get the default "
                     f"{default}, prefill gets {kept} (fixed in "
-                    f"{table.CUDA_GRAPH_DEFAULT_BUG[1]}); use "
+                    f"{graphs[1] or 'no release yet'}); use "
                     "--disable-cuda-graph or upgrade",
                 )
             )

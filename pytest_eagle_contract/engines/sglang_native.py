@@ -2,7 +2,8 @@
 
 No model, no GPU: the method only reads ``config.num_hidden_layers`` and ``pp_group`` and
 writes ``model.layers_to_capture`` (CONVENTIONS.md). Wrappers that delegate (Kimi-K2.5 to
-its DeepSeek-V3 language model) get a stub language model bound to the delegate's class.
+its DeepSeek-V3 language model) get a stub language model bound to the delegate's class,
+the one ``__init__`` assigns.
 Models whose inner module flags ``layers[id]`` get a stand-in inner ``model`` that does the
 same indexing, so an out-of-range id raises IndexError as at start-up. This module only
 runs where sglang is installed (``tox -e sglang`` checks the table against it).
@@ -76,6 +77,25 @@ def _call(cls: Any, stub: SimpleNamespace, ids: Sequence[int] | None) -> None:
             method(stub, None if ids is None else list(ids))
 
 
+def _delegate_class(cls: Any, attr: str) -> Any:
+    """The class ``cls.__init__`` assigns to ``self.<attr>`` (``self.language_model =
+    DeepseekV3ForCausalLM(...)``), from the module or, imported locally, the registry."""
+    import re
+    import sys
+
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        try:
+            source = inspect.getsource(init) if init is not None else ""
+        except (OSError, TypeError):
+            continue
+        match = re.search(rf"self\.{attr}\s*=\s*(\w+)\(", source)
+        if match:
+            found = getattr(sys.modules[klass.__module__], match.group(1), None)
+            return found if found is not None else _model_class(match.group(1))
+    raise EagleContractError(f"cannot tell which class {cls.__name__}.{attr} is")
+
+
 def native_layers_to_capture(arch: str, num_layers: int, ids: Sequence[int] | None) -> list[int]:
     """``layers_to_capture`` as the installed sglang's own method leaves it."""
     try:
@@ -83,14 +103,17 @@ def native_layers_to_capture(arch: str, num_layers: int, ids: Sequence[int] | No
     except Exception as exc:  # the registry raises several kinds for unknown archs
         raise EagleContractError(f"installed sglang cannot load {arch}: {exc}") from None
     stub = _stub(num_layers)
-    if "language_model" in inspect.getsource(cls.set_eagle3_layers_to_capture):
-        inner_cls = _model_class("DeepseekV3ForCausalLM")  # Kimi-K2.5's language model
+    source = inspect.getsource(cls.set_eagle3_layers_to_capture)
+    if "language_model.set_eagle3_layers_to_capture" in source:  # Kimi-K2.5, Llama4 VL
+        inner_cls = _delegate_class(cls, "language_model")
         inner = _stub(num_layers)
         stub.language_model = SimpleNamespace(
             set_eagle3_layers_to_capture=lambda layer_ids=None: _call(inner_cls, inner, layer_ids)
         )
         _call(cls, stub, ids)
         return list(inner.model.layers_to_capture)
+    if "language_model" in source:  # gemma4_mm.py sets its language model's list itself
+        stub.language_model = stub.model
     try:
         _call(cls, stub, ids)
     except IndexError:

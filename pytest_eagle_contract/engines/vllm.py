@@ -1,15 +1,119 @@
-"""vLLM: one rule for every release so far (id k = the input to layer k), fc built for 3."""
+"""vLLM: its EAGLE-3 rules per release and model runner (``vllm_rules``, from its code).
+
+A release reads the draft's ids from the config.json keys its runner reads (0.8.5-0.11.0:
+none, always the default), captures them in its layer loop (ascending, each layer once; an
+id the loop never reaches is dropped) and builds the draft fc for a fixed number of states:
+any other count, or an id 0 its loop adds ``None`` to, fails at start-up.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import Unservable
-from .base import Engine, Resolution, eagle3_default_ids, straight
+from ..errors import EagleContractError, Problem, Unservable
+from ..layers import Layer
+from . import vllm_rules as rules
+from .base import Engine, Position, Resolution, eagle3_default_ids
 
 if TYPE_CHECKING:
     from ..models.draft import DraftConfig
+
+RUNNERS = ("v1", "v2")  # v1/worker/gpu_model_runner.py, v1/worker/gpu/model_runner.py
+_LLAMA = "LlamaForCausalLM"
+
+
+class DraftIds(tuple[int, ...]):
+    """The ids the newest vLLM reads from a draft's config.json, carrying every id list the
+    config holds under a key some release reads (``found``) and its ``num_aux_hidden_states``,
+    so each release resolves what it itself would read."""
+
+    found: dict[str, tuple[int, ...]]
+    num_aux: int | None
+
+    def __new__(
+        cls, ids: Iterable[int], found: Mapping[str, tuple[int, ...]], num_aux: int | None
+    ) -> DraftIds:
+        self = super().__new__(cls, ids)
+        self.found, self.num_aux = dict(found), num_aux
+        return self
+
+
+def _id_list(value: object) -> tuple[int, ...] | None:
+    if isinstance(value, list) and value and all(type(i) is int for i in value):
+        return tuple(value)
+    return None
+
+
+def read_draft_ids(path: str | Path) -> DraftIds | None:
+    """Every id list under a key some vLLM release reads, from a draft's config.json (None:
+    there are none)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise EagleContractError(f"cannot read draft config {path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise EagleContractError(f"{path}: not a JSON object")
+    found = {}
+    for key in rules.eagle_keys():
+        outer, _, inner = key.rpartition(".")
+        holder = data.get(outer) if outer else data
+        if isinstance(holder, dict) and (ids := _id_list(holder.get(inner))) is not None:
+            found[key] = ids
+    if not found:
+        return None
+    num_aux = data.get("num_aux_hidden_states")
+    newest = rules.release(rules.releases()[-1])
+    read = _pick(found, newest.runners.get(newest.default_runner, ()))
+    return DraftIds(read[0] if read else (), found, num_aux if type(num_aux) is int else None)
+
+
+def _pick(
+    found: Mapping[str, tuple[int, ...]], keys: Sequence[tuple[str, int]]
+) -> tuple[tuple[int, ...], str] | None:
+    """The ids a runner reading ``keys`` (in order, + shift) takes, and the key."""
+    for key, shift in keys:
+        if key in found:
+            return tuple(i + shift for i in found[key]), key
+    return None
+
+
+def _arch(arch: str | None, version: str, notes: list[str]) -> tuple[str, rules.Capture]:
+    if not arch:
+        notes.append(f"no --arch: the {_LLAMA} loop's rule")
+        arch = _LLAMA
+    known = rules.known_archs()
+    if arch not in known:
+        from .sglang_table import canonical_arch
+
+        lower = {a.lower(): a for a in known}
+        arch = lower.get(canonical_arch(arch).lower(), lower.get(arch.lower(), arch))
+    found = rules.capture(arch, version)
+    if found is not None:
+        return arch, found
+    if arch in known:
+        raise Unservable(
+            f"{arch} has no EAGLE-3 capture in this vLLM release (served in "
+            f"{', '.join(rules.spans_of(arch))})"
+        )
+    raise Unservable(
+        f"{arch[:80]} has no EAGLE-3 capture in any vLLM {rules.releases()[0]} to "
+        f"{rules.releases()[-1]} (not SupportsEagle3, or a multimodal wrapper: give its "
+        "language model's architecture)"
+    )
+
+
+def _fc_width(rel: rules.Release, ids: Sequence[int] | None) -> int:
+    if isinstance(ids, DraftIds):
+        for key in rel.fc_from:
+            if key == "num_aux_hidden_states" and ids.num_aux is not None:
+                return ids.num_aux
+            if key.startswith("len:") and key[4:] in ids.found:
+                return len(ids.found[key[4:]])
+    return rel.fc_default
 
 
 class VLLM(Engine):
@@ -17,8 +121,33 @@ class VLLM(Engine):
     title = "vLLM"
     id_keys = ("eagle_aux_hidden_state_layer_ids", "eagle_config.eagle_aux_hidden_state_layer_ids")
 
+    def __init__(self, runner: str | None = None) -> None:
+        if runner is not None and runner not in RUNNERS:
+            raise EagleContractError(f"unknown vLLM runner {runner!r}: one of {', '.join(RUNNERS)}")
+        self.runner = runner
+
+    def versions(self, spec: str | None) -> list[str | None]:
+        if spec is None or spec.strip()[:1].isdigit():
+            return [None if spec is None else spec.strip()]
+        from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+        try:
+            wanted = SpecifierSet(spec.strip())
+        except InvalidSpecifier:
+            raise EagleContractError(
+                f"serving.version {spec!r} is neither a version nor a specifier like '>=0.11.1'"
+            ) from None
+        found: list[str | None] = [v for v in rules.releases() if wanted.contains(v, True)]
+        if not found:
+            raise EagleContractError(f"no vLLM release with EAGLE-3 matches {spec!r}")
+        return found
+
+    def draft_ids(self, draft: DraftConfig) -> tuple[int, ...] | None:
+        return read_draft_ids(draft.path)
+
     def n_aux(self, draft: DraftConfig, version: str | None) -> int:
-        return 3  # llama_eagle3.py: fc is target_hidden_size * 3
+        rel = rules.release(version or rules.releases()[-1])
+        return _fc_width(rel, self.draft_ids(draft))
 
     def resolve(
         self,
@@ -28,30 +157,118 @@ class VLLM(Engine):
         version: str | None,
         use_installed: bool = True,
     ) -> Resolution:
-        notes = []
-        given = None if ids is None else tuple(ids)
-        if ids is None:
-            ids = eagle3_default_ids(num_layers)
-            notes.append(
-                f"no ids: vLLM's default {list(ids)} (get_eagle3_default_aux_hidden_"
-                "state_layers); a known silent failure (vllm PR #50170)"
+        notes: list[str] = []
+        problems: list[Problem] = []
+        if num_layers < 4:
+            raise Unservable(f"num_layers {num_layers}: EAGLE-3 defaults need at least 4 layers")
+        if version is None:
+            version = rules.releases()[-1]
+            notes.append(f"no version given: vLLM {version} assumed")
+        rel = rules.release(version)
+        runner = self.runner or rel.default_runner
+        if runner not in rel.runners:
+            raise Unservable(f"vLLM {rel.span}: its {runner} runner feeds no EAGLE-3 aux states")
+        arch, cap = _arch(arch, version, notes)
+        used = self._read(ids, rel, runner, notes, problems)
+        default = eagle3_default_ids(num_layers)
+        wanted = default if used is None else list(used)
+        if used is None:
+            notes.append(f"no ids read: vLLM's default {default} ({rel.default_ids})")
+        return self._capture(
+            num_layers,
+            wanted,
+            cap,
+            rel,
+            runner,
+            _fc_width(rel, ids),
+            notes,
+            problems,
+            arch,
+            None if ids is None else tuple(used or ids),
+        )
+
+    def _read(
+        self,
+        ids: Sequence[int] | None,
+        rel: rules.Release,
+        runner: str,
+        notes: list[str],
+        problems: list[Problem],
+    ) -> Sequence[int] | None:
+        """The ids this release's runner takes: a draft config's by its own keys; ids given
+        as they are count as read, unless the release reads none at all."""
+        keys = rel.runners[runner]
+        if not isinstance(ids, DraftIds):
+            if ids is not None and not keys:
+                problems.append(
+                    Problem(
+                        "EC508",
+                        f"vLLM {rel.span} ({runner} runner) reads no ids from the draft "
+                        f"config: {list(ids)} are not used, it feeds its default",
+                    )
+                )
+                return None
+            return ids
+        picked = _pick(ids.found, keys)
+        if picked is None:
+            read = ", ".join(k for k, _ in keys) or "no key: it always uses its default"
+            problems.append(
+                Problem(
+                    "EC508",
+                    f"vLLM {rel.span} ({runner} runner) does not read "
+                    f"{', '.join(ids.found)} from the draft config (it reads {read})",
+                )
             )
-        if any(i < 0 or i > num_layers for i in ids):
-            raise Unservable(f"vLLM ids must lie in [0, {num_layers}]: {list(ids)}")
-        kept = sorted(set(ids))
-        if len(kept) != 3:
+            return None
+        if len(ids.found) > 1:
+            notes.append(f"vLLM {rel.version} ({runner} runner) reads {picked[1]}")
+        return picked[0]
+
+    def _capture(
+        self,
+        num_layers: int,
+        wanted: list[int],
+        cap: rules.Capture,
+        rel: rules.Release,
+        runner: str,
+        fc: int,
+        notes: list[str],
+        problems: list[Problem],
+        arch: str,
+        given: tuple[int, ...] | None,
+    ) -> Resolution:
+        low = 1 if cap.id0 == "never" else 0
+        high = num_layers - 1 + cap.last
+        reached = sorted({i for i in wanted if low <= i <= high})
+        where = f"vLLM {cap.span} {cap.file}"
+        if 0 in reached and cap.id0 == "crash":
             raise Unservable(
-                f"vLLM's llama_eagle3.py builds fc as target_hidden_size * 3: "
-                f"{len(kept)} aux states crash at load"
+                f"id 0: {where} adds hidden_states + residual before layer 0, where residual "
+                "is None (TypeError at the start-up forward)"
             )
+        if len(reached) != fc:
+            dropped = sorted({i for i in wanted if not low <= i <= high})
+            why = f"ids {dropped} lie outside [{low}, {high}], " if dropped else ""
+            raise Unservable(
+                f"{where}: {why}{len(reached)} distinct aux states captured, the draft fc is "
+                f"built for {fc}: shape mismatch at the start-up forward"
+            )
+        if len(set(wanted)) != len(wanted):
+            notes.append("duplicate ids collapse: each layer is captured once")
+        if wanted != sorted(wanted):
+            notes.append(f"ids {wanted} are not ascending: vLLM concatenates in layer order")
         return Resolution(
             self.name,
-            version,
+            rel.version,
             arch,
             num_layers,
             given,
-            straight(kept),
-            "built-in rule: vLLM id k = input to layer k (llama.py, "
-            "deepseek_v2.py); sorted, duplicates collapse",
+            tuple(Position(i, i, Layer(i + cap.plus)) for i in reached),
+            f"built-in rules: vLLM {rel.span}, {runner} runner reads "
+            f"{[k for k, _ in rel.runners[runner]]}; {cap.file} ({cap.span}): id k = "
+            f"residual:k{f'+{cap.plus}' if cap.plus else ''}, id 0 {cap.id0}, "
+            f"ids up to L{cap.last - 1:+d}".removesuffix("+0")
+            + f"; fc for {fc} states",
             tuple(notes),
+            tuple(problems),
         )

@@ -87,6 +87,12 @@ class EagleDraft:
             raise UsageError(f"draft {directory}: missing tensors {missing}")
         return cls(directory, config, weights)
 
+    def to(self, device: torch.device | str) -> EagleDraft:
+        """The same draft with its tensors on ``device``."""
+        return EagleDraft(
+            self.path, self.config, {k: v.to(device) for k, v in self.weights.items()}
+        )
+
     @property
     def hidden(self) -> int:
         return int(self.weights["fc.weight"].shape[0])
@@ -123,11 +129,16 @@ class EagleDraft:
         embedding: torch.Tensor,
         steps: int,
         lm_head: torch.Tensor | None = None,
+        first: int | None = None,
     ) -> torch.Tensor:
         """Greedy chain drafts from every position at once: ``out[s, i]`` is step s+1's
         target token from start i (aux states of tokens 0..i, token i+1 embedded), a
         guess at ``input_ids[i + 2 + s]``. Step 1 attends to starts 0..i; step s also
         to the chain's own steps 2..s (the engine's KV cache during draft decode).
+
+        With ``first``, ``input_ids`` is the target's greedy sequence and only the chains
+        :func:`accepted` counts are drafted: from starts ``first`` on, each only while its
+        guesses are right (the others read -1; the accepted counts are the same).
         """
         import torch
 
@@ -135,74 +146,99 @@ class EagleDraft:
         head = self.weights.get("lm_head.weight", lm_head)
         if head is None:
             raise UsageError(f"draft {self.path}: no lm_head.weight and no target lm_head")
+        head = head.to(dtype)
         n = input_ids.numel() - 1
+        rows = torch.arange(n, device=input_ids.device)
         hidden = aux[:n].to(dtype) @ self.weights["fc.weight"].T
         tokens = input_ids[1:]
-        keys: list[tuple[torch.Tensor, torch.Tensor]] = []
-        out = []
+        cache: list[tuple[torch.Tensor, torch.Tensor]] = []
+        out = torch.full((steps, n), -1, dtype=torch.long, device=input_ids.device)
         with torch.no_grad():
             for s in range(steps):
-                emb = embedding[tokens].to(dtype)
-                hidden, k, v = self._layer(emb, hidden, torch.arange(n) + s, keys)
-                keys.append((k, v))
-                logits = self._norm("norm", hidden) @ head.to(dtype).T
-                tokens = self.target_ids(logits.argmax(-1))
-                out.append(tokens)
-        return torch.stack(out)
+                hidden, k, v = self._layer(embedding[tokens].to(dtype), hidden, rows, s, cache)
+                cache.append(_full(k, v, rows, n) if cache else (k, v))
+                if s == 0 and first is not None:
+                    lo = max(first, 0)
+                    keep = rows[lo : max(n - steps, lo)]  # the starts accepted() counts
+                    hidden, rows = hidden[keep], keep
+                tokens = self.target_ids((self._norm("norm", hidden) @ head.T).argmax(-1))
+                out[s, rows] = tokens
+                if first is not None:
+                    right = tokens == input_ids[rows + 2 + s]
+                    hidden, rows, tokens = hidden[right], rows[right], tokens[right]
+                    if not rows.numel():
+                        break
+        return out
 
-    def prefill_logits(
-        self, aux: torch.Tensor, input_ids: torch.Tensor, embedding: torch.Tensor
-    ) -> torch.Tensor:
-        """Step 1 from every start, with gradients (draft-vocabulary logits, ``[T-1, V_d]``):
-        what a trainer's first step computes."""
+    def unrolled_logits(
+        self, aux: torch.Tensor, input_ids: torch.Tensor, embedding: torch.Tensor, steps: int = 1
+    ) -> list[torch.Tensor]:
+        """What a trainer's training-time test computes, with gradients: per step s, the
+        draft-vocabulary logits ``[T-1-s, V_d]`` from every start i that has a true token
+        ``input_ids[i + 1 + s]`` to embed (later steps take the step before's own output
+        as hidden), a guess at ``input_ids[i + 2 + s]``."""
         import torch
 
         n = input_ids.numel() - 1
+        rows = torch.arange(n, device=input_ids.device)
         hidden = aux[:n] @ self.weights["fc.weight"].T
-        out, _, _ = self._layer(embedding[input_ids[1:]], hidden, torch.arange(n), [])
-        return self._norm("norm", out) @ self.weights["lm_head.weight"].T
+        cache: list[tuple[torch.Tensor, torch.Tensor]] = []
+        out = []
+        for s in range(min(steps, n)):
+            rows = rows[: n - s]
+            emb = embedding[input_ids[rows + 1 + s]]
+            hidden, k, v = self._layer(emb, hidden[: n - s], rows, s, cache)
+            cache.append(_full(k, v, rows, n) if cache else (k, v))
+            out.append(self._norm("norm", hidden) @ self.weights["lm_head.weight"].T)
+        return out
 
     def _layer(
         self,
         emb: torch.Tensor,
         hidden: torch.Tensor,
-        positions: torch.Tensor,
+        rows: torch.Tensor,
+        step: int,
         cache: list[tuple[torch.Tensor, torch.Tensor]],
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The decoder layer for the chains from starts ``rows`` at ``step`` (0: the
+        prefill over every start; later: one token each, with ``cache`` holding the
+        prefill's keys and the chain's own, indexed by start)."""
         import torch
 
         w = self.weights
         normed = self._norm(LAYER + "hidden_norm", hidden)
         residual = normed if self.norm_before_residual else hidden
         x = torch.cat([self._norm(LAYER + "input_layernorm", emb), normed], dim=-1)
-        n, hd = x.shape[0], self.head_dim
-        q = (x @ w[LAYER + "self_attn.q_proj.weight"].T).view(n, self.heads, hd)
-        k = (x @ w[LAYER + "self_attn.k_proj.weight"].T).view(n, self.kv_heads, hd)
-        v = (x @ w[LAYER + "self_attn.v_proj.weight"].T).view(n, self.kv_heads, hd)
-        cos, sin = self._rope(positions, q.dtype)
+        m, hd = x.shape[0], self.head_dim
+        q = (x @ w[LAYER + "self_attn.q_proj.weight"].T).view(m, self.heads, hd)
+        k = (x @ w[LAYER + "self_attn.k_proj.weight"].T).view(m, self.kv_heads, hd)
+        v = (x @ w[LAYER + "self_attn.v_proj.weight"].T).view(m, self.kv_heads, hd)
+        cos, sin = self._rope(rows + step, q.dtype)
         q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
         rep = self.heads // self.kv_heads
         k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
         scale = 1.0 / math.sqrt(hd)
         if not cache:  # the prefill: causal over every start
-            mask = torch.ones(n, n, dtype=torch.bool).tril()
+            causal = torch.ones(m, m, dtype=torch.bool, device=x.device).tril()
             scores = torch.einsum("qhd,khd->hqk", q, k) * scale
-            attn = scores.masked_fill(~mask, float("-inf")).softmax(-1)
+            attn = scores.masked_fill(~causal, float("-inf")).softmax(-1)
             mixed = torch.einsum("hqk,khd->qhd", attn, v)
         else:  # a decode step: the prefix up to the start, then the chain's own keys
             k0, v0 = cache[0]
-            own = [*cache[1:], (k, v)]
+            n = k0.shape[0]
+            causal = torch.arange(n, device=x.device)[None, :] <= rows[:, None]
+            own = [(kj[rows], vj[rows]) for kj, vj in cache[1:]] + [(k, v)]
             prefix = torch.einsum("qhd,khd->hqk", q, k0) * scale
-            prefix = prefix.masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), float("-inf"))
+            prefix = prefix.masked_fill(~causal, float("-inf"))
             diag = torch.stack([(q * kj).sum(-1).T * scale for kj, _ in own], -1)
             attn = torch.cat([prefix, diag], -1).softmax(-1)
             mixed = torch.einsum("hqk,khd->qhd", attn[..., :n], v0)
             for j, (_, vj) in enumerate(own):
                 mixed = mixed + attn[..., n + j].T.unsqueeze(-1) * vj
-        h = mixed.reshape(n, -1) @ w[LAYER + "self_attn.o_proj.weight"].T + residual
-        m = self._norm(LAYER + "post_attention_layernorm", h)
-        gate = torch.nn.functional.silu(m @ w[LAYER + "mlp.gate_proj.weight"].T)
-        up = m @ w[LAYER + "mlp.up_proj.weight"].T
+        h = mixed.reshape(m, -1) @ w[LAYER + "self_attn.o_proj.weight"].T + residual
+        post = self._norm(LAYER + "post_attention_layernorm", h)
+        gate = torch.nn.functional.silu(post @ w[LAYER + "mlp.gate_proj.weight"].T)
+        up = post @ w[LAYER + "mlp.up_proj.weight"].T
         out = (gate * up) @ w[LAYER + "mlp.down_proj.weight"].T + h
         return out, k, v
 
@@ -216,7 +252,7 @@ class EagleDraft:
     def _rope(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
         import torch
 
-        inv = _inv_freq(self.config, self.head_dim)
+        inv = _inv_freq(self.config, self.head_dim).to(positions.device)
         angles = positions.float()[:, None] * inv[None, :]
         emb = torch.cat([angles, angles], -1)[:, None, :]
         return emb.cos().to(dtype), emb.sin().to(dtype)
@@ -227,14 +263,26 @@ def accepted(drafts: torch.Tensor, input_ids: torch.Tensor, first: int) -> torch
     equal the target's own continuation (``input_ids`` holds the target's greedy tokens)."""
     import torch
 
-    steps = drafts.shape[0]
+    steps, first = drafts.shape[0], max(first, 0)
     last = input_ids.numel() - 2 - steps  # the last start whose K guesses all exist
     if last < first:
         return torch.zeros(0, dtype=torch.long)
-    starts = torch.arange(first, last + 1)
+    starts = torch.arange(first, last + 1, device=input_ids.device)
     truth = torch.stack([input_ids[starts + 2 + s] for s in range(steps)])
     right = (drafts[:, starts] == truth).long()
     return right.cumprod(0).sum(0)
+
+
+def _full(
+    k: torch.Tensor, v: torch.Tensor, rows: torch.Tensor, n: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A decode step's keys and values for ``rows``, in buffers indexed by start."""
+    import torch
+
+    full_k = torch.zeros((n, *k.shape[1:]), dtype=k.dtype, device=k.device)
+    full_v = torch.zeros_like(full_k)
+    full_k[rows], full_v[rows] = k, v
+    return full_k, full_v
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

@@ -4,7 +4,9 @@ the platform's per-step limits, and the findings as Markdown in the job's step s
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -15,7 +17,10 @@ if TYPE_CHECKING:
     from .run import CheckRun
 
 MAX_PER_STEP = 10
-"""GitHub shows at most 10 error and 10 warning annotations of one step (50 per job)."""
+"""GitHub shows at most 10 error and 10 warning annotations of one step..."""
+MAX_PER_JOB = 50
+"""...and 50 of one job: the steps of a job count theirs in ``$RUNNER_TEMP`` (emptied per job)."""
+_COUNTER = "eagle-contract-annotations.count"
 
 _IDS_CODES = frozenset({"EC501", "EC502", "EC506", "EC508", "EC514", "EC515"})
 """Findings caused by the aux ids the engine reads: annotated at those ids."""
@@ -97,9 +102,12 @@ def locate(f: Finding, contract: Contract, root: Path | None = None) -> Location
     return Location(rel, *found) if rel and found else None
 
 
-def annotation_lines(runs: Sequence[CheckRun], root: Path | None = None) -> list[str]:
+def annotation_lines(
+    runs: Sequence[CheckRun], root: Path | None = None, budget: int = MAX_PER_JOB
+) -> list[str]:
     """Workflow commands, one per finding group (one rule at one place across shards); at
-    most MAX_PER_STEP per severity, then one plain line saying how many were left out."""
+    most MAX_PER_STEP per severity and ``budget`` in all, then one plain line saying how
+    many were left out."""
     groups: dict[tuple[object, ...], list[Finding]] = {}
     where: dict[tuple[object, ...], Location | None] = {}
     for run in runs:
@@ -117,12 +125,14 @@ def annotation_lines(runs: Sequence[CheckRun], root: Path | None = None) -> list
     left = 0
     for severity in ("error", "warning"):
         chosen = [k for k in groups if k[0] == severity]
-        left += max(0, len(chosen) - MAX_PER_STEP)
-        out += [_command(groups[k], where[k]) for k in chosen[:MAX_PER_STEP]]
+        shown = max(0, min(MAX_PER_STEP, budget - len(out)))
+        left += max(0, len(chosen) - shown)
+        out += [_command(groups[k], where[k]) for k in chosen[:shown]]
     if left:
         out.append(
             f"eagle-contract: {left} more finding group(s) not annotated (GitHub shows "
-            f"{MAX_PER_STEP} per step and severity); all are in the step summary"
+            f"{MAX_PER_STEP} per step and severity, {MAX_PER_JOB} per job); all are in the "
+            "step summary"
         )
     return out
 
@@ -142,6 +152,27 @@ def _command(same: list[Finding], loc: Location | None) -> str:
     if f.hint:
         text += f"\nhint: {f.hint}"
     return f"::{f.severity} {','.join(props)}::{escape_data(text)}"
+
+
+def _natural(text: str) -> list[object]:
+    """Sort key: data_2 before data_10."""
+    return [int(x) if x.isdigit() else x for x in re.split(r"(\d+)", text)]
+
+
+def _places(same: Sequence[Finding], contract: Contract) -> str:
+    """Where the annotations point: lines of the contract, else ``file:line``."""
+    mine = _in_root(contract.path, _root())
+    lines: set[int] = set()
+    others: set[str] = set()
+    for f in same:
+        loc = locate(f, contract)
+        if loc is None:
+            lines |= {f.line} if f.line else set()
+        elif loc.file == mine:
+            lines.add(loc.line)
+        else:
+            others.add(f"`{loc.file}`:{loc.line}")
+    return ", ".join([*map(str, sorted(lines)), *sorted(others)]) or "-"
 
 
 def _cell(text: object) -> str:
@@ -174,13 +205,13 @@ def step_summary(runs: Sequence[CheckRun], shown: int = 5) -> str:
                 "|---|---|---|---:|---|---|",
             ]
             for code, same in sorted(by_rule.items()):
-                shards = sorted({f.file for f in same if f.file})
+                shards = sorted({f.file for f in same if f.file}, key=_natural)
                 names = ", ".join(f"`{s}`" for s in shards[:shown])
                 more = f" and {len(shards) - shown} more" if len(shards) > shown else ""
-                lines = ", ".join(str(n) for n in sorted({f.line for f in same if f.line}))
+                affected = f"{len(shards)}: {names}{more}" if shards else "- (contract)"
                 parts.append(
                     f"| {code} | {same[0].rule.name} | {same[0].severity} | "
-                    f"{len(same)} | {len(shards)} {names}{more} | {lines} |"
+                    f"{len(same)} | {affected} | {_places(same, run.contract)} |"
                 )
             parts.append("")
             for code, same in sorted(by_rule.items()):
@@ -203,7 +234,7 @@ def step_summary(runs: Sequence[CheckRun], shown: int = 5) -> str:
             if span.refused:
                 parts += [f"refused: {_cell(span.refused)}", ""]
                 continue
-            parts += ["| fc pos | training | serving | |", "|---:|---|---|---|"]
+            parts += ["| fc pos | training (declared) | serving | |", "|---:|---|---|---|"]
             parts += [
                 f"| {p} | {a} | {b} | {'ok' if s == 'ok' else '**DIFFERS**'} |"
                 for p, a, b, s in span.rows()
@@ -212,14 +243,32 @@ def step_summary(runs: Sequence[CheckRun], shown: int = 5) -> str:
     return "\n".join(parts) + "\n"
 
 
+def _count(counter: Path | None) -> int:
+    """The job's annotations so far (0 outside Actions or when unreadable)."""
+    try:
+        return max(0, int(counter.read_text("utf-8"))) if counter is not None else 0
+    except (OSError, ValueError):
+        return 0
+
+
 def emit(runs: Sequence[CheckRun], mode: str, echo: Callable[[str], None] = print) -> None:
     """Under GitHub Actions (or ``mode='github'``): echo the annotations and append the
     step summary to ``$GITHUB_STEP_SUMMARY`` when it is set."""
     if not enabled(mode):
         return
-    for line in annotation_lines(runs):
+    temp = os.environ.get("RUNNER_TEMP")
+    counter = Path(temp) / _COUNTER if temp else None
+    used = _count(counter)
+    lines = annotation_lines(runs, budget=MAX_PER_JOB - used)
+    for line in lines:
         echo(line)
+    if counter is not None:
+        with suppress(OSError):
+            counter.write_text(str(used + sum(x.startswith("::") for x in lines)), "utf-8")
     target = os.environ.get("GITHUB_STEP_SUMMARY")
     if target:
-        with open(target, "a", encoding="utf-8") as out:
-            out.write(step_summary(runs))
+        try:
+            with open(target, "a", encoding="utf-8") as out:  # appended: earlier steps' stay
+                out.write(step_summary(runs))
+        except OSError as exc:
+            echo(f"eagle-contract: cannot append the step summary to {target}: {exc}")

@@ -20,8 +20,9 @@ _STYLE = """
 body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222}
 h1 .ok{color:#1a7f37} h1 .bad{color:#cf222e} code,pre{font:12px ui-monospace,monospace}
 table{border-collapse:collapse;margin:.5em 0} td,th{border:1px solid #ccc;padding:3px 8px;
-text-align:left} .differs{color:#cf222e;font-weight:bold} .finding{border-left:4px solid
-#cf222e;padding:2px 10px;margin:8px 0} .warning{border-color:#bf8700} .hint{color:#555}
+text-align:left} pre{overflow-x:auto} .differs{color:#cf222e;font-weight:bold}
+.finding{border-left:4px solid #cf222e;padding:2px 10px;margin:8px 0}
+.warning{border-color:#bf8700} .hint{color:#555}
 .note{background:#fff8c5;padding:6px 10px} figure{margin:1em 0} svg{max-width:100%;height:auto}
 """
 
@@ -59,16 +60,16 @@ def _contract(run: CheckRun, m: Measurements) -> list[str]:
     out += _findings(run) or ["<p>none</p>"]
     out += _layout(run)
     out += _norms(m)
-    if run.probe:
+    if m.probe:
         out.append("<h3>Probe</h3>")
         if plots.available():
-            out.append(_figure(plots.probe_plot(run.probe)))
+            out.append(_figure(plots.probe_plot(m.probe)))
         out.append(
             _table(
                 ["layout", "acceptance length", "acceptance per draft step"],
                 [
                     [e.name, f"{e.accept_length:.3f}", ", ".join(f"{a:.3f}" for a in e.per_step)]
-                    for e in run.probe
+                    for e in m.probe
                 ],
             )
         )
@@ -176,8 +177,20 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
-def write(path: Path, runs: Sequence[CheckRun], runner: Runner) -> None:
-    """Measure each run's shards (through ``runner``) and write the page to ``path``."""
+MARK = b"<title>eagle-contract report</title>"  # a previous page may be replaced
+
+
+def write(
+    path: Path,
+    runs: Sequence[CheckRun],
+    runner: Runner,
+    flag: str = "--report",
+    reads: Sequence[Path] = (),
+) -> None:
+    """Measure each run's shards (through ``runner``) and write the page to ``path``
+    atomically, never onto an input or a file that is not a report."""
+    from ..outputs import write_text
     from .measure import measure
 
-    path.write_text(render(runs, [measure(run, runner) for run in runs]), "utf-8")
+    page = render(runs, [measure(run, runner) for run in runs])
+    write_text(path, page, flag, reads=reads, ours=MARK)

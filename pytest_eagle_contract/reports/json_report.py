@@ -4,6 +4,7 @@ described by the published schema ``reports/schema/report-v1.schema.json``."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -56,8 +57,16 @@ def stamped(kind: str, data: dict[str, Any]) -> dict[str, Any]:
     return {"schema_version": SCHEMA_VERSION, "kind": kind, **data}
 
 
-def write(path: Path, data: dict[str, Any]) -> None:
-    path.write_text(json.dumps(data, indent=2, default=str) + "\n", "utf-8")
+MARK = b'"schema_version"'  # in the head of every report: a previous one may be replaced
+
+
+def write(
+    path: Path, data: dict[str, Any], flag: str = "--json", reads: Sequence[Path] = ()
+) -> None:
+    """Write the report atomically, never onto an input or a file that is not a report."""
+    from ..outputs import write_text
+
+    write_text(path, json.dumps(data, indent=2, default=str) + "\n", flag, reads=reads, ours=MARK)
 
 
 def schema_path() -> Path:
@@ -74,8 +83,12 @@ def problems(data: Any) -> list[str]:
     """Where ``data`` breaks the published schema ([] when it is a valid report)."""
     from jsonschema import Draft202012Validator
 
-    validator = Draft202012Validator(schema())
+    kind = data.get("kind") if isinstance(data, dict) else None
+    whole = schema()
+    if kind in whole["properties"]["kind"]["enum"]:  # that kind's errors, not oneOf's
+        whole = {k: v for k, v in whole.items() if k != "oneOf"}
+        whole["allOf"] = [{"$ref": f"#/$defs/{kind}"}]
     return [
         f"{'/'.join(map(str, e.absolute_path)) or '(top)'}: {e.message}"
-        for e in validator.iter_errors(data)
+        for e in Draft202012Validator(whole).iter_errors(data)
     ]

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ..contract.model import Contract
     from ..findings import Finding
-    from .run import ProbeEstimate
 
 
 _BY_CONTRACT: dict[Path, tuple[tuple[str, str], ...]] = {}  # worked out once per contract
@@ -41,12 +40,16 @@ def _contract_properties(contract: Contract) -> tuple[tuple[str, str], ...]:
     return _BY_CONTRACT[contract.path]
 
 
-def properties(
-    contract: Contract, findings: Sequence[Finding], probe: Sequence[ProbeEstimate] = ()
-) -> list[tuple[str, str]]:
+def properties(contract: Contract, findings: Sequence[Finding]) -> list[tuple[str, str]]:
     """Contract name and content sha256, engine and version, the fc layers trained and
-    served per engine version, the rule codes found, the probe's acceptance lengths."""
+    served per engine version, the rule codes found, the estimated acceptance lengths
+    where the findings carry them (:func:`.run.accept_lengths`)."""
+    from .run import accept_lengths
+
     props = list(_contract_properties(contract))
     props.append(("eagle_rules", ",".join(sorted({f.code for f in findings}))))
-    props += [(f"eagle_acceptance_length[{e.name}]", f"{e.accept_length:.3f}") for e in probe]
+    props += [
+        (f"eagle_acceptance_length[{name}]", f"{value:.3f}")
+        for name, value in accept_lengths(findings).items()
+    ]
     return props

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ..planner import Runner
     from ..shards.shard import Shard
-    from .run import CheckRun
+    from .run import CheckRun, ProbeEstimate
 
 
 @dataclass(frozen=True)
@@ -38,17 +38,19 @@ class Measurements:
     slots: list[SlotNorms] = field(default_factory=list)
     curve: TargetCurve | None = None
     problems: list[str] = field(default_factory=list)
+    probe: tuple[ProbeEstimate, ...] = ()
 
 
 def measure(run: CheckRun, runner: Runner) -> Measurements:
     """Read the run's shards again (through ``runner``, so cached ones are not) and measure."""
     from ..errors import EagleContractError
 
+    problems: list[str] = []
+    probe = _probe(run, runner, problems)
     spec = run.contract.training
     if spec is None:
-        return Measurements()
+        return Measurements(problems=problems, probe=probe)
     medians: dict[int, list[tuple[str, float]]] = {i: [] for i in range(len(spec.slots))}
-    problems: list[str] = []
     usable: Shard | None = None
     for path, label in run.shard_paths:
         try:
@@ -76,7 +78,22 @@ def measure(run: CheckRun, runner: Runner) -> Measurements:
             curve = _curve(run, runner, usable)
         except EagleContractError as exc:
             problems.append(f"target model: {exc}")
-    return Measurements(slots, curve, problems)
+    return Measurements(slots, curve, problems, probe)
+
+
+def _probe(run: CheckRun, runner: Runner, problems: list[str]) -> tuple[ProbeEstimate, ...]:
+    """The probe's estimates where its family ran (run again: seeded, the gate's numbers)."""
+    if not any(u.check == "probe" for u in run.units):
+        return ()
+    from ..checks.probe import probe_contract
+    from ..errors import EagleContractError
+
+    try:
+        target = runner.target(run.contract)
+        return () if target is None else tuple(probe_contract(run.contract, target))
+    except EagleContractError as exc:
+        problems.append(f"probe: {exc}")
+        return ()
 
 
 def _curve(run: CheckRun, runner: Runner, shard: Shard) -> TargetCurve | None:

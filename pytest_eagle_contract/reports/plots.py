@@ -23,6 +23,7 @@ def _pyplot() -> Any:
 
     matplotlib.use("Agg")
     matplotlib.rcParams["svg.hashsalt"] = "eagle-contract"  # the same report, the same bytes
+    matplotlib.rcParams["svg.fonttype"] = "none"  # text as text: smaller, found by search
     import matplotlib.pyplot as plt
 
     return plt
@@ -95,6 +96,7 @@ def probe_plot(probe: Sequence[ProbeEstimate]) -> str:
         steps = [s + 1 + (n - (len(probe) - 1) / 2) * width for s in range(len(e.per_step))]
         ax.bar(steps, e.per_step, width, label=f"{e.name}: acceptance length {e.accept_length:.2f}")
     ax.set_ylim(0, 1)
+    ax.set_xticks(range(1, max(len(e.per_step) for e in probe) + 1))
     ax.set_xlabel("draft step")
     ax.set_ylabel("acceptance rate")
     ax.set_title("probe: acceptance per draft step", fontsize=9)

@@ -20,21 +20,52 @@ def publish(
     runner: Runner | None = None,
     session: bool = False,
     echo: Callable[[str], None] = print,
+    flag: str = "",
 ) -> None:
     """``json_path``: the check report (a session report of every contract with
-    ``session``); ``html_path``: the HTML report; ``annotations``: auto, github or none."""
+    ``session``); ``html_path``: the HTML report; ``annotations``: auto, github or none;
+    ``flag``: the option that named the report (default ``--json`` / ``--report``).
+    Neither report is written onto what the runs read (:mod:`..outputs`)."""
     from . import github, json_report
 
+    reads = run_inputs(runs)
     if json_path is not None:
         data = (
             json_report.session_report(list(runs))
             if session or len(runs) != 1
             else json_report.check_report(runs[0])
         )
-        json_report.write(json_path, data)
+        json_report.write(json_path, data, flag or "--json", reads)
     if html_path is not None:
         from ..planner import Runner
         from .html import write
 
-        write(html_path, runs, runner or Runner())
+        write(html_path, runs, runner or Runner(), flag or "--report", reads)
     github.emit(runs, annotations, echo)
+
+
+def run_inputs(runs: Sequence[CheckRun]) -> tuple[Path, ...]:
+    """What the runs read: contracts, shard roots and files, target models."""
+    from ..outputs import inputs
+
+    paths: list[Path | None] = []
+    for run in runs:
+        contract = run.contract
+        training = contract.training
+        paths += [contract.path, training.shards if training else None, contract.target.model]
+        paths += [p for p, _ in run.shard_paths]
+    return inputs(*paths)
+
+
+def check_targets(
+    reads: Sequence[Path], json_path: Path | None, html_path: Path | None, flag: str = ""
+) -> None:
+    """Refuse report paths before a run (the same rules the writes apply after it)."""
+    from ..outputs import target
+    from .html import MARK as PAGE
+    from .json_report import MARK
+
+    if json_path is not None:
+        target(json_path, flag or "--json", reads=reads, ours=MARK)
+    if html_path is not None:
+        target(html_path, flag or "--report", reads=reads, ours=PAGE)

@@ -51,7 +51,7 @@ class ReportHooks:
             return
         from .junit import properties
 
-        findings = list(getattr(call.excinfo.value, "findings", []) if call.excinfo else [])
+        findings = list(getattr(item, "findings", []))  # warnings of a passing item too
         item.user_properties.extend(properties(unit.contract, findings))
         outcome = yield
         setattr(
@@ -79,17 +79,39 @@ class ReportHooks:
         path = self.config.getoption("eagle_report")
         report = Path(path) if path else None
         runs = _runs(self.seen)
-        publish(
-            runs,
-            json_path=report if report and report.suffix == ".json" else None,
-            html_path=report if report and report.suffix != ".json" else None,
-            annotations=self.config.getoption("eagle_annotations"),
-            session=True,
-            runner=_runner(self.config) if report else None,
-            echo=terminalreporter.write_line,
-        )
+        from ..errors import EagleContractError
+
+        try:
+            publish(
+                runs,
+                json_path=report if report and report.suffix == ".json" else None,
+                html_path=report if report and report.suffix != ".json" else None,
+                annotations=self.config.getoption("eagle_annotations"),
+                session=True,
+                runner=_runner(self.config) if report else None,
+                echo=terminalreporter.write_line,
+                flag="--eagle-report",
+            )
+        except EagleContractError as exc:  # a full disk: a line, not an INTERNALERROR
+            terminalreporter.write_line(f"eagle-contract: error: {exc}", red=True)
+            return
         if report is not None:
             terminalreporter.write_line(f"eagle-contract: report written to {report}")
+
+
+def check_report_path(config: pytest.Config, reads: list[Path]) -> None:
+    """``--eagle-report``: refused at the start (not after the run) where the write would
+    be: onto ``reads`` (contracts, shards), a folder, a device, a file that is no report."""
+    path = config.getoption("eagle_report")
+    if not path or hasattr(config, "workerinput"):
+        return
+    from ..outputs import inputs
+    from .publish import check_targets
+
+    report = Path(path)
+    json_path = report if report.suffix == ".json" else None
+    html_path = None if json_path else report
+    check_targets(inputs(*reads), json_path, html_path, "--eagle-report")
 
 
 def _runner(config: pytest.Config) -> Any:

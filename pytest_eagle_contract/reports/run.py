@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from ..contract.model import Contract
@@ -24,8 +25,8 @@ class UnitResult:
 
 
 class ProbeEstimate(Protocol):
-    """What the reports read of a probe's estimate (``eagle-contract probe``'s Estimate):
-    the layout's name, the acceptance length, the acceptance rate per draft step."""
+    """What the reports read of a probe's estimate (the ``probe`` family's Estimate): the
+    layout's name, the acceptance length, the acceptance rate per draft step."""
 
     @property
     def name(self) -> str: ...
@@ -43,7 +44,6 @@ class CheckRun:
     units: list[UnitResult]
     findings: list[Finding]
     summary: str
-    probe: tuple[ProbeEstimate, ...] = ()
     shard_paths: list[tuple[Path, str]] = field(default_factory=list)
 
     @property
@@ -66,6 +66,25 @@ def _shards(units: list[UnitResult]) -> list[tuple[Path, str]]:
         if u.path is not None:
             seen.setdefault(u.path, u.shard)
     return list(seen.items())
+
+
+def accept_lengths(findings: Sequence[Finding]) -> dict[str, float]:
+    """Estimated acceptance length per layout, where findings carry it in ``extra``:
+    ``estimates`` (the probe's, each with ``name`` and ``accept_length``) or one
+    ``accept_length`` (with ``layout`` or ``name``, else the rule code)."""
+    out: dict[str, float] = {}
+    for f in findings:
+        listed = f.extra.get("estimates")
+        for e in [*(listed if isinstance(listed, list) else []), f.extra]:
+            value = e.get("accept_length") if isinstance(e, dict) else None
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                out.setdefault(_name(e, f.code), float(value))
+    return out
+
+
+def _name(e: dict[str, Any], default: str) -> str:
+    name = e.get("layout", e.get("name"))
+    return name if isinstance(name, str) and name else default
 
 
 def content_sha256(path: Path) -> str:

@@ -28,6 +28,8 @@ __all__ = ["Sample", "Slot", "as_numbers", "dtype_name", "read_sample"]
 
 GUNZIP_CAP_ENV = "EAGLE_SHARD_MAX_GUNZIP_BYTES"
 GUNZIP_CAP = 1 << 30  # a .ckpt.gz shard expands to at most 1 GiB unless the env var says more
+GUNZIP_RATIO = 64  # ... and, past GUNZIP_FLOOR, to at most 64 times its compressed size
+GUNZIP_FLOOR = 256 << 20
 _CHUNK = 1 << 20
 
 
@@ -156,12 +158,16 @@ def _torch_load(path: Path) -> Any:
     return load(str(path), True)
 
 
-def gunzip_cap() -> int:
-    """The most bytes a compressed shard may expand to: ``EAGLE_SHARD_MAX_GUNZIP_BYTES``
-    (a byte count, or with a K, M or G suffix), else 1 GiB."""
+def gunzip_cap(compressed: int | None = None) -> int:
+    """The most bytes a compressed shard (of ``compressed`` bytes) may expand to:
+    ``EAGLE_SHARD_MAX_GUNZIP_BYTES`` (a byte count, or with a K, M or G suffix), else 1 GiB
+    and, past 256 MiB, 64 times the compressed size (real states compress less than 2:1;
+    a gzip bomb, up to 1000:1)."""
     text = os.environ.get(GUNZIP_CAP_ENV, "").strip()
     if not text:
-        return GUNZIP_CAP
+        if compressed is None:
+            return GUNZIP_CAP
+        return min(GUNZIP_CAP, max(GUNZIP_FLOOR, GUNZIP_RATIO * compressed))
     scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:].upper(), 1)
     try:
         value = int(text[:-1] if scale > 1 else text) * scale
@@ -178,7 +184,7 @@ def gunzip_cap() -> int:
 
 def _gunzip(path: Path) -> io.BytesIO:
     """The expanded bytes of a gzip file, read a chunk at a time up to :func:`gunzip_cap`."""
-    cap = gunzip_cap()
+    cap = gunzip_cap(path.stat().st_size)
     out = io.BytesIO()
     try:
         with gzip.open(path, "rb") as f:
@@ -186,8 +192,8 @@ def _gunzip(path: Path) -> io.BytesIO:
                 if out.tell() + len(chunk) > cap:
                     raise ShardReadError(
                         "EC001",
-                        f"expands to more than {cap} bytes",
-                        f"a shard this large is unusual; if it is real, raise {GUNZIP_CAP_ENV}",
+                        f"expands to more than {cap} bytes (a gzip bomb?)",
+                        f"a shard this large is unusual; if it is real, set {GUNZIP_CAP_ENV}",
                     )
                 out.write(chunk)
     except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
@@ -242,6 +248,8 @@ def read_sample(path: str | Path, format: str = "auto") -> Sample:
         raise ShardReadError(
             "EC001", "not enough memory to read it", "a shard is one sample: is this one?"
         ) from None
+    if isinstance(tensors, list) and tensors and isinstance(tensors[0], dict):
+        tensors = tensors[0]  # TensorRT-LLM saves a list of per-request dicts: the first
     if not isinstance(tensors, dict):
         raise ShardReadError(
             "EC001",

@@ -46,12 +46,12 @@ def _format(name: str) -> Format:
     return FORMATS[name]
 
 
-def save(path: Path, data: dict[str, Any]) -> Path:
+def save(path: Path, data: dict[str, Any] | list[dict[str, Any]]) -> Path:
     """Save a shard dict by the file's suffix (.safetensors, .gz, else torch.save)."""
     import torch
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    if path.name.endswith(".safetensors"):
+    if path.name.endswith(".safetensors") and isinstance(data, dict):
         from safetensors.torch import save_file
 
         save_file({k: v.contiguous() for k, v in data.items()}, str(path))
@@ -72,6 +72,6 @@ def write_shard(
     slots: Sequence[torch.Tensor],
     compress: bool = False,
 ) -> Path:
-    return save(
-        root / shard_name(format, index, compress), shard_dict(format, input_ids, loss_mask, slots)
-    )
+    data = shard_dict(format, input_ids, loss_mask, slots)
+    path = root / shard_name(format, index, compress)
+    return save(path, [data] if format == "trtllm" else data)  # TensorRT-LLM: a list of dicts

@@ -306,7 +306,7 @@ def mutation_list(contract: Contract) -> list[Mutation]:
     for dtype in ("bfloat16", "float16", "float32"):
         if any(s.dtype != dtype for s in spec.slots):
             out.append(Mutation("cast-dtype", f"to {dtype}", "EC201", "cast", arg=dtype))
-    for how in ("longer", "shorter"):
+    for how in ("longer", "shorter") if fmt.mask_key else ():  # TensorRT-LLM saves no mask
         out.append(Mutation("loss-mask-length", how, "EC202", "mask-length", arg=how))
     out.append(Mutation("truncate-ids", "last id dropped", "EC202", "truncate-ids"))
     out.append(Mutation("non-finite", "NaN in slot 0", "EC304", "non-finite", arg="nan:0"))

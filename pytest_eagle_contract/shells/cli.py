@@ -11,7 +11,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..errors import EagleContractError
-from . import commands, gate, probe
+from . import audit, commands, gate, matrix, probe
+from .args import add_flush_cache, add_sampling, add_shards, add_workers
 from .exit_codes import EXIT_USAGE
 from .terminal import QuietPipe
 
@@ -32,13 +33,7 @@ def _parser() -> argparse.ArgumentParser:
     ins.add_argument("--json", action="store_true", help="print one JSON object")
 
     inf = sub.add_parser("infer", help="draft a contract from shards you trust")
-    inf.add_argument(
-        "paths",
-        type=Path,
-        nargs="*",
-        metavar="PATH",
-        help="shard files or directories (with --update: default training.shards)",
-    )
+    add_shards(inf, help="shard files or directories (with --update: default training.shards)")
     inf.add_argument(
         "--update",
         type=Path,
@@ -47,6 +42,9 @@ def _parser() -> argparse.ArgumentParser:
         "comments and key order; exits 1 when anything changed",
     )
     inf.add_argument("-o", "--output", type=Path, help="write here instead of stdout")
+    inf.add_argument(
+        "--force", action="store_true", help="let -o replace an existing file (never an input)"
+    )
     inf.add_argument("--name", help="contract name (default: the output file's stem)")
     inf.add_argument("--format", choices=FORMAT_NAMES, default="auto")
     inf.add_argument(
@@ -75,20 +73,13 @@ def _parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="the draft model's directory (or config.json): serving's aux ids",
     )
-    inf.add_argument("--sample", default="all", help="N shards or 'all' (default: all)")
-    inf.add_argument("--seed", type=int, default=0)
+    add_sampling(inf)
+    add_workers(inf, "measuring shards")
 
     chk = sub.add_parser("check", help="check shards against a contract")
     chk.add_argument("contract", type=Path)
-    chk.add_argument(
-        "paths",
-        type=Path,
-        nargs="*",
-        metavar="PATH",
-        help="shard files or directories (default: training.shards)",
-    )
-    chk.add_argument("--sample", default=None, help="N shards or 'all' (default: 10)")
-    chk.add_argument("--seed", type=int, default=0)
+    add_shards(chk)
+    add_sampling(chk, None)
     chk.add_argument("--json", type=Path, metavar="REPORT", help="also write a JSON report here")
     chk.add_argument(
         "--report",
@@ -103,11 +94,13 @@ def _parser() -> argparse.ArgumentParser:
         help="GitHub Actions annotations and step summary (auto: when GITHUB_ACTIONS=true)",
     )
     chk.add_argument("-q", "--quiet", action="store_true", help="print only the summary")
+    add_workers(chk)
     chk.add_argument(
         "--checks",
         default=None,
         metavar="LIST",
-        help="comma-separated check families (default: layout,structure,values,norms)",
+        help="comma-separated check families (default: every default family whose inputs "
+        "are given; docs/rules.md lists them)",
     )
     chk.add_argument(
         "--serving-args",
@@ -152,33 +145,16 @@ def _parser() -> argparse.ArgumentParser:
         "--sglang-url", metavar="URL", help="verify shards against a live SGLang server"
     )
     chk.add_argument("--sglang-timeout", type=float, default=60.0, metavar="S")
-    chk.add_argument(
-        "--sglang-flush-cache",
-        action="store_true",
-        help="let the capture flush the server's prefix cache when it ignores "
-        "the request's cache key (SGLang < 0.5.3)",
-    )
+    add_flush_cache(chk)
 
     rec = sub.add_parser("record", help="capture what SGLang feeds the draft, for shards' ids")
     rec.add_argument("contract", type=Path)
-    rec.add_argument(
-        "paths",
-        type=Path,
-        nargs="*",
-        metavar="PATH",
-        help="shard files or directories (default: training.shards)",
-    )
+    add_shards(rec)
     rec.add_argument("--sglang-url", required=True, metavar="URL")
     rec.add_argument("-o", "--out", type=Path, required=True, metavar="DIR")
-    rec.add_argument("--sample", default="all", help="N shards or 'all' (default: all)")
-    rec.add_argument("--seed", type=int, default=0)
+    add_sampling(rec)
     rec.add_argument("--timeout", type=float, default=60.0, metavar="S")
-    rec.add_argument(
-        "--sglang-flush-cache",
-        action="store_true",
-        help="let the capture flush the server's prefix cache when it ignores "
-        "the request's cache key (SGLang < 0.5.3)",
-    )
+    add_flush_cache(rec)
 
     idf = sub.add_parser("identify", help="name each slot's layer by running the target model")
     idf.add_argument("path", type=Path)
@@ -204,6 +180,25 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="the draft's aux layer ids (omit for the engine default)",
     )
+    res.add_argument(
+        "--draft-config",
+        type=Path,
+        metavar="FILE",
+        help="the draft's config.json (or its folder): the ids under the keys the engine "
+        "(that release and runner) reads",
+    )
+    res.add_argument(
+        "--runner",
+        choices=("v1", "v2"),
+        help="vLLM model runner (default: that release's default)",
+    )
+    res.add_argument(
+        "--want",
+        nargs="+",
+        metavar="LAYER",
+        help="print the ids that make the engine feed these layers (embed, residual:K, "
+        "final_norm), per span of --version, or why none exist",
+    )
     res.add_argument("--json", action="store_true", help="print one JSON object")
     res.add_argument(
         "--source",
@@ -226,6 +221,8 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     probe.add_parser(sub)
+    audit.add_parser(sub)
+    matrix.add_parser(sub)
 
     sch = sub.add_parser("schema", help="print the contract JSON Schema (for editors)")
     sch.add_argument("--path", action="store_true", help="print the schema file's path instead")
@@ -242,6 +239,8 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "demo": gate.demo,
     "schema": commands.schema,
     "probe": probe.probe,
+    "audit": audit.audit,
+    "matrix": matrix.matrix,
 }
 
 

@@ -33,6 +33,7 @@ def inspect(args: argparse.Namespace) -> int:
 
 def infer(args: argparse.Namespace) -> int:
     from ..contract.infer import draft_contract
+    from ..pool import workers_option
     from ..shards.discovery import parse_sample
 
     if args.update is not None:
@@ -52,6 +53,14 @@ def infer(args: argparse.Namespace) -> int:
 
     name = args.name or (args.output.stem if args.output else "drafted")
     import os
+
+    from .. import outputs
+
+    reads = outputs.inputs(*args.paths, args.target_model, args.draft)
+    if args.output is not None:  # refused now, not after the draft
+        outputs.target(
+            args.output, "-o", reads=reads, replace=args.force, force="--force", parents=True
+        )
 
     from ..contract.model import schema_path
 
@@ -83,13 +92,21 @@ def infer(args: argparse.Namespace) -> int:
         model_ref=ref(args.target_model) if args.output else None,
         draft_ref=ref(args.draft) if args.output else None,
         where=args.output,
+        workers=workers_option(args.workers),
     )
     _validate_drafted(draft.text, args.output)
     if args.output is None:
         sys.stdout.write(draft.text)
     else:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(draft.text, "utf-8")
+        outputs.write_text(
+            args.output,
+            draft.text,
+            "-o",
+            reads=reads,
+            replace=args.force,
+            force="--force",
+            parents=True,
+        )
         print(f"wrote {args.output}", file=sys.stderr)
     for note in draft.notes:
         print(f"eagle-contract infer: {note}", file=sys.stderr)
@@ -121,6 +138,10 @@ def record(args: argparse.Namespace) -> int:
 
     use_server(args.sglang_url, args.timeout, flush_cache=args.sglang_flush_cache)
     contract = load_contract(args.contract)
+    from ..outputs import folder, inputs
+
+    shards = contract.training.shards if contract.training else None
+    folder(args.out, "-o", reads=inputs(args.contract, shards, *(args.paths or ())))
     paths = [
         p
         for p, _ in shard_paths(contract, args.paths or None, parse_sample(args.sample), args.seed)
@@ -216,20 +237,38 @@ def identify(args: argparse.Namespace) -> int:
 
 
 def resolve(args: argparse.Namespace) -> int:
-    from ..engines.resolve import resolve
+    if args.want is not None:
+        from .matrix import want
+
+        return want(args)
+    from ..engines.resolve import get_engine, resolve
     from ..errors import Unservable
     from ..render import to_json
     from ..tables import table
 
+    ids = args.ids
+    if args.draft_config is not None:
+        if ids is not None:
+            raise UsageError("give --ids or --draft-config, not both")
+        from ..models.draft import read_draft_config
+
+        ids = get_engine(args.engine).draft_ids(read_draft_config(args.draft_config))
     try:
-        res = resolve(
-            args.engine,
-            args.num_layers,
-            args.ids,
-            args.arch,
-            args.version,
-            use_installed=args.source == "auto",
-        )
+        if args.runner is not None:
+            from ..engines.vllm import VLLM
+
+            if args.engine != "vllm":
+                raise UsageError("--runner is for --engine vllm")
+            res = VLLM(args.runner).resolve(args.num_layers, ids, args.arch, args.version)
+        else:
+            res = resolve(
+                args.engine,
+                args.num_layers,
+                ids,
+                args.arch,
+                args.version,
+                use_installed=args.source == "auto",
+            )
     except Unservable as exc:
         if args.json:
             print(

@@ -12,6 +12,7 @@ from ..errors import UsageError
 from .exit_codes import EXIT_FINDINGS, EXIT_OK
 
 if TYPE_CHECKING:
+    from ..contract.model import Contract
     from ..planner import Runner
 
 
@@ -28,17 +29,15 @@ def _gate(
     without: tuple[str, ...] = (),
     html: Path | None = None,
     annotations: str = "auto",
+    workers: int = 1,
 ) -> int:
     from ..contract.model import load_contract
-    from ..planner import Outcome, Runner, plan
+    from ..findings import Finding
+    from ..planner import Outcome, Runner, iter_units, plan
     from ..render import format_findings, summary
     from ..shards.discovery import parse_sample
     from .terminal import progress
 
-    if report is not None and not report.parent.is_dir():
-        raise UsageError(f"--json: folder {report.parent} does not exist")
-    if html is not None and not html.parent.is_dir():
-        raise UsageError(f"--report: folder {html.parent} does not exist")
     contract = load_contract(contract_path)
     named = [c.strip() for c in checks.split(",") if c.strip()] if checks is not None else None
     units = plan(
@@ -57,8 +56,24 @@ def _gate(
             f"{contract_path}: nothing to check (no training or serving section, "
             "or no check of those asked for applies)"
         )
+    if report is not None or html is not None:  # refused now, not after the run
+        from .. import outputs
+        from ..reports.publish import check_targets
+
+        reads = outputs.inputs(
+            contract_path,
+            contract.training.shards if contract.training else None,
+            contract.target.model,
+            target_model,
+            *(paths or ()),
+            *(u.shard for u in units),
+        )
+        check_targets(reads, report, html)
     runner = runner or Runner()
-    outcome = Outcome(units, [runner.run(u) for u in progress(units, len(units), "checking")])
+    per_unit: list[list[Finding]] = [[] for _ in units]
+    for i, found in progress(iter_units(units, runner, workers), len(units), "checking"):
+        per_unit[i] = found
+    outcome = Outcome(units, per_unit)
     findings = outcome.findings
     if not quiet and findings:
         print(format_findings(findings) + "\n")
@@ -79,6 +94,7 @@ def _gate(
 
 def check(args: argparse.Namespace) -> int:
     from ..planner import Runner
+    from ..pool import workers_option
 
     if args.sharpness:
         if args.paths or args.checks or args.target_model or args.captures or args.sglang_url:
@@ -112,18 +128,22 @@ def check(args: argparse.Namespace) -> int:
         without=("sharpness",) if args.no_sharpness else (),
         html=args.report,
         annotations=args.annotations,
+        workers=workers_option(args.workers),
     )
 
 
 def _sharpness(contract_path: Path, quiet: bool, report: Path | None) -> int:
     from ..contract.model import load_contract
+    from ..outputs import target, write_text
     from ..render import format_findings, to_json
-    from ..reports.json_report import stamped
+    from ..reports.json_report import MARK, stamped
     from ..sharpness.selftest import format_sharpness_table, sharpness
 
     contract = load_contract(contract_path)
     if contract.training is None:
         raise UsageError(f"{contract_path}: no training section: nothing to mutate")
+    if report:  # refused now, not after the self-test
+        target(report, "--json", reads=_contract_inputs(contract), ours=MARK)
     start = time.perf_counter()
     result = sharpness(contract)
     took = time.perf_counter() - start
@@ -137,7 +157,8 @@ def _sharpness(contract_path: Path, quiet: bool, report: Path | None) -> int:
         f"mutation classes caught ({took:.2f} s)"
     )
     if report:
-        report.write_text(
+        write_text(
+            report,
             to_json(
                 stamped(
                     "sharpness",
@@ -150,23 +171,37 @@ def _sharpness(contract_path: Path, quiet: bool, report: Path | None) -> int:
                 )
             )
             + "\n",
-            "utf-8",
+            "--json",
+            reads=_contract_inputs(contract),
+            ours=MARK,
         )
     return EXIT_OK if result.sharp else EXIT_FINDINGS
 
 
+def _contract_inputs(contract: Contract) -> tuple[Path, ...]:
+    from ..outputs import inputs
+
+    training = contract.training
+    return inputs(contract.path, training.shards if training else None, contract.target.model)
+
+
 def demo(args: argparse.Namespace) -> int:
+    from ..outputs import folder
     from . import demo
 
-    if args.out.exists() and not args.out.is_dir():
-        raise UsageError(f"--out {args.out} is a file, not a folder")
+    folder(args.out, "--out", within=("good", "embed-in-front", "target"))
     start = time.perf_counter()
     spec = demo.SPEC
     print(
         f"demo: a tiny {spec.arch} target ({spec.num_layers} layers, H={spec.hidden_size}, "
         "random weights, no download); shards captured the way SGLang feeds the draft"
     )
-    good, buggy = demo.write_demo_shards(args.out, save_target=True)
+    from safetensors import SafetensorError
+
+    try:
+        good, buggy = demo.write_demo_shards(args.out, save_target=True)
+    except (OSError, RuntimeError, SafetensorError) as exc:  # a full disk, no permission
+        raise UsageError(f"--out {args.out}: cannot write: {str(exc)[:200]}") from None
     from ..planner import Runner
     from ..render import display_path
 

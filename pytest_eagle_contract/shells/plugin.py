@@ -29,125 +29,7 @@ _CHANGES_KEY = "eagle_contract_changes"  # in xdist's workerinput
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("eagle-contract", "EAGLE-3 contracts (pytest-eagle-contract)")
-    group.addoption(
-        "--eagle-contract",
-        action="append",
-        nargs="?",
-        const="",
-        dest="eagle_contract",
-        metavar="PATH",
-        default=None,
-        help="check EAGLE-3 contracts beside your own tests: PATH (a YAML file or a folder "
-        "of them; repeatable), else ini eagle_contract_paths, else contracts/*.yaml "
-        "under the rootdir",
-    )
-    group.addoption(
-        "--eagle-shards",
-        action="append",
-        dest="eagle_shards",
-        metavar="PATH",
-        default=None,
-        help="shard file or directory to check instead of the contract's training.shards "
-        "(repeatable)",
-    )
-    group.addoption(
-        "--eagle-sample",
-        dest="eagle_sample",
-        metavar="N|all",
-        default=None,
-        help="how many shards to sample per contract (default 10)",
-    )
-    group.addoption(
-        "--eagle-seed",
-        dest="eagle_seed",
-        metavar="S",
-        type=int,
-        default=None,
-        help="seed of the shard sample (default 0)",
-    )
-    group.addoption(
-        "--eagle-contract-update",
-        action="store_true",
-        dest="eagle_update",
-        help="re-measure each contract's norm bounds from its shards and rewrite "
-        "them in place (comments kept); the run that changes them fails",
-    )
-    group.addoption(
-        "--eagle-target-model",
-        dest="eagle_target_model",
-        metavar="DIR",
-        default=None,
-        help="the target's HF model directory (overrides "
-        "target.model): adds the evidence check per shard",
-    )
-    group.addoption(
-        "--eagle-reference-capture",
-        action="store_true",
-        default=None,
-        dest="eagle_reference",
-        help="run the target on each shard's tokens and identify every slot",
-    )
-    group.addoption(
-        "--eagle-captures",
-        action="append",
-        dest="eagle_captures",
-        metavar="DIR",
-        default=None,
-        help="verify shards against these capture files (eagle-contract record); repeatable",
-    )
-    group.addoption(
-        "--eagle-sglang-url",
-        dest="eagle_sglang_url",
-        metavar="URL",
-        default=None,
-        help="verify shards against a live SGLang server",
-    )
-    group.addoption(
-        "--eagle-sglang-timeout",
-        dest="eagle_sglang_timeout",
-        metavar="S",
-        type=float,
-        default=60.0,
-        help="seconds per request to the server",
-    )
-    group.addoption(
-        "--eagle-sglang-flush-cache",
-        action="store_true",
-        dest="eagle_sglang_flush_cache",
-        help="let the capture flush the server's prefix cache when it ignores the "
-        "request's cache key (SGLang < 0.5.3)",
-    )
-    group.addoption(
-        "--eagle-sglang-skip-unreachable",
-        action="store_true",
-        dest="eagle_sglang_skip",
-        help="skip (with the reason), instead of fail, when the server is down",
-    )
-    group.addoption(
-        "--eagle-no-sharpness",
-        action="store_true",
-        dest="eagle_no_sharpness",
-        help="leave out the sharpness self-test (as eagle-contract check --no-sharpness)",
-    )
-    group.addoption(
-        "--eagle-serving-args",
-        dest="eagle_serving_args",
-        metavar="COMMAND",
-        default=None,
-        help="the engine's launch command line, linted and used by "
-        "the layout check (overrides serving.launch)",
-    )
-    report_hooks.addoption(group)
-    parser.addini(
-        "eagle_contract_paths",
-        "contracts run by --eagle-contract without PATH",
-        type="paths",
-        default=[],
-    )
-    parser.addini("eagle_shards", "default for --eagle-shards", type="paths", default=[])
-    parser.addini("eagle_sample", "default for --eagle-sample", default="10")
-    parser.addini("eagle_seed", "default for --eagle-seed", default="0")
+    options.add_options(parser)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -183,6 +65,9 @@ def pytest_configure(config: pytest.Config) -> None:
             for shards in options.shards_override(config):
                 if not shards.exists():
                     raise UsageError(f"--eagle-shards: shard path {shards} does not exist")
+            report_hooks.check_report_path(
+                config, [*options.chosen_contracts(config), *options.shards_override(config)]
+            )
             model = options.target_model(config)
             if model is not None:
                 _runner(config).open_target(model)  # kept: the items reuse it
@@ -315,12 +200,13 @@ class ContractItem(pytest.Item):
     def __init__(self, *, unit: Unit, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.unit = unit
+        self.findings: list[Finding] = []  # warnings too: the reports read them
 
     def runtest(self) -> None:
         from ..errors import EagleContractError
 
         try:
-            findings = _runner(self.config).run(self.unit)
+            findings = self.findings = _runner(self.config).run(self.unit)
         except EagleContractError as exc:  # a bad input named by the run, not a bug
             pytest.fail(str(exc), pytrace=False)
         errors = [f for f in findings if f.severity == "error"]

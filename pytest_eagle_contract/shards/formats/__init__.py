@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from . import eagle_legacy, specforge, speculators, speculators_v1
+from . import eagle_legacy, specforge, speculators, speculators_v1, trtllm
 from .base import Format, Packing, Slot, dtype_name
 
 __all__ = [
@@ -26,6 +26,7 @@ FORMATS: dict[str, Format] = {
         speculators_v1.FORMAT,
         speculators.FORMAT,
         eagle_legacy.FORMAT,
+        trtllm.FORMAT,
     )
 }
 FORMAT_NAMES = ("auto", *FORMATS)

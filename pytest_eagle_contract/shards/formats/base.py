@@ -99,8 +99,9 @@ class Format(ABC):
                     problems.append(f"{key} is {what}, not a list of up to {MAX_SLOTS} [T, H]")
                     continue
                 for j, item in enumerate(value):
-                    if not isinstance(item, torch.Tensor):
-                        problems.append(f"{key}[{j}] is {type(item).__name__}, not a tensor")
+                    if not isinstance(item, torch.Tensor) or item.dim() == 0:
+                        what = "0-d" if isinstance(item, torch.Tensor) else type(item).__name__
+                        problems.append(f"{key}[{j}] is {what}, not a [T, H] tensor")
                         continue
                     slots.append(Slot(len(slots), f"{key}[{j}]", _squeeze_batch(item)))
                 continue
@@ -137,6 +138,8 @@ class Format(ABC):
                             tensor[..., j * hidden : (j + 1) * hidden],
                         )
                     )
+            elif tensor.dim() == 0:
+                problems.append(f"{key} is a 0-d tensor, expected [T, H]")
             else:
                 slots.append(Slot(len(slots), key, tensor))
         return slots, problems

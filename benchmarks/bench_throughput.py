@@ -1,0 +1,160 @@
+"""Benchmark: `eagle-contract check` over many shards against the naive scan and `cat`.
+
+Makes (once, deterministically) Kimi-K2.5-sized speculators v1 shards (4 bf16 states of
+[1281, 7168], 73 MB each) in DIR (default: $TMPDIR/eagle-bench-kimi; 4.7 GB for 64), warms
+the page cache, then times as whole processes,
+side by side and interleaved in one run (best of --repeat):
+
+  cat         cat FILES > /dev/null                       (the page-cache read rate)
+  naive       torch.load, then h.float().norm(dim=-1) per state, one process
+  check -w1   eagle-contract check --sample all --workers 1
+  check -wN   eagle-contract check --sample all --workers N (default: the cores)
+              and the same without the sharpness self-test (a fixed cost per contract)
+
+and, in one process, the pool as threads against processes (the choice the CLI makes).
+It prints the load average, each row's GB/s, ratio to the naive scan and share of the
+page-cache rate, and the peak RSS of the check's main process and of its largest worker.
+
+    python benchmarks/bench_throughput.py [--shards 64] [--repeat 3] [--dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+NAIVE = """
+import sys, torch
+for path in sys.argv[1:]:
+    data = torch.load(path, weights_only=False)
+    for h in data["hidden_states"]:
+        h.float().norm(dim=-1).mean()
+"""
+
+# The check as a command, with the peak RSS (KiB) of its own process and of its largest child.
+CHECK = """
+import resource, sys
+from pytest_eagle_contract.shells.cli import main
+rc = main(sys.argv[1:])
+me = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+print(f"RSS {me} {kids}", file=sys.stderr)
+sys.exit(rc)
+"""
+
+CONTRACT = """contract: kimi-bench
+version: 1
+target: {num_hidden_layers: 61, hidden_size: 7168, vocab_size: 163840, dtype: bfloat16}
+training:
+  format: speculators-v1
+  shards: .
+  slots:
+    - {layer: embed, norm: {median: 1.04, rtol: 0.1}}
+    - {layer: residual:3, norm: {median: 37.2, rtol: 0.1}}
+    - {layer: residual:31, norm: {median: 174.4, rtol: 0.1}}
+    - {layer: residual:59, norm: {median: 111.3, rtol: 0.1}}
+"""
+
+
+def make_shards(root: Path, n: int) -> list[Path]:
+    """``n`` Kimi-like shards in ``root`` (kept between runs) and a sharp contract."""
+    from pytest_eagle_contract.shards import synthetic
+    from pytest_eagle_contract.shards.writing import write_shard
+
+    paths = []
+    for i in range(n):
+        path = root / f"data_{i}.pt"
+        if not path.exists():
+            ids, mask, slots = synthetic.kimi_like_sample(seed=i)
+            write_shard(root, "speculators-v1", i, ids, mask, slots)
+        paths.append(path)
+    (root / "bench.yaml").write_text(CONTRACT)
+    return paths
+
+
+def run(cmd: list[str]) -> tuple[float, str]:
+    start = time.perf_counter()
+    done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    took = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(f"{cmd[:4]} exited {done.returncode}:\n{done.stderr[-2000:]}")
+    return took, done.stderr
+
+
+def in_process(root: Path, files: list[Path], workers: int, kind: str) -> float:
+    from pytest_eagle_contract.contract.model import load_contract
+    from pytest_eagle_contract.planner import Runner, iter_units, plan
+
+    contract = load_contract(root / "bench.yaml")
+    units = plan(contract, files, sample=None, checks=("structure", "values", "norms"))
+    start = time.perf_counter()
+    found = [f for _, fs in iter_units(units, Runner(), workers, kind) for f in fs]  # type: ignore[arg-type]
+    assert not found, found[:3]
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    from pytest_eagle_contract.pool import default_workers
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shards", type=int, default=64)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--workers", type=int, default=default_workers())
+    ap.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "eagle-bench-kimi")
+    args = ap.parse_args()
+    args.dir.mkdir(parents=True, exist_ok=True)
+    paths = make_shards(args.dir, args.shards)
+    files = [str(p) for p in paths]
+    gb = sum(p.stat().st_size for p in paths) / 1e9
+    py = sys.executable
+    contract = str(args.dir / "bench.yaml")
+    check = [py, "-c", CHECK, "check", contract, *files, "--sample", "all", "-q"]
+    commands = {
+        "cat > /dev/null": ["cat", *files],
+        "naive scan": [py, "-c", NAIVE, *files],
+        "check --workers 1": [*check, "--workers", "1"],
+        f"check --workers {args.workers}": [*check, "--workers", str(args.workers)],
+        "  the same, --no-sharpness": [*check, "--workers", str(args.workers), "--no-sharpness"],
+    }
+    run(commands["cat > /dev/null"])  # warm the page cache
+    best: dict[str, float] = {}
+    rss: dict[str, tuple[int, int]] = {}
+    for _ in range(args.repeat):  # interleaved: a load spike hits every row alike
+        for name, cmd in commands.items():
+            took, err = run(cmd)
+            best[name] = min(best.get(name, took), took)
+            for line in err.splitlines():
+                if line.startswith("RSS "):
+                    me, kids = map(int, line.split()[1:])
+                    old = rss.get(name, (0, 0))
+                    rss[name] = (max(old[0], me), max(old[1], kids))
+        for kind in ("process", "thread"):
+            name = f"in-process pool of {args.workers} {kind}es"
+            took = in_process(args.dir, paths, args.workers, kind)
+            best[name] = min(best.get(name, took), took)
+    shard_mb = paths[0].stat().st_size / 2**20
+    print(
+        f"{len(paths)} shards, {gb:.2f} GB ({shard_mb:.0f} MiB each), {os.cpu_count()} cores, "
+        f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}, best of {args.repeat}"
+    )
+    print(f"{'':<34}{'seconds':>9}{'GB/s':>8}{'x naive':>9}{'of cat':>8}  peak RSS MiB")
+    for name, took in best.items():
+        peak = ""
+        if name in rss:
+            me, kids = (v / 1024 for v in rss[name])
+            peak = f"main {me:.0f}" + (f", worker {kids:.0f}" if kids else "")
+        ratio = best["naive scan"] / took if not name.startswith("in-process") else float("nan")
+        print(
+            f"{name:<34}{took:>9.2f}{gb / took:>8.2f}{ratio:>8.2f}x"
+            f"{best['cat > /dev/null'] / took:>7.0%}  {peak}"
+        )
+    print(f"goal: worker peak <= one shard + 300 MiB = {shard_mb + 300:.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()

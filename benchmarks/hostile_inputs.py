@@ -1,0 +1,389 @@
+"""The hostile inputs of benchmarks/hostile_sweep.py, made in code, one folder each: shards,
+contracts, target model folders, capture files, server answers (the SGLang stand-in of
+tests/sglang_standin.py) and output paths. Most come from the regression cases of
+tests/test_hostile_*.py; the rest are seeded random edits and contents."""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import json
+import os
+import random
+import shutil
+import struct
+import sys
+import tempfile
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+import torch  # noqa: E402
+
+
+@dataclass
+class Case:
+    surface: str
+    name: str
+    folder: Path
+    argv: list[str]
+    server: Callable[[], contextlib.AbstractContextManager[str]] | None = None  # {url}
+    verify: Callable[[Path], str] | None = None  # what is missing afterwards ("" for nothing)
+
+
+class _Payload:
+    """Unpickling it creates PAYLOAD_RAN in the working folder."""
+
+    def __init__(self, how: str) -> None:
+        self.how = how
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        if self.how == "exec":
+            return (exec, ("open('PAYLOAD_RAN', 'w').close()",))
+        if self.how == "system":
+            return (os.system, ("touch PAYLOAD_RAN",))
+        return (open, ("PAYLOAD_RAN", "w"))
+
+
+def _random_tensor(rng: random.Random, rows: bool = False) -> torch.Tensor:
+    dtypes = [
+        torch.int64, torch.int32, torch.uint8, torch.uint16, torch.uint32, torch.uint64,
+        torch.bool, torch.float32, torch.float16, torch.bfloat16, torch.float64,
+        torch.float8_e4m3fn, torch.float8_e5m2, torch.complex64,
+    ]  # fmt: skip
+    sizes = [0, 1, 3, 12, 64, 192]
+    shape = [rng.choice(sizes)] if rows else [rng.choice(sizes) for _ in range(rng.randint(0, 4))]
+    fill = rng.choice([0.0, 1.0, -1.0, 511.0, 1e30, float("nan"), float("inf"), 0.5])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t = torch.full(shape, fill, dtype=torch.float64)
+        if t.numel() and rng.random() < 0.5:
+            t = t + torch.arange(t.numel(), dtype=torch.float64).reshape(shape)
+        t = t.to(rng.choice(dtypes))
+    if rng.random() < 0.1:
+        return torch.nn.Parameter(t.float(), requires_grad=True)
+    return t
+
+
+def _random_shard(rng: random.Random) -> dict[Any, Any]:
+    layouts = [
+        ("input_ids", "loss_mask", "aux_hidden_state", "hidden_state"),
+        ("input_ids", "loss_mask", "hidden_states"),
+        ("input_ids", "hidden_state", "loss_mask"),
+        ("id", "input_ids", "hidden_state", "aux_hidden_states"),
+    ]
+    out: dict[Any, Any] = {}
+    for key in rng.choice(layouts):
+        if rng.random() < 0.15:
+            continue
+        kind = rng.random()
+        if key in ("input_ids", "loss_mask") and kind < 0.6:
+            out[key] = _random_tensor(rng, rows=True)
+        elif kind < 0.7:
+            out[key] = _random_tensor(rng)
+        elif kind < 0.85:
+            out[key] = [_random_tensor(rng) for _ in range(rng.randint(0, 4))]
+        else:
+            out[key] = rng.choice([3, "x", None, 1.5, {"a": torch.zeros(2)}, [1, "a", None]])
+    if rng.random() < 0.2:
+        out[rng.choice([7, -1, "zz", ""])] = torch.zeros(3)
+    return out
+
+
+def _shard_inputs(rng: random.Random) -> Iterator[tuple[str, str, bytes]]:
+    """(name, file name under shards/, bytes)."""
+    import test_hostile_shards as hs
+
+    def saved(obj: Any) -> bytes:
+        with tempfile.TemporaryFile() as f:
+            torch.save(obj, f)
+            f.seek(0)
+            return f.read()
+
+    ckpt = "rows_0-2000/data_0.ckpt"
+    for name, (shard, _) in hs.CASES.items():
+        yield name, ckpt, saved(shard)
+    for how in ("exec", "system", "open"):
+        yield f"payload {how}", ckpt, saved({**hs.good(), "input_ids": _Payload(how)})
+    member = gzip.compress(bytes(64 << 20), compresslevel=9)
+    yield "gzip bomb 3 GiB", "rows_0-2000/data_0.ckpt.gz", member * 48
+    yield "gzip truncated", "rows_0-2000/data_0.ckpt.gz", gzip.compress(saved(hs.good()))[:-40]
+    good = saved(hs.good())
+    for i in range(8):
+        yield f"truncated {i}", ckpt, good[: rng.randrange(1, len(good))]
+    for i in range(8):
+        data = bytearray(good)
+        for _ in range(rng.randint(1, 16)):
+            data[rng.randrange(len(data))] = rng.randrange(256)
+        yield f"flipped bytes {i}", ckpt, bytes(data)
+    for i in range(40):
+        name = rng.choice([ckpt, "rows_0-2000/data_0.ckpt.gz", "data_0.pt"])
+        data = saved(_random_shard(rng))
+        yield f"random {i}", name, gzip.compress(data) if name.endswith(".gz") else data
+    for i in range(10):
+        header = {
+            rng.choice(["hidden_states", "token_ids", "x", ""]): {
+                "dtype": rng.choice(["F32", "BF16", "I64", "U16", "F8_E4M3", "Q4", 5]),
+                "shape": [rng.choice([0, 1, 12, 2**40, -1]) for _ in range(rng.randint(0, 3))],
+                "data_offsets": [0, rng.choice([0, 8, 2**62])],
+            }
+            for _ in range(rng.randint(1, 3))
+        }
+        text = json.dumps(header).encode()
+        blob = struct.pack("<Q", rng.choice([len(text), len(text) + 9, 2**63])) + text
+        yield f"safetensors header {i}", "hidden_states/hs_0.safetensors", blob + bytes(64)
+
+
+def shard_cases(root: Path, rng: random.Random) -> list[Case]:
+    import test_hostile_shards as hs
+
+    cases = []
+    for i, (name, rel, data) in enumerate(_shard_inputs(rng)):
+        folder = root / "shards" / f"{i:03d}"
+        shard = folder / "shards" / rel
+        shard.parent.mkdir(parents=True)
+        shard.write_bytes(data)
+        torch.save(hs.good(), shard.parent / "data_1.ckpt")  # checked after the bad one
+        (folder / "out").mkdir()
+        (folder / "contract.yaml").write_text(hs.CONTRACT_TEXT, "utf-8")
+        check = ["check", "contract.yaml", "--sample", "all", "--no-sharpness"]
+        verify = _each_shard_judged(Path(rel).name, "data_1.ckpt")
+        cases += [
+            Case(
+                "shards", f"check: {name}", folder, [*check, "--json", "out/r.json"], None, verify
+            ),
+            Case("shards", f"inspect: {name}", folder, ["inspect", str(shard.relative_to(folder))]),
+            Case("shards", f"infer: {name}", folder, ["infer", "shards", "--num-layers", "8"]),
+        ]
+    return cases
+
+
+def _each_shard_judged(bad: str, good: str) -> Callable[[Path], str]:
+    """The run went on: a finding for the bad shard, and the good one was checked too."""
+
+    def verify(folder: Path) -> str:
+        try:
+            data = json.loads((folder / "out" / "r.json").read_text("utf-8"))
+        except (OSError, ValueError):
+            return "no report"
+        if not any(str(f.get("file", "")).endswith(bad) for f in data["findings"]):
+            return f"no finding for {bad}"
+        if not any(str(u.get("shard", "")).endswith(good) for u in data["units"]):
+            return f"{good} was not checked"
+        return ""
+
+    return verify
+
+
+_NASTY = [
+    "!!python/object/apply:os.system ['touch PAYLOAD_RAN']", "!!python/name:os.system",
+    "*nowhere", "&a [*a]", "1e999", ".nan", "-1", str(2**40), str(2**70), "16.0", "[" * 300,
+    "\x00", "\t", "'", "{", "---", "<<: {a: 1}", "!!binary aGVsbG8=", "\ud800",
+    "residual:99999999", "[]", "{}", "null", "true",
+]  # fmt: skip
+
+
+def _mutated(rng: random.Random, text: str) -> bytes:
+    lines = text.splitlines(keepends=True)
+    for _ in range(rng.randint(1, 3)):
+        how, i = rng.randrange(5), rng.randrange(len(lines))
+        if how == 0:
+            del lines[i]
+        elif how == 1:
+            lines.insert(i, lines[i])
+        elif how == 2 and ":" in lines[i]:
+            head = lines[i].split(":", 1)[0]
+            lines[i] = f"{head}: {rng.choice(_NASTY)}\n"
+        elif how == 3:
+            lines[i] = lines[i][: rng.randrange(len(lines[i]) + 1)]
+        else:
+            lines.insert(i, " " * rng.randrange(8) + rng.choice(_NASTY) + "\n")
+    data = bytearray("".join(lines).encode("utf-8", "surrogatepass"))
+    if rng.random() < 0.2 and data:
+        data[rng.randrange(len(data))] = rng.randrange(256)
+    return bytes(data)
+
+
+def contract_cases(root: Path, rng: random.Random) -> list[Case]:
+    import test_hostile_contracts as hc
+    import test_hostile_shards as hs
+
+    texts = [(name, data) for name, (data, _) in hc.CASES.items()]
+    texts += [(f"edited {i}", _mutated(rng, hc.VALID)) for i in range(30)]
+    texts += [(f"edited demo {i}", _mutated(rng, hs.CONTRACT_TEXT)) for i in range(30)]
+    cases = []
+    for i, (name, data) in enumerate(texts):
+        folder = root / "contracts" / f"{i:03d}"
+        (folder / "shards" / "rows_0-2000").mkdir(parents=True)
+        torch.save(hs.good(), folder / "shards" / "rows_0-2000" / "data_0.ckpt")
+        (folder / "c.yaml").write_bytes(data)
+        argv = ["check", "c.yaml", "--sharpness"] if i % 2 else ["check", "c.yaml", "shards"]
+        cases.append(Case("contracts", name, folder, argv))
+    return cases
+
+
+def model_cases(root: Path) -> list[Case]:
+    import test_hostile_models as hm
+
+    from pytest_eagle_contract.models.tiny import tiny_target
+    from pytest_eagle_contract.shards.writing import write_shard
+
+    base = root / "models" / "base"
+    tiny_target(hm.SPEC).save_pretrained(base / "model")
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, hm.SPEC.vocab_size, (24,), generator=g)
+    states = [torch.randn(24, hm.SPEC.hidden_size, generator=g).bfloat16() for _ in range(3)]
+    shard = write_shard(base / "shards", "speculators-v1", 0, ids, torch.ones(24).long(), states)
+    changes = {
+        **{k: v[0] for k, v in hm.CASES.items()},
+        **{k: v[0] for k, v in hm.OPEN_CASES.items()},
+    }
+    cases = []
+    for i, (name, change) in enumerate(changes.items()):
+        folder = root / "models" / f"{i:03d}"
+        shutil.copytree(base, folder)
+        change(folder / "model")
+        rel = str(shard.relative_to(base))
+        cases.append(Case("models", name, folder, ["identify", rel, "--target-model", "model"]))
+    return cases
+
+
+def demo_world(root: Path) -> tuple[Path, Path, dict[str, Any]]:
+    """A demo shard, the shipped contract, and what tests/test_hostile_captures.py's cases
+    are made from."""
+    from pytest_eagle_contract.capture.files import CaptureMeta, write_capture
+    from pytest_eagle_contract.shards.discovery import discover
+    from pytest_eagle_contract.shards.shard import Shard
+    from pytest_eagle_contract.shells.demo import shipped_contract, write_demo_shards
+
+    good, _ = write_demo_shards(root / "demo", shards=1)
+    (path,) = discover(good)
+    shard = Shard.load(path, path.name, "specforge", 64)
+    aux = torch.cat([shard.slots[i].tensor for i in (0, 1, 2)], dim=-1)
+    meta = CaptureMeta(layer_ids=(1, 3, 4), arch="LlamaForCausalLM", version="0.5.23")
+    valid = write_capture(root / "valid", shard.sample.input_ids, aux, meta)
+    import test_hostile_captures as hcap
+
+    world = {
+        "bytes": valid.read_bytes(),
+        "aux": aux,
+        "ids": shard.sample.input_ids,
+        "meta": json.loads(CaptureMeta.from_json(hcap._meta_of(valid)).to_json()),
+    }
+    return path, Path(shipped_contract()), world
+
+
+def capture_cases(root: Path, world: tuple[Path, Path, dict[str, Any]]) -> list[Case]:
+    import test_hostile_captures as hcap
+
+    shard, contract, data = world
+    cases = []
+    for i, (name, case) in enumerate(hcap._cases(data).items()):
+        folder = root / "captures" / f"{i:03d}"
+        (folder / "captures").mkdir(parents=True)
+        shutil.copyfile(shard, folder / "data_0.ckpt")
+        shutil.copyfile(contract, folder / "c.yaml")
+        (folder / "c.yaml").write_text(
+            (folder / "c.yaml").read_text().replace("../eagle-demo/good", "."), "utf-8"
+        )
+        hcap._write_case(data, folder / "captures", name, case)
+        argv = ["check", "c.yaml", "data_0.ckpt", "--captures", "captures", "--checks", "capture"]
+        cases.append(Case("captures", name, folder, argv))
+    return cases
+
+
+def http_cases(root: Path, world: tuple[Path, Path, dict[str, Any]]) -> list[Case]:
+    import socketserver
+
+    import test_hostile_http as hh
+    from sglang_standin import Launch, SGLangStandin
+
+    # the stand-in's own errors (a client that hung up at its cap) are not the CLI's
+    socketserver.BaseServer.handle_error = lambda *_: None  # type: ignore[method-assign]
+
+    shard, contract, _ = world
+    faults: dict[str, tuple[str, Any]] = {
+        **{f"generate {k}": ("/generate", f) for k, (f, _) in hh.GENERATE.items()},
+        **{f"server_info {k}": ("/server_info", hh._answer(v)) for k, v in hh.SERVER_INFO.items()},
+        **{f"model_info {k}": ("/model_info", hh._answer(v)) for k, v in hh.MODEL_INFO.items()},
+        "server_info 5MB": (
+            "/server_info",
+            hh._answer({"version": "0.5.23", "pad": "x" * (5 << 20)}),
+        ),
+    }
+    cases = []
+    for i, (name, (where, fault)) in enumerate(faults.items()):
+        folder = root / "http" / f"{i:03d}"
+        folder.mkdir(parents=True)
+        shutil.copyfile(shard, folder / "data_0.ckpt")
+
+        def server(where: str = where, fault: Any = fault) -> Any:
+            script = hh.Script({where: [fault]}, always=hh.LOOP)
+            return SGLangStandin(Launch(mode="aux", layer_ids=[1, 3, 4], fault=script))
+
+        argv = ["check", str(contract), "data_0.ckpt", "--checks", "capture"]
+        argv += ["--sglang-url", "{url}", "--sglang-timeout", "5"]
+        cases.append(Case("http", name, folder, argv, server))
+    for name, fault in (("trickle", hh._trickle), ("silent", hh._hang)):
+        folder = root / "http" / name
+        folder.mkdir(parents=True)
+        for k in range(3):  # one deadline for the run, not one per shard
+            shutil.copyfile(shard, folder / f"data_{k}.ckpt")
+
+        def dead(fault: Any = fault) -> Any:
+            return SGLangStandin(Launch(fault=fault))
+
+        argv = ["check", str(contract), ".", "--sample", "all", "--checks", "capture"]
+        argv += ["--sglang-url", "{url}", "--sglang-timeout", "5"]
+        cases.append(Case("http", name, folder, argv, dead))
+    return cases
+
+
+def output_cases(root: Path) -> list[Case]:
+    import test_hostile_shards as hs
+
+    def project(name: str) -> Path:
+        folder = root / "outputs" / name
+        (folder / "shards" / "rows_0-2000").mkdir(parents=True)
+        torch.save(hs.good(), folder / "shards" / "rows_0-2000" / "data_0.ckpt")
+        (folder / "contract.yaml").write_text(hs.CONTRACT_TEXT, "utf-8")
+        (folder / "notes.txt").write_text("mine\n")
+        return folder
+
+    shard = "shards/rows_0-2000/data_0.ckpt"
+    check = ["check", "contract.yaml", "--no-sharpness", "--sample", "all"]
+    infer = ["infer", "shards", "--num-layers", "8"]
+    asks = {
+        "--json onto a shard": [*check, "--json", shard],
+        "--json onto the contract": [*check, "--json", "contract.yaml"],
+        "--json inside the shard folder": [*check, "--json", "shards/r.json"],
+        "--json onto another file": [*check, "--json", "notes.txt"],
+        "--json /dev/full": [*check, "--json", "/dev/full"],
+        "--json onto a folder": [*check, "--json", "shards"],
+        "--report onto a shard": [*check, "--report", shard],
+        "--sharpness --json onto the contract": [
+            "check", "contract.yaml", "--sharpness", "--json", "contract.yaml"
+        ],
+        "infer -o onto an existing contract": [*infer, "-o", "contract.yaml"],
+        "infer -o --force onto a shard": [*infer, "-o", shard, "--force"],
+        "infer -o inside the shard folder": [*infer, "-o", "shards/c.yaml"],
+        "infer -o /dev/full --force": [*infer, "-o", "/dev/full", "--force"],
+        "record -o the shard folder": [
+            "record", "contract.yaml", "--sglang-url", "http://127.0.0.1:9", "-o", "shards"
+        ],
+        "demo --out through a link": ["demo", "--out", "out/demo"],
+    }  # fmt: skip
+    cases = []
+    for i, (name, argv) in enumerate(asks.items()):
+        folder = project(f"{i:03d}")
+        if name.startswith("demo"):
+            (folder / "victim").mkdir()
+            (folder / "out" / "demo").mkdir(parents=True)
+            (folder / "out" / "demo" / "good").symlink_to(folder / "victim")
+        cases.append(Case("outputs", name, folder, argv))
+    return cases

@@ -1,0 +1,266 @@
+"""Throw issue 16's classes of hostile input at the ``eagle-contract`` CLI and tally the ends.
+
+Inputs are made in code, each in a folder of its own: shards (the regression cases of
+tests/test_hostile_shards.py, pickles that run code, a gzip bomb, truncations, flipped
+bytes, random contents, safetensors headers), contracts (tests/test_hostile_contracts.py's
+cases and random edits of a valid one), target model folders (tests/test_hostile_models.py),
+capture files (tests/test_hostile_captures.py), HTTP answers from the SGLang stand-in
+(tests/test_hostile_http.py's faults, a trickling and a silent server) and output paths
+(onto a shard, a contract, /dev/full, through a link). Each runs as a child process with
+an address-space limit and a timeout, and ends in one class, the first that applies:
+
+    payload ran   a marker file a payload would create exists
+    overwrote     a file beside the input changed, vanished or appeared (outputs go to out/)
+    hang          still running at the timeout (killed)
+    >4GB          peak RSS over 4 GiB, or the run ran out of memory
+    traceback     a Python traceback on stderr, or an exit code outside {0, 1, 2}
+    no finding    a shard's ``check`` has no finding for the bad file, or skipped the good one
+    ok            none of the above
+
+    python benchmarks/hostile_sweep.py [--jobs 2] [--timeout 90] [--surfaces shards,http]
+        [--fresh] [--keep]
+
+By default the children are forked from this process once it has imported the package and
+torch (the same ``main(argv)`` the ``eagle-contract`` script calls, at a fraction of the
+start-up cost); ``--fresh`` starts ``python -m pytest_eagle_contract`` for each input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import os
+import random
+import resource
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+import torch
+from hostile_inputs import (
+    Case,
+    capture_cases,
+    contract_cases,
+    demo_world,
+    http_cases,
+    model_cases,
+    output_cases,
+    shard_cases,
+)
+
+GIB = 1 << 30
+ADDRESS_SPACE = 6 * GIB  # a child past this fails to allocate (and counts as >4GB)
+RSS_LIMIT = 4 * GIB
+MARKERS = ("PAYLOAD_RAN", "eagle-payload-ran")
+CLASSES = ("payload ran", "overwrote", "hang", ">4GB", "traceback", "no finding", "ok")
+MEMORY_WORDS = ("MemoryError", "not enough memory", "Cannot allocate memory", "can't allocate")
+
+
+@dataclass
+class Result:
+    case: Case
+    verdict: str
+    code: int
+    seconds: float
+    rss: int
+    tail: str = ""
+
+
+@dataclass
+class _Running:
+    case: Case
+    start: float
+    log: Path
+    before: dict[str, str]
+    server: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
+    killed: bool = False
+
+
+# -- running -----------------------------------------------------------------------------
+
+
+def _digest(folder: Path) -> dict[str, str]:
+    """Every file but those under out/: content hash (size and mtime past 64 MiB)."""
+    out: dict[str, str] = {}
+    for here, dirs, files in os.walk(folder):
+        dirs[:] = [d for d in dirs if not (Path(here) == folder and d == "out")]
+        for name in files:
+            path = Path(here, name)
+            st = path.lstat()
+            if not path.is_file() or path.is_symlink() or st.st_size > 1 << 26:
+                out[str(path)] = f"{st.st_mode}:{st.st_size}:{st.st_mtime_ns}"
+            else:
+                out[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return out
+
+
+def _child(argv: list[str], folder: Path, log: Path, fresh: bool) -> None:
+    """In the forked child: run the CLI's main() as the eagle-contract script does, or with
+    ``fresh`` exec a new interpreter on it."""
+    code = 1
+    try:
+        os.chdir(folder)
+        resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        if fresh:
+            python = [sys.executable, "-m", "pytest_eagle_contract"]
+            os.execve(sys.executable, [*python, *argv], {**os.environ, "PYTHONWARNINGS": "ignore"})
+        from pytest_eagle_contract.shells.cli import main
+
+        try:
+            code = main(argv)
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+
+def _start(case: Case, log: Path, fresh: bool) -> tuple[int, _Running]:
+    running = _Running(case, time.monotonic(), log, _digest(case.folder))
+    argv = list(case.argv)
+    if case.server is not None:
+        url = running.server.enter_context(case.server())
+        argv = [url if a == "{url}" else a for a in argv]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        _child(argv, case.folder, log, fresh)
+    return pid, running
+
+
+def _verdict(run: _Running, status: int, rss: int) -> Result:
+    case = run.case
+    code = os.waitstatus_to_exitcode(status)
+    text = run.log.read_text("utf-8", "replace") if run.log.exists() else ""
+    markers = [p for m in MARKERS for p in case.folder.rglob(m)]
+    changed = _digest(case.folder) != run.before
+    if markers:
+        verdict = "payload ran"
+    elif changed:
+        verdict = "overwrote"
+    elif run.killed:
+        verdict = "hang"
+    elif rss > RSS_LIMIT or any(w in text for w in MEMORY_WORDS):
+        verdict = ">4GB"
+    elif "Traceback (most recent call last)" in text or code not in (0, 1, 2):
+        verdict = "traceback"
+    elif case.verify is not None and (missing := case.verify(case.folder)):
+        verdict, text = "no finding", f"{missing}\n{text}"
+    else:
+        verdict = "ok"
+    took = time.monotonic() - run.start
+    return Result(case, verdict, code, took, rss, text[-1500:])
+
+
+def run_all(cases: list[Case], jobs: int, timeout: float, fresh: bool, logs: Path) -> list[Result]:
+    results: list[Result] = []
+    queue = list(enumerate(cases))
+    running: dict[int, _Running] = {}
+    while queue or running:
+        while queue and len(running) < jobs:
+            i, case = queue.pop(0)
+            pid, run = _start(case, logs / f"{i:04d}.log", fresh)
+            running[pid] = run
+        pid, status, usage = os.wait4(-1, os.WNOHANG)
+        if pid == 0:
+            now = time.monotonic()
+            for child, run in running.items():
+                if not run.killed and now - run.start > timeout:
+                    run.killed = True
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(child, signal.SIGKILL)
+            time.sleep(0.02)
+            continue
+        run = running.pop(pid)
+        run.server.close()
+        result = _verdict(run, status, usage.ru_maxrss * 1024)
+        results.append(result)
+        mark = "." if result.verdict == "ok" else "!"
+        print(mark, end="" if len(results) % 80 else "\n", flush=True)
+    print()
+    return results
+
+
+def report(results: list[Result]) -> None:
+    surfaces = list(dict.fromkeys(r.case.surface for r in results))
+    width = max(len(s) for s in [*surfaces, "total"]) + 2
+    print("surface".ljust(width) + "".join(c.rjust(13) for c in ("inputs", *CLASSES)))
+    for surface in [*surfaces, "total"]:
+        rows = [r for r in results if surface in ("total", r.case.surface)]
+        counts = Counter(r.verdict for r in rows)
+        cells = [str(len(rows)), *(str(counts[c]) for c in CLASSES)]
+        print(surface.ljust(width) + "".join(c.rjust(13) for c in cells))
+    worst = max(results, key=lambda r: r.rss)
+    slowest = max(results, key=lambda r: r.seconds)
+    print(f"peak RSS {worst.rss / GIB:.2f} GiB ({worst.case.surface}: {worst.case.name})")
+    print(f"slowest {slowest.seconds:.1f} s ({slowest.case.surface}: {slowest.case.name})")
+    codes = Counter(r.code for r in results)
+    print("exit codes:", dict(sorted(codes.items())))
+    for r in results:
+        if r.verdict != "ok":
+            print(f"\n--- {r.verdict}: {r.case.surface}: {r.case.name} (exit {r.code})")
+            print(f"    {' '.join(r.case.argv)}  [in {r.case.folder}]")
+            print("    " + r.tail[-800:].replace("\n", "\n    "))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--timeout", type=float, default=90.0, help="seconds before a run is a hang")
+    ap.add_argument("--surfaces", default="shards,contracts,models,captures,http,outputs")
+    ap.add_argument("--seed", type=int, default=16)
+    ap.add_argument("--fresh", action="store_true", help="a new interpreter per input")
+    ap.add_argument("--keep", action="store_true", help="keep the inputs and logs")
+    args = ap.parse_args()
+    warnings.simplefilter("ignore")
+    torch.set_num_threads(1)  # forked children must not inherit a busy thread pool
+    import pytest_eagle_contract.shells.cli  # noqa: F401  (imported once, forked many times)
+
+    root = Path(tempfile.mkdtemp(prefix="eagle-hostile-"))
+    logs = root / "logs"
+    logs.mkdir()
+    rng = random.Random(args.seed)
+    wanted = args.surfaces.split(",")
+    start = time.monotonic()
+    cases: list[Case] = []
+    world = demo_world(root) if {"captures", "http"} & set(wanted) else None
+    makers: dict[str, Callable[[], list[Case]]] = {
+        "shards": lambda: shard_cases(root, rng),
+        "contracts": lambda: contract_cases(root, rng),
+        "models": lambda: model_cases(root),
+        "captures": lambda: capture_cases(root, world) if world else [],
+        "http": lambda: http_cases(root, world) if world else [],
+        "outputs": lambda: output_cases(root),
+    }
+    for surface in wanted:
+        cases += makers[surface]()
+    print(f"{len(cases)} inputs made in {time.monotonic() - start:.0f} s under {root}")
+    results = run_all(cases, args.jobs, args.timeout, args.fresh, logs)
+    print(f"ran in {time.monotonic() - start:.0f} s ({'fresh' if args.fresh else 'forked'})")
+    report(results)
+    if not args.keep:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

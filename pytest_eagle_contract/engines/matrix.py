@@ -1,0 +1,164 @@
+"""What every covered serving engine version would feed the draft's fc, beside what the
+trainer fed: one row per span of consecutive versions that resolve alike, ``DIFFERS`` where
+they differ, ``refused`` where the engine would not serve it, and the ids that would fix a
+row (``fixes.inverse``). Printed by ``eagle-contract matrix`` and under EC501.
+
+Serving engines are the registered ones outside ``trainers.py``; their covered versions
+are what ``versions(">=0")`` expands to (``any`` for an unversioned engine).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from ..errors import EagleContractError
+from ..layers import Layer
+from .base import Engine
+from .fixes import ANY, inverse, layer_list, relabel, runs, span_label
+
+_ALL = ">=0"
+_V = "\x00"  # the version in a refusal, so that versions refused alike collapse
+
+
+@dataclass(frozen=True)
+class Row:
+    engine: Engine
+    versions: tuple[str, ...]
+    ids: tuple[int, ...] | None  # the ids the engine reads (None: its default)
+    feeds: tuple[Layer, ...] | None  # None: refused
+    said: str | None  # why it is refused, the version written as _V
+    problems: tuple[str, ...]  # rule codes of what the resolution warns about
+    same: bool  # feeds exactly what the trainer fed
+    fix: tuple[int, ...] | None  # ids that would make it feed that (when it does not)
+    own: bool  # the contract's serving engine, in its version range
+
+    @property
+    def label(self) -> str:
+        return span_label(self.versions)
+
+    @property
+    def refused(self) -> str | None:
+        return None if self.said is None else self.said.replace(_V, self.label)
+
+    @property
+    def verdict(self) -> str:
+        word = "refused" if self.feeds is None else "ok" if self.same else "DIFFERS"
+        return " ".join((word, *self.problems))
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "engine": self.engine.name,
+            "versions": list(self.versions),
+            "ids": None if self.ids is None else list(self.ids),
+            "feeds": None if self.feeds is None else [str(x) for x in self.feeds],
+            "verdict": self.verdict.split()[0],
+            "refused": self.refused,
+            "problems": list(self.problems),
+            "fix": None if self.fix is None else list(self.fix),
+            "own": self.own,
+        }
+
+
+def serving_engines() -> list[Engine]:
+    from . import resolve
+
+    return [e for e in resolve.ENGINES.values() if not type(e).__module__.endswith(".trainers")]
+
+
+def covered(engine: Engine) -> list[str]:
+    """Every release of ``engine`` the tool knows (``[ANY]`` when it is unversioned)."""
+    found = engine.versions(_ALL)
+    return [ANY] if found in ([_ALL], [None]) else [v or ANY for v in found]
+
+
+def matrix(
+    trained: Sequence[Layer],
+    num_layers: int,
+    arch: str | None,
+    ids_of: Callable[[Engine], tuple[int, ...] | None],
+    own: tuple[str, Sequence[str]] | None,
+) -> list[Row]:
+    """The rows for every serving engine. ``ids_of``: the ids an engine reads; ``own``: the
+    contract's engine name and its versions (``ANY`` for an unversioned one)."""
+    trained = tuple(trained)
+    rows: list[Row] = []
+    for engine in serving_engines():
+        ids = ids_of(engine)
+        mine = list(own[1]) if own is not None and own[0] == engine.name else []
+        versions = covered(engine)
+        versions += [v for v in mine if v not in versions]  # a release the tool does not know
+        cells = {v: _cell(engine, v, ids, trained, num_layers, arch, v in mine) for v in versions}
+        rows += [
+            Row(engine, tuple(run), ids, *cells[run[0]])
+            for run in runs(list(cells), cells.__getitem__)
+        ]
+    return rows
+
+
+def _cell(
+    engine: Engine,
+    version: str,
+    ids: tuple[int, ...] | None,
+    trained: tuple[Layer, ...],
+    num_layers: int,
+    arch: str | None,
+    own: bool,
+) -> tuple[
+    tuple[Layer, ...] | None, str | None, tuple[str, ...], bool, tuple[int, ...] | None, bool
+]:
+    asked = None if version == ANY else version
+    try:
+        res = engine.resolve(num_layers, ids, arch, asked)
+    except EagleContractError as exc:  # Unservable, or a version it does not know
+        said = relabel(str(exc), asked, _V)
+        return None, said, (), False, inverse(engine, trained, num_layers, arch, asked).ids, own
+    problems = tuple(sorted({p.code for p in res.problems}))
+    if res.layers == trained:
+        return res.layers, None, problems, True, None, own
+    fix = inverse(engine, trained, num_layers, arch, asked).ids
+    return res.layers, None, problems, False, fix, own
+
+
+def _table(rows: Sequence[Row]) -> str:
+    from ..tables import table
+
+    return table(
+        ["engine", "versions", "ids", "fc gets", "vs trainer", "ids that fix"],
+        [
+            [
+                r.engine.title,
+                r.label,
+                "default" if r.ids is None else list(r.ids),
+                "-" if r.feeds is None else layer_list(r.feeds),
+                r.verdict,
+                "-" if r.same else "none" if r.fix is None else list(r.fix),
+            ]
+            for r in rows
+        ],
+        marks=["*" if r.own else " " for r in rows],
+    )
+
+
+def render(rows: Sequence[Row], trained: Sequence[Layer]) -> str:
+    """The matrix as a table, then why each refused row is refused."""
+    lines = [f"the trainer feeds the fc {layer_list(trained)} (* the contract's serving)"]
+    lines.append(_table(rows))
+    for r in rows:
+        if r.refused is not None:
+            where = "" if r.label in r.refused else f" {r.engine.title} {r.label}:"
+            lines.append(f"refused:{where} {r.refused}")
+    return "\n".join(lines)
+
+
+def summary(
+    trained: Sequence[Layer],
+    num_layers: int,
+    arch: str | None,
+    ids_of: Callable[[Engine], tuple[int, ...] | None],
+    own: tuple[str, Sequence[str]] | None,
+) -> str:
+    """The table without the contract's own rows (for EC501's details: the findings already
+    give those, one per span)."""
+    rows = [r for r in matrix(trained, num_layers, arch, ids_of, own) if not r.own]
+    return "what the other engines and versions feed with these ids:\n" + _table(rows)

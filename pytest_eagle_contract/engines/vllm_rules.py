@@ -1,0 +1,121 @@
+"""vLLM's EAGLE-3 rules per release, as data (``vllm_rules.json``).
+
+Written by ``scripts/gen_vllm_rules.py`` from each released wheel's own code (never an
+installed vllm): per release range, the draft config.json keys each model runner reads (in
+order, with what it adds to the ids), the default runner, the default ids and the draft fc's
+width; per architecture and range, the capture rule of its layer loop. See docs/layers.md.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from ..errors import EagleContractError, Unservable
+
+
+@dataclass(frozen=True)
+class Release:
+    """What one vLLM release does with a draft's ids (the row covering it)."""
+
+    version: str
+    span: str
+    runners: dict[str, tuple[tuple[str, int], ...]]  # runner -> ((dotted key, + to ids), ...)
+    default_runner: str
+    default_ids: str  # "2,L//2,L-3"
+    fc_from: tuple[str, ...]  # config keys sizing the fc ("len:K": the length of K's ids)
+    fc_default: int
+
+
+@dataclass(frozen=True)
+class Capture:
+    """One architecture's layer loop: id k feeds residual:k+plus; ``id0``: ``embed`` (the
+    embedding output), ``crash`` (``hidden_states + residual`` with residual None) or
+    ``layer`` (a layer output like any other); the largest id reached is L - 1 + last."""
+
+    plus: int
+    id0: str
+    last: int
+    file: str
+    span: str
+
+
+@functools.cache
+def _data() -> dict[str, Any]:
+    text = resources.files(__package__).joinpath("vllm_rules.json").read_text("utf-8")
+    data: dict[str, Any] = json.loads(text)
+    return data
+
+
+def releases() -> list[str]:
+    """Every covered release with EAGLE-3, oldest first."""
+    found: list[str] = _data()["releases"]
+    return found
+
+
+def _v(text: str) -> Any:
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(text)
+    except InvalidVersion:
+        raise EagleContractError(f"{text!r} is not a vLLM version (e.g. 0.10.1)") from None
+
+
+def _covers(row: dict[str, Any], version: str) -> bool:
+    v = _v(version)
+    return _v(row["since"]) <= v and (row["until"] is None or v < _v(row["until"]))
+
+
+def span(row: dict[str, Any]) -> str:
+    return f"{row['since']} <= v < {row['until']}" if row["until"] else f">={row['since']}"
+
+
+@functools.cache
+def release(version: str) -> Release:
+    """The rules of ``version``. Raises Unservable outside the covered releases."""
+    first, newest = releases()[0], releases()[-1]
+    if _v(version) < _v(first):
+        raise Unservable(f"vLLM {version} has no EAGLE-3 (first in {first})")
+    if _v(version) > _v(newest):
+        raise Unservable(f"vLLM {version} is newer than the built-in rules (up to {newest})")
+    row = next(r for r in _data()["rows"] if _covers(r, version))
+    return Release(
+        version,
+        span(row),
+        {name: tuple((k, s) for k, s in keys) for name, keys in row["runners"].items()},
+        row["default_runner"],
+        row["default_ids"],
+        tuple(row["fc"]["from"]),
+        row["fc"]["default"],
+    )
+
+
+@functools.cache
+def capture(arch: str, version: str) -> Capture | None:
+    for row in _data()["archs"]:
+        if arch in row["archs"] and _covers(row, version):
+            return Capture(row["plus"], row["id0"], row["last"], row["file"], span(row))
+    return None
+
+
+def spans_of(arch: str) -> list[str]:
+    """The release ranges in which ``arch`` is served."""
+    return [span(r) for r in _data()["archs"] if arch in r["archs"]]
+
+
+@functools.cache
+def known_archs() -> frozenset[str]:
+    """Every architecture served in some covered release."""
+    return frozenset(a for row in _data()["archs"] for a in row["archs"])
+
+
+@functools.cache
+def eagle_keys() -> tuple[str, ...]:
+    """Every EAGLE draft config key some covered release's runner reads ids from (the
+    DFlash and DSpark keys, other drafting methods, are left out)."""
+    keys = {k for r in _data()["rows"] for ks in r["runners"].values() for k, _ in ks}
+    return tuple(sorted(k for k in keys if "eagle" in k))

@@ -1,0 +1,181 @@
+"""Every file the tool writes goes through here, under one set of rules:
+
+- never onto what the run reads: a contract, a shard or anything under a shard folder, a
+  capture, the target model (``inputs``);
+- an existing file is replaced only where the command expects it (``replace``: ``infer -o
+  --force``, a baseline update, a capture of the same ids), where it is this tool's own
+  earlier output (``ours``: bytes its first 4 KiB hold, as a previous report does) or empty;
+- never onto a folder, a device or a FIFO (``/dev/full``), through a link to nothing, or
+  onto a file named like a shard;
+- atomically: a temporary file beside the target, then ``os.replace``, so a full disk or an
+  error leaves the old file as it was (or none), never half of one;
+- in a folder output, never through a link inside it (it could lead out of the folder).
+
+Every refusal is a :class:`UsageError` (exit code 2) that names the flag and the path.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from .errors import UsageError
+
+SHARD_SUFFIXES = (".ckpt", ".gz", ".pt", ".pth", ".bin", ".safetensors", ".arrow")
+_HEAD = 4096
+
+
+def inputs(*paths: Path | str | None) -> tuple[Path, ...]:
+    """The resolved paths a run reads (files, and folders that hold shards)."""
+    return tuple(Path(os.path.realpath(p)) for p in paths if p is not None)
+
+
+def _refuse(flag: str, path: Path, why: str) -> UsageError:
+    return UsageError(f"{flag} {path}: {why}" if flag else f"{path}: {why}")
+
+
+def _input_of(real: Path, reads: Iterable[Path]) -> Path | None:
+    for item in reads:
+        if real == item or (item.is_dir() and real.is_relative_to(item)):
+            return item
+    return None
+
+
+def target(
+    path: Path,
+    flag: str,
+    *,
+    reads: Sequence[Path] = (),
+    replace: bool = False,
+    ours: bytes | None = None,
+    force: str = "",
+    parents: bool = False,
+) -> Path:
+    """The file ``path`` names (links resolved) once it passes the rules above; ``force`` is
+    the flag that allows replacing (named in the refusal); with ``parents`` its folder may
+    be missing (:func:`write_text` creates it)."""
+    if path.is_symlink() and not path.exists():
+        raise _refuse(flag, path, "is a link to nothing; refusing to write through it")
+    real = Path(os.path.realpath(path))
+    item = _input_of(real, reads)
+    if item is not None:
+        where = "is" if real == item else f"is inside {item}, "
+        raise _refuse(flag, path, f"{where} an input of this run; write somewhere else")
+    if real.is_dir():
+        raise _refuse(flag, path, "is a folder; give a file name")
+    if real.exists():
+        if not real.is_file():
+            raise _refuse(flag, path, "is not a regular file (a device or a FIFO)")
+        if real.name.endswith(SHARD_SUFFIXES):
+            raise _refuse(flag, path, "looks like a shard; it is never replaced")
+        empty = real.stat().st_size == 0  # nothing to lose (a `mktemp` name)
+        if not (replace or empty or (ours is not None and ours in _head(real))):
+            what = "the file exists" + (" and is not a report of this tool" if ours else "")
+            also = f", or add {force}" if force else ""
+            raise _refuse(flag, path, f"{what}; remove it or choose another path{also}")
+    if not (parents or real.parent.is_dir()):
+        raise UsageError(f"{flag}: folder {path.parent} does not exist")
+    return real
+
+
+def _head(path: Path) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read(_HEAD)
+    except OSError:
+        return b""
+
+
+def write_text(
+    path: Path,
+    text: str,
+    flag: str,
+    *,
+    reads: Sequence[Path] = (),
+    replace: bool = False,
+    ours: bytes | None = None,
+    force: str = "",
+    parents: bool = False,
+) -> Path:
+    """Check ``path`` (:func:`target`) and write ``text`` to it atomically, UTF-8."""
+    real = target(path, flag, reads=reads, replace=replace, ours=ours, force=force, parents=parents)
+    if parents:
+        try:
+            real.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise _refuse(flag, path, f"cannot create its folder: {exc.strerror or exc}") from None
+    with atomic(real, flag) as tmp:
+        tmp.write_bytes(text.encode("utf-8"))
+    return real
+
+
+@contextmanager
+def atomic(real: Path, flag: str) -> Iterator[Path]:
+    """A temporary path beside ``real``, moved onto it when the block ends; on any error
+    the temporary file is removed and ``real`` is left as it was. Write errors (a full
+    disk, no permission) become a :class:`UsageError`."""
+    try:
+        fd, name = tempfile.mkstemp(prefix=f".{real.name}.", suffix=".tmp", dir=real.parent)
+    except OSError as exc:
+        raise _refuse(flag, real, f"cannot write: {exc.strerror or exc}") from None
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        yield tmp
+        os.chmod(tmp, _mode(real))
+        os.replace(tmp, real)
+    except (OSError, RuntimeError) as exc:  # torch.save wraps write errors in RuntimeError
+        text = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise _refuse(flag, real, f"cannot write: {text.splitlines()[0][:200]}") from None
+    except Exception as exc:
+        if type(exc).__name__ != "SafetensorError":
+            raise
+        raise _refuse(flag, real, f"cannot write: {str(exc)[:200]}") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _mode(real: Path) -> int:
+    """An existing file's permissions, else what the umask gives a new file."""
+    try:
+        return os.stat(real).st_mode & 0o7777
+    except OSError:
+        mask = os.umask(0)
+        os.umask(mask)
+        return 0o666 & ~mask
+
+
+def folder(
+    path: Path, flag: str, *, reads: Sequence[Path] = (), within: Iterable[str] = ()
+) -> Path:
+    """Check a folder the tool writes files in and create it: not a file, not an input nor
+    inside one, and no link at or under the entries ``within`` it that will be written."""
+    if path.exists() and not path.is_dir():
+        raise _refuse(flag, path, "is a file, not a folder")
+    real = Path(os.path.realpath(path))
+    item = _input_of(real, reads)
+    if item is not None:
+        where = "is" if real == item else f"is inside {item}, "
+        raise _refuse(flag, path, f"{where} an input of this run; write somewhere else")
+    for name in within:
+        _no_links(path, path / name, flag)
+    try:
+        real.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _refuse(flag, path, f"cannot create: {exc.strerror or exc}") from None
+    return real
+
+
+def _no_links(root: Path, top: Path, flag: str) -> None:
+    if top.is_symlink():
+        raise _refuse(flag, root, f"{top} is a link; refusing to write through it")
+    if not top.is_dir():
+        return
+    for here, dirs, files in os.walk(top):
+        for name in dirs + files:
+            if os.path.islink(os.path.join(here, name)):
+                link = Path(here, name)
+                raise _refuse(flag, root, f"{link} is a link; refusing to write through it")

@@ -1,0 +1,155 @@
+"""``eagle-contract audit``: every shard read once, per-slot distributions, outlier shards,
+drift against a previous audit; a cache by file identity so a rerun reads only new files."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ..errors import UsageError
+from .args import add_shards, add_workers
+from .exit_codes import EXIT_FINDINGS, EXIT_OK
+
+EXIT_INTERRUPTED = 130
+
+
+def add_parser(sub: Any) -> None:
+    aud = sub.add_parser(
+        "audit", help="read every shard: distributions, outlier shards, drift between runs"
+    )
+    aud.add_argument("contract", type=Path)
+    add_shards(aud)
+    aud.add_argument("--json", type=Path, metavar="REPORT", help="also write a JSON report here")
+    aud.add_argument(
+        "--against",
+        type=Path,
+        metavar="PREVIOUS",
+        help="a previous audit's JSON report: name the slots whose norms moved",
+    )
+    add_workers(aud)
+    aud.add_argument(
+        "--cache",
+        type=Path,
+        metavar="DIR",
+        help="keep per-file summaries here (default: $XDG_CACHE_HOME/eagle-contract/audit)",
+    )
+    aud.add_argument("--backend", choices=("local", "ray"), default="local")
+    aud.add_argument(
+        "--address", metavar="ADDR", help="Ray cluster to join (default: start a local one)"
+    )
+    aud.add_argument("-q", "--quiet", action="store_true", help="print only the summary")
+
+
+def audit(args: argparse.Namespace) -> int:
+    from .. import outputs
+    from ..audit import local
+    from ..audit.cache import Cache, default_dir
+    from ..audit.report import build, findings_of, format_text, load_previous
+    from ..contract.model import load_contract
+    from ..pool import workers_option
+    from ..render import format_findings
+    from ..reports.json_report import write
+    from ..shards.discovery import shard_paths
+    from .terminal import progress
+
+    if args.address is not None and args.backend != "ray":
+        raise UsageError("--address is for --backend ray")
+    workers = workers_option(args.workers)
+    contract = load_contract(args.contract)
+    if contract.training is None:
+        raise UsageError(f"{args.contract}: no training section: no shards to audit")
+    roots = list(args.paths) or [p for p in (contract.training.shards,) if p is not None]
+    found = shard_paths(contract, args.paths or None, None, 0)
+    reads = outputs.inputs(args.contract, *roots)
+    if args.json is not None:
+        outputs.target(args.json, "--json", reads=reads, ours=b'"schema_version"')
+    previous = load_previous(args.against) if args.against is not None else None
+    cache = Cache(args.cache or default_dir(), args.contract.read_bytes(), roots)
+    checks = local.shard_families(contract)
+    done, todo = [], []
+    for path, label in found:
+        full = os.path.abspath(path)
+        kept = cache.get(full, label)
+        if kept is not None:
+            done.append(kept)
+        else:
+            todo.append((contract, full, label, checks))
+    start = time.perf_counter()
+    summaries = (
+        _ray(todo, args.address) if args.backend == "ray" else local.run_local(todo, workers)
+    )
+    fresh = []
+    complete = True
+    try:
+        for summary in progress(summaries, len(todo), "auditing"):
+            cache.put(summary)
+            fresh.append(summary)
+    except KeyboardInterrupt:
+        complete = False
+    finally:
+        summaries.close()
+        cache.close()
+    if cache.problem:
+        print(f"warning: {cache.problem}; the next audit reads these shards again", file=sys.stderr)
+    took = time.perf_counter() - start
+    cost = {
+        "backend": args.backend,
+        "workers": workers if args.backend == "local" else None,
+        "seconds": took,
+        "bytes_read": sum(s.size for s in fresh),
+        "file_seconds": sum(s.seconds for s in fresh),
+    }
+    report = build(
+        contract,
+        done + fresh,
+        checks=checks,
+        read=len(fresh),
+        complete=complete,
+        previous=previous,
+        against=str(args.against),
+        cost=cost,
+    )
+    findings = [f for s in sorted(done + fresh, key=lambda s: s.path) for f in findings_of(s)]
+    if not args.quiet:
+        if findings:
+            print(format_findings(findings) + "\n")
+        print(format_text(report) + "\n")
+    print(_summary(report, took))
+    if args.json is not None:
+        write(args.json, report, "--json", reads=reads)
+    if not complete:
+        print(
+            f"interrupted: {len(fresh)} of {len(todo)} new shard(s) done and kept in "
+            f"{cache.path}; run the same command again to resume",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
+    return EXIT_OK if report["ok"] else EXIT_FINDINGS
+
+
+def _ray(todo: list[Any], address: str | None) -> Any:
+    from ..audit.ray_backend import run_ray
+
+    return run_ray(todo, address)
+
+
+def _summary(report: dict[str, Any], took: float) -> str:
+    outl = len({o["path"] for o in report["outliers"]})
+    moved = report["drift"]["moved"] if report["drift"] else []
+    gb = report["cost"]["bytes_read"] / 1e9
+    return (
+        f"{_verdict(report)}: audit of {report['shards']} shard(s) "
+        f"({report['read']} read, {report['cached']} cached, {gb:.2f} GB in {took:.1f} s): "
+        f"{len(report['findings'])} finding(s), {outl} outlier shard(s)"
+        + (f", drift in slot(s) {', '.join(map(str, moved))}" if moved else "")
+    )
+
+
+def _verdict(report: dict[str, Any]) -> str:
+    if not report["complete"]:
+        return "INTERRUPTED"
+    return "ok" if report["ok"] else "FAILED"

@@ -1,0 +1,181 @@
+"""``eagle-contract matrix CONTRACT`` (every serving engine version against the trainer's fc
+input) and ``eagle-contract resolve --want LAYER ...`` (the ids that make one engine feed
+given layers, per span of versions).
+
+matrix exits 1 when a row of the contract's own serving engine and version range differs
+from the trainer or refuses, 0 otherwise (other engines' rows only inform); resolve --want
+exits 0 with one id list that serves every asked version, 1 when that list draws a warning
+(EC514), 2 when no one list does.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..errors import UsageError
+from .exit_codes import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
+
+if TYPE_CHECKING:
+    from ..engines.base import Engine, Resolution
+    from ..engines.fixes import Inverse
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    mat = sub.add_parser(
+        "matrix", help="what every engine version would feed the draft's fc, beside the trainer"
+    )
+    mat.add_argument("contract", type=Path, metavar="CONTRACT")
+    mat.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def matrix(args: argparse.Namespace) -> int:
+    from ..contract.model import load_contract
+    from ..engines import matrix as core
+    from ..engines.fixes import ANY
+    from ..engines.resolve import get_engine, serving_ids
+    from ..models.draft import read_draft_config
+    from ..render import to_json
+
+    contract = load_contract(args.contract)
+    training, serving = contract.training, contract.serving
+    if training is None:
+        raise UsageError(f"{args.contract}: no training section, so no fc input to compare")
+    trained = [training.slots[i].layer for i in training.fc_input]
+    arch = (serving.arch if serving else None) or contract.target.arch
+    own = None
+    draft = None
+    if serving is not None:
+        versions = get_engine(serving.engine).versions(serving.version)
+        own = (serving.engine, [v or ANY for v in versions])
+        if serving.draft_config is not None:
+            draft = read_draft_config(serving.draft_config)
+
+    def ids_of(engine: Engine) -> tuple[int, ...] | None:
+        return None if serving is None else serving_ids(serving, draft, engine.name)
+
+    num_layers = contract.target.num_hidden_layers
+    rows = core.matrix(trained, num_layers, arch, ids_of, own)
+    differs = any(r.own and not r.same for r in rows)
+    if args.json:
+        print(
+            to_json(
+                {
+                    "contract": contract.name,
+                    "arch": arch,
+                    "num_layers": num_layers,
+                    "trained": [str(x) for x in trained],
+                    "rows": [r.to_dict() for r in rows],
+                    "own_differs": differs,
+                }
+            )
+        )
+    else:
+        print(f"{contract.name}: {arch or 'no arch'}, L = {num_layers}")
+        print(core.render(rows, trained))
+    return EXIT_FINDINGS if differs else EXIT_OK
+
+
+def want(args: argparse.Namespace) -> int:
+    """``resolve --want``: the ids, per span of the asked versions."""
+    from ..engines.fixes import ANY, chosen, common_ids, config_key, inverse, relabel, runs
+    from ..engines.resolve import get_engine
+    from ..layers import Layer
+    from ..render import to_json
+
+    try:
+        wanted = [Layer.parse(text) for text in args.want]
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if args.ids is not None or getattr(args, "draft_config", None) is not None:
+        raise UsageError("--want asks for the ids: give it without --ids or --draft-config")
+    if args.num_layers < 4:
+        raise UsageError(f"--num-layers {args.num_layers}: EAGLE-3 needs at least 4 layers")
+    engine = get_engine(args.engine)
+    versions = [v or ANY for v in engine.versions(args.version)]
+    table = args.source == "table"
+    found = {
+        v: inverse(engine, wanted, args.num_layers, args.arch, None if v == ANY else v, not table)
+        for v in versions
+    }
+    ids = common_ids(list(found.values()))
+    pick = ids or common_ids([inv for inv in found.values() if inv.exact])
+    best = {v: chosen(found[v], pick) for v in versions}
+
+    def key(v: str) -> object:
+        res, inv = best[v], found[v]
+        said = [None if m is None else relabel(m, v, "\0") for m in (inv.refused, inv.said)]
+        codes = () if res is None else tuple(p.code for p in res.problems)
+        return None if res is None else (res.ids, res.layers), codes, said
+
+    spans = runs(versions, key)
+    refused = None
+    if ids is None:
+        refused = (
+            "; ".join(
+                relabel(f"{engine.title} {run[0]}: {found[run[0]].refused}", run[0], _label(run))
+                for run in spans
+                if found[run[0]].refused
+            )
+            or f"no one id list serves every {engine.title} version in {args.version}"
+        )
+    if args.json:
+        print(
+            to_json(
+                {
+                    "engine": engine.name,
+                    "version": args.version,
+                    "arch": args.arch,
+                    "num_layers": args.num_layers,
+                    "want": [str(x) for x in wanted],
+                    "ids": None if ids is None else list(ids),
+                    "config_key": config_key(engine),
+                    "config_line": None if ids is None else engine.config_line(ids),
+                    "refused": refused,
+                    "spans": [
+                        {"versions": run, **found[run[0]].to_dict(best[run[0]])} for run in spans
+                    ],
+                }
+            )
+        )
+    else:
+        for run in spans:
+            print(_span_text(_label(run), found[run[0]], best[run[0]]))
+        if ids is not None and len(spans) > 1:
+            print(f"the same ids on every {engine.title} version in {args.version}")
+    if ids is None:
+        return EXIT_USAGE
+    return EXIT_FINDINGS if any(r and r.problems for r in best.values()) else EXIT_OK
+
+
+def _label(run: list[str]) -> str:
+    from ..engines.fixes import span_label
+
+    return span_label(run)
+
+
+def _span_text(label: str, inv: Inverse, res: Resolution | None) -> str:
+    from ..engines.fixes import config_key, layer_list, literal, relabel, set_where
+
+    engine, title, version = inv.engine, inv.engine.title, inv.version
+    where = title if label == "any" else f"{title} {label}"
+    on = f" on {inv.arch}" if inv.arch else ""
+    if inv.refused is None and res is not None and res.ids is not None:
+        lines = [
+            f"set {config_key(engine)} to {list(res.ids)} ({where} serves "
+            f"{layer_list(inv.wanted)}{on})",
+            f"  paste into {set_where(engine)}: {engine.config_line(res.ids)}",
+        ]
+        lines += [f"  {p.code}: {relabel(p.message, version, label)}" for p in res.problems]
+        return "\n".join(lines)
+    lines = [f"{where}{on}: {relabel(inv.refused or '', version, label)}"]
+    if inv.said and inv.said != inv.refused:
+        said = relabel(inv.said, version, label)
+        lines.append(f"  {title} refuses ids {list(literal(inv.wanted))}: {said}")
+    if res is not None and res.ids is not None:
+        lines.append(
+            f"  nearest it feeds: {layer_list(res.layers)} with ids {list(res.ids)}; "
+            "retrain on those"
+        )
+    return "\n".join(lines)

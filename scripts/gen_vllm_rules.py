@@ -1,0 +1,285 @@
+"""Derive vLLM's EAGLE-3 rules from its released wheels; write engines/vllm_rules.json.
+
+    python scripts/gen_vllm_rules.py WHEEL_DIR [--out FILE] [--check] [--download]
+
+``--download`` only fetches every release from 0.8.4 (the last without EAGLE-3) on that
+the index lists (``pip index versions vllm``, ``pip download --no-deps``), keeping wheels
+already there: about 400 MB each.
+
+Reads every ``vllm-X-*.whl`` in WHEEL_DIR with zipfile and ast (vllm is never imported):
+
+- which model runners set the target's aux layers (``v1``: v1/worker/gpu_model_runner.py,
+  ``v2``: v1/worker/gpu/model_runner.py), and the draft config.json keys each reads, in
+  order: found by *running* the release's own reader (``*aux_layers_from_config``) on stub
+  configs holding each spelling it names, top level and under ``eagle_config``;
+- the default runner (``VLLM_USE_V2_MODEL_RUNNER``'s default in envs.py);
+- the default ids, by running the release's ``get_eagle3_*aux_hidden_state_layers``;
+- per served architecture (registry classes that support EAGLE-3), the capture rule of its
+  layer loop: ``plus`` (id k captures residual:k+plus), what id 0 does (``embed``: the
+  embedding output; ``crash``: ``hidden_states + residual`` with residual None) and the
+  largest id the loop reaches;
+- the draft fc width (``hidden_size * N`` in llama_eagle3.py).
+
+``--check`` compares with the existing file and exits 1 on any difference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import builtins
+import copy
+import json
+import re
+import subprocess
+import sys
+import types
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from vllm_capture import MODELS, Release, archs, functions, imported_modules
+
+OUT = Path(__file__).resolve().parents[1] / "pytest_eagle_contract/engines/vllm_rules.json"
+RUNNERS = {"v1": "vllm/v1/worker/gpu_model_runner.py", "v2": "vllm/v1/worker/gpu/model_runner.py"}
+_PROBE_IDS = (1, 2, 3)
+
+
+class _Stub:
+    """Stands in for anything the reader touches besides the config (logger, types)."""
+
+    def __getattr__(self, name: str) -> _Stub:
+        return self
+
+    def __call__(self, *args: object, **kwargs: object) -> _Stub:
+        return self
+
+
+def _compile(fn: ast.FunctionDef) -> Callable[..., Any]:
+    """One function of a release, annotations stripped, run with stubs for its globals."""
+    fn = copy.deepcopy(fn)
+    fn.decorator_list, fn.returns = [], None
+    for arg in [*fn.args.args, *fn.args.kwonlyargs]:
+        arg.annotation = None
+    module = ast.fix_missing_locations(ast.Module(body=[fn], type_ignores=[]))
+    names = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)} - set(dir(builtins))
+    scope: dict[str, Any] = {name: _Stub() for name in names}
+    exec(compile(module, "<vllm>", "exec"), scope)
+    function: Callable[..., Any] = scope[fn.name]
+    return function
+
+
+def _reader(release: Release, runner_file: str) -> ast.FunctionDef | None:
+    """The function that reads the aux ids from the draft config, in the runner or a module
+    it imports."""
+    tree = release.tree(runner_file)
+    assert tree is not None
+    for name in [runner_file, *imported_modules(tree, "")]:
+        sub = release.tree(name)
+        for fn in functions(sub) if sub else ():
+            if fn.name.endswith("aux_layers_from_config"):
+                return fn
+    return None
+
+
+def _call_reader(fn: ast.FunctionDef, config: dict[str, Any]) -> Any:
+    hf_config = types.SimpleNamespace(**config)
+    spec = types.SimpleNamespace(draft_model_config=types.SimpleNamespace(hf_config=hf_config))
+    arg = types.SimpleNamespace(speculative_config=spec) if fn.args.args[0].arg == "self" else spec
+    return _compile(fn)(arg)
+
+
+def _strings(fn: ast.FunctionDef) -> set[str]:
+    return {
+        n.value if isinstance(n, ast.Constant) else n.attr
+        for n in ast.walk(fn)
+        if (isinstance(n, ast.Constant) and isinstance(n.value, str))
+        or isinstance(n, ast.Attribute)
+    }
+
+
+def _keys(fn: ast.FunctionDef) -> list[tuple[str, int]]:
+    """The dotted keys the reader takes ids from, in the order it prefers them, each with
+    what it adds to the ids (DFlash's ``target_layer_ids`` get +1)."""
+    names = _strings(fn)
+    spellings = sorted(s for s in names if s.endswith("layer_ids"))
+    containers = sorted(s for s in names if s.endswith("_config") and s != "hf_config")
+    candidates = [*spellings, *(f"{c}.{s}" for c in containers for s in spellings)]
+    read = [k for k in candidates if _read_by(fn, [k])]
+    order: list[tuple[str, int]] = []
+    while read:
+        n, shift = _read_by(fn, read) or (0, 0)
+        order.append((read.pop(n), shift))
+    return order
+
+
+def _config(keys: list[str]) -> dict[str, Any]:
+    config: dict[str, Any] = {}
+    for n, key in enumerate(keys):
+        outer, _, inner = key.rpartition(".")
+        (config.setdefault(outer, {}) if outer else config)[inner] = [
+            i + 10 * n for i in _PROBE_IDS
+        ]
+    return config
+
+
+def _read_by(fn: ast.FunctionDef, keys: list[str]) -> tuple[int, int] | None:
+    """Which of ``keys`` (each holding its own ids) the reader returned, and the shift it
+    applied, or None."""
+    got = _call_reader(fn, _config(keys))
+    if not got:
+        return None
+    n, shift = divmod(got[0] - _PROBE_IDS[0], 10)
+    assert list(got) == [i + 10 * n + shift for i in _PROBE_IDS], got
+    return n, shift
+
+
+def _default_runner(release: Release) -> str:
+    text = release.text("vllm/envs.py") or ""
+    m = re.search(r'"VLLM_USE_V2_MODEL_RUNNER",\s*"(\d)"', text)
+    return "v2" if m and m.group(1) == "1" else "v1"
+
+
+def _default_ids(release: Release) -> str:
+    for name in (MODELS + "interfaces.py", MODELS + "llama.py"):
+        tree = release.tree(name)
+        for fn in functions(tree) if tree else ():
+            if fn.name in {
+                "get_eagle3_default_aux_hidden_state_layers",
+                "get_eagle3_aux_hidden_state_layers",
+            } and any(isinstance(n, ast.Return) and n.value for n in ast.walk(fn)):
+                got = {L: tuple(_compile(fn)(_layers_stub(L))) for L in (32, 61)}
+                if all(got[L] == (2, L // 2, L - 3) for L in got):
+                    return "2,L//2,L-3"
+                return repr(got)
+    raise SystemExit("no default-ids function found")
+
+
+def _layers_stub(num_layers: int) -> types.SimpleNamespace:
+    model = types.SimpleNamespace(layers=[None] * num_layers)
+    return types.SimpleNamespace(
+        model=model, config=types.SimpleNamespace(num_hidden_layers=num_layers)
+    )
+
+
+def _fc(release: Release) -> dict[str, Any]:
+    """How many aux states the draft's fc takes: ``from`` (config keys, the first present
+    wins; ``len:K`` is the length of the ids under K), else ``default``."""
+    text = release.text(MODELS + "llama_eagle3.py") or ""
+    if "num_aux_hidden_states" not in text:
+        widths = set(re.findall(r"hidden_size \* (\d+)", text))
+        if len(widths) != 1:
+            raise SystemExit(f"fc width not found in llama_eagle3.py: {widths}")
+        return {"from": [], "default": int(widths.pop())}
+    outer = re.search(r'getattr\(self\.config, "(\w+_config)"', text)
+    inner = re.search(r'\.get\("(\w+layer_ids)"\)', text)
+    default = re.search(r"if layer_ids else (\d+)", text)
+    if not (outer and inner and default):
+        raise SystemExit("fc width rule not understood in llama_eagle3.py")
+    keys = ["num_aux_hidden_states", f"len:{outer.group(1)}.{inner.group(1)}"]
+    return {"from": keys, "default": int(default.group(1))}
+
+
+def runner_keys(release: Release) -> dict[str, list[tuple[str, int]]]:
+    out = {}
+    for name, path in RUNNERS.items():
+        text = release.text(path)
+        if text is None or not re.search(r"set_(eagle3_)?aux_hidden_state_layers\(", text):
+            continue
+        fn = _reader(release, path)
+        out[name] = [] if fn is None else _keys(fn)
+    return out
+
+
+def derive(wheel: Path) -> dict[str, Any] | None:
+    """One release's rules, or None when it has no EAGLE-3."""
+    release = Release(wheel)
+    if MODELS + "llama_eagle3.py" not in release.names:
+        return None
+    runners = runner_keys(release)
+    return {
+        "runners": runners,
+        "default_runner": _default_runner(release),
+        "default_ids": _default_ids(release),
+        "fc": _fc(release),
+        "archs": archs(release),
+    }
+
+
+def _version(wheel: Path) -> str:
+    return wheel.name.split("-")[1]
+
+
+def _key(version: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", version))
+
+
+def _spans(versions: list[str], facts: dict[str, Any]) -> Iterator[tuple[str, str | None, Any]]:
+    """Runs of consecutive releases with equal facts (absent: None, not yielded)."""
+    start = 0
+    for n in range(1, len(versions) + 1):
+        if n == len(versions) or facts.get(versions[n]) != facts.get(versions[start]):
+            if facts.get(versions[start]) is not None:
+                until = versions[n] if n < len(versions) else None
+                yield versions[start], until, facts[versions[start]]
+            start = n
+
+
+def tables(releases: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Per-release rules folded into rows over release ranges (``until`` exclusive)."""
+    versions = list(releases)
+    general = {v: {k: r[k] for k in r if k != "archs"} for v, r in releases.items()}
+    rows = [{"since": a, "until": b, **facts} for a, b, facts in _spans(versions, general)]
+    grouped: dict[str, list[str]] = {}
+    for arch in sorted({a for r in releases.values() for a in r["archs"]}):
+        per = {v: r["archs"].get(arch) for v, r in releases.items()}
+        for a, b, rule in _spans(versions, per):
+            key = json.dumps({"since": a, "until": b, **rule}, sort_keys=True)
+            grouped.setdefault(key, []).append(arch)
+    archs = [{**json.loads(k), "archs": v} for k, v in grouped.items()]
+    archs.sort(key=lambda r: (r["file"], _key(r["since"])))
+    return {"releases": versions, "rows": rows, "archs": archs}
+
+
+def download(folder: Path) -> None:
+    pip = [sys.executable, "-m", "pip"]
+    out = subprocess.run([*pip, "index", "versions", "vllm"], capture_output=True, text=True)
+    listed = re.search(r"Available versions: (.*)", out.stdout)
+    if listed is None:
+        raise SystemExit(f"pip index versions vllm gave no list:\n{out.stdout}{out.stderr}")
+    folder.mkdir(parents=True, exist_ok=True)
+    for version in listed.group(1).split(", "):
+        if _key(version) >= (0, 8, 4) and not list(folder.glob(f"vllm-{version}-*.whl")):
+            cmd = [*pip, "download", "-q", "--no-deps", f"vllm=={version}", "-d", str(folder)]
+            subprocess.run(cmd, check=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("wheels", type=Path)
+    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--check", action="store_true")
+    parser.add_argument("--download", action="store_true")
+    args = parser.parse_args(argv)
+    if args.download:
+        download(args.wheels)
+        return 0
+    releases: dict[str, Any] = {}
+    for wheel in sorted(args.wheels.glob("vllm-*.whl"), key=lambda w: _key(_version(w))):
+        rules = derive(wheel)
+        print(_version(wheel), "no EAGLE-3" if rules is None else "ok", file=sys.stderr)
+        if rules is not None:
+            releases[_version(wheel)] = rules
+    text = json.dumps(tables(releases), indent=1) + "\n"
+    if args.check:
+        if args.out.read_text("utf-8") != text:
+            print(f"{args.out} differs from the releases' code", file=sys.stderr)
+            return 1
+        print(f"{args.out} agrees with {len(releases)} releases", file=sys.stderr)
+        return 0
+    args.out.write_text(text, "utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,250 @@
+"""The capture rule of each EAGLE-3 architecture's layer loop in a vLLM release wheel
+(read with zipfile and ast; vllm is never imported). Used by gen_vllm_rules.py.
+
+For every registry architecture whose class defines or inherits
+``get_eagle3_(default_)aux_hidden_state_layers``, the layer loop that serves it (its module's,
+a base class's, or an imported module's) is classified: ``plus`` (id k captures
+residual:k+plus), ``id0`` (``embed``: the embedding output, or with the residual None
+handled; ``crash``: ``hidden_states + residual`` with residual None; ``layer``/``never``)
+and ``last`` (the largest id reached is L - 1 + last).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import sys
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+MODELS = "vllm/model_executor/models/"
+
+
+class Release:
+    def __init__(self, wheel: Path) -> None:
+        self.zip = zipfile.ZipFile(wheel)
+        self.names = set(self.zip.namelist())
+        self._trees: dict[str, ast.Module | None] = {}
+        self.classes: dict[str, dict[str, ast.ClassDef]] = {}
+        self.captures: dict[str, list[dict[str, Any]]] = {}
+
+    def text(self, name: str) -> str | None:
+        return self.zip.read(name).decode("utf-8") if name in self.names else None
+
+    def tree(self, name: str) -> ast.Module | None:
+        if name not in self._trees:
+            text = self.text(name)
+            self._trees[name] = None if text is None else ast.parse(text)
+        return self._trees[name]
+
+
+def functions(tree: ast.AST) -> Iterator[ast.FunctionDef]:
+    yield from (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef))
+
+
+def imported_modules(tree: ast.Module, package: str) -> list[str]:
+    """Paths of the vllm modules ``tree`` imports from (absolute, or relative to package)."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            if node.level == 1:
+                out.append(f"{package}{node.module.replace('.', '/')}.py")
+            elif node.module.startswith("vllm."):
+                out.append(node.module.replace(".", "/") + ".py")
+    return out
+
+
+def _registry(release: Release) -> dict[str, tuple[str, str]]:
+    tree = release.tree(MODELS + "registry.py")
+    assert tree is not None
+    out = {}
+    for node in tree.body:
+        target = (
+            node.target if isinstance(node, ast.AnnAssign) else getattr(node, "targets", [None])[0]
+        )
+        name = getattr(target, "id", "")
+        if name in {"_TEXT_GENERATION_MODELS", "_MULTIMODAL_MODELS"} and isinstance(
+            node.value, ast.Dict
+        ):
+            for k, v in zip(node.value.keys, node.value.values):
+                if isinstance(k, ast.Constant) and isinstance(v, ast.Tuple) and len(v.elts) == 2:
+                    module, cls = (e.value for e in v.elts if isinstance(e, ast.Constant))
+                    out[k.value] = (f"{MODELS}{module}.py", cls)
+    return out
+
+
+def _classes(release: Release, module: str) -> dict[str, ast.ClassDef]:
+    if module not in release.classes:
+        tree = release.tree(module)
+        release.classes[module] = (
+            {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)} if tree else {}
+        )
+    return release.classes[module]
+
+
+def _origin(release: Release, module: str, name: str) -> str | None:
+    """The module a class name used in ``module`` is defined in."""
+    if name in _classes(release, module):
+        return module
+    tree = release.tree(module)
+    for node in tree.body if tree else ():
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and any(a.name == name for a in node.names)
+        ):
+            found = imported_modules(ast.Module(body=[node], type_ignores=[]), MODELS)
+            return found[0] if found else None
+    return None
+
+
+def _bases(cls: ast.ClassDef) -> list[str]:
+    return [b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in cls.bases]
+
+
+_EAGLE3_METHODS = {
+    "get_eagle3_aux_hidden_state_layers",
+    "get_eagle3_default_aux_hidden_state_layers",
+}
+
+
+def _eagle3(release: Release, module: str, name: str, depth: int = 0) -> bool:
+    """Whether the class defines or inherits the EAGLE-3 aux-layer methods."""
+    cls = _classes(release, module).get(name)
+    if cls is None or depth > 8:
+        return False
+    if any(isinstance(n, ast.FunctionDef) and n.name in _EAGLE3_METHODS for n in cls.body):
+        return True
+    for base in _bases(cls):
+        origin = _origin(release, module, base)
+        if origin and _eagle3(release, origin, base, depth + 1):
+            return True
+    return False
+
+
+def _captures(release: Release, module: str) -> list[dict[str, Any]]:
+    if module not in release.captures:
+        tree = release.tree(module)
+        text = release.text(module) or ""
+        release.captures[module] = (
+            [r for fn in functions(tree) if (r := _capture_rule(release, fn))]
+            if tree and "aux_hidden_state" in text
+            else []
+        )
+    return release.captures[module]
+
+
+def _capture_module(release: Release, module: str, name: str) -> str | None:
+    """The module whose layer loop serves class ``name``: its own, a base's, an import's."""
+    if _captures(release, module):
+        return module
+    cls = _classes(release, module).get(name)
+    for base in _bases(cls) if cls else ():
+        origin = _origin(release, module, base)
+        if origin and origin != module and (found := _capture_module(release, origin, base)):
+            return found
+    tree = release.tree(module)
+    for imported in imported_modules(tree, MODELS) if tree else ():
+        if imported.startswith(MODELS) and _captures(release, imported):
+            return imported
+    return None
+
+
+def archs(release: Release) -> dict[str, dict[str, Any]]:
+    out = {}
+    for arch, (module, cls) in sorted(_registry(release).items()):
+        if module not in release.names or not _eagle3(release, module, cls):
+            continue
+        found = _capture_module(release, module, cls)
+        if found is None:
+            print(f"  {arch}: no capture loop found", file=sys.stderr)
+            continue
+        rules = {json.dumps(r, sort_keys=True) for r in _captures(release, found)}
+        if len(rules) != 1:
+            print(f"  {arch}: {len(rules)} capture rules in {found}", file=sys.stderr)
+            continue
+        out[arch] = {**json.loads(rules.pop()), "file": found.removeprefix(MODELS)}
+    return out
+
+
+def _index_offset(node: ast.expr) -> int | None:
+    if isinstance(node, ast.Name):
+        return 0
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        if isinstance(node.right, ast.Constant) and isinstance(node.right.value, int):
+            return node.right.value
+    if isinstance(node, ast.Constant) and isinstance(node.value, int):
+        return None
+    return None
+
+
+def _handles_none(node: ast.AST) -> bool:
+    return any(
+        isinstance(n, ast.Compare) and any(isinstance(op, ast.Is | ast.IsNot) for op in n.ops)
+        for n in ast.walk(node)
+    )
+
+
+def _mixin_handles_none(release: Release) -> bool:
+    tree = release.tree(MODELS + "interfaces.py")
+    fn = (
+        next((f for f in functions(tree) if f.name == "_maybe_add_hidden_state"), None)
+        if tree
+        else None
+    )
+    return fn is not None and _handles_none(fn)
+
+
+def _capture_in(stmt: ast.stmt) -> tuple[int | None, bool] | None:
+    """(index offset, handles a None residual) of a capture in one statement, if any."""
+    for node in ast.walk(stmt):
+        if (
+            isinstance(node, ast.If)
+            and isinstance(node.test, ast.Compare)
+            and isinstance(node.test.ops[0], ast.In)
+            and getattr(node.test.comparators[0], "attr", "") == "aux_hidden_state_layers"
+        ):
+            return _index_offset(node.test.left), _handles_none(node)
+        if (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "attr", "") == "_maybe_add_hidden_state"
+        ):
+            return _index_offset(node.args[1]), True
+    return None
+
+
+def _calls_layer(stmt: ast.stmt) -> bool:
+    return any(
+        isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and "layer" in n.func.id
+        for n in ast.walk(stmt)
+    )
+
+
+def _capture_rule(release: Release, fn: ast.FunctionDef) -> dict[str, Any] | None:
+    """plus (id k captures residual:k+plus), id0 and the largest id reached (L-1+last)."""
+    embed_first = False
+    for stmt in fn.body:
+        if isinstance(stmt, ast.For):
+            at = [i for i, s in enumerate(stmt.body) if _calls_layer(s)]
+            caps = [(i, c) for i, s in enumerate(stmt.body) if (c := _capture_in(s))]
+            if not at or not caps:
+                continue
+            ((where, (offset, none_ok)),) = caps
+            if offset is None:
+                return None
+            none_ok = none_ok and (
+                _mixin_handles_none(release) if "_maybe_add" in ast.unparse(stmt) else True
+            )
+            plus = (1 if where > at[0] else 0) - offset
+            if embed_first:
+                id0 = "embed"
+            elif offset == 0 and plus == 0:
+                id0 = "embed" if none_ok else "crash"
+            else:
+                id0 = "never" if offset > 0 else "layer"
+            return {"plus": plus, "id0": id0, "last": offset}
+        if _capture_in(stmt) and "_maybe_add" in ast.unparse(stmt):
+            embed_first = _mixin_handles_none(release)
+    return None

@@ -173,7 +173,10 @@ def test_an_interrupted_audit_keeps_what_it_did_and_resumes(project: Path) -> No
     assert b"run the same command again to resume" in err and b"Traceback" not in err
     subprocess.run([*cmd, "--json", str(project / "b.json")], check=True, timeout=300)
     second = report(project / "b.json")
-    assert (second["read"], second["cached"]) == (600 - first["read"], first["read"])
+    # what the first run kept is not read again; a Ctrl-C between keeping a shard and counting
+    # it may leave the interrupted report one short of the cache
+    assert second["read"] + second["cached"] == 600
+    assert first["read"] <= second["cached"] <= first["read"] + 1
     assert second["complete"]
 
 

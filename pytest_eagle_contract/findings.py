@@ -166,6 +166,12 @@ _RULES: tuple[Rule, ...] = (
 RULES: dict[RuleCode, Rule] = {rule.code: rule for rule in _RULES}
 
 
+def codes(series: str, *, but: tuple[RuleCode, ...] = ()) -> tuple[RuleCode, ...]:
+    """The rule codes of a series (``"EC5"``: EC501, EC502, ...) in order, less ``but``: a
+    check family names the series it owns instead of copying the codes."""
+    return tuple(code for code in RULES if code.startswith(series) and code not in but)
+
+
 @dataclass(frozen=True)
 class Finding:
     """One thing wrong, located and explained like a compiler diagnostic."""
@@ -222,7 +228,10 @@ def finding(
     extra: dict[str, Any] | None = None,
 ) -> Finding:
     """The one way to make a finding: ``key`` (``training.slots[0].norm``) locates it in
-    ``contract`` (its line, else its nearest parent's); ``file`` is the shard's label."""
+    ``contract`` (its line, else its nearest parent's), by default the ``slot``'s entry;
+    ``file`` is the shard's label."""
+    if not key and slot is not None:
+        key = f"training.slots[{slot}]"
     return Finding(
         code,
         message,

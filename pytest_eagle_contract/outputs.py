@@ -21,8 +21,12 @@ import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING, TypedDict
 
 from .errors import UsageError
+
+if TYPE_CHECKING:
+    from typing import Unpack
 
 SHARD_SUFFIXES = (".ckpt", ".gz", ".pt", ".pth", ".bin", ".safetensors", ".arrow")
 _HEAD = 4096
@@ -37,33 +41,34 @@ def _refuse(flag: str, path: Path, why: str) -> UsageError:
     return UsageError(f"{flag} {path}: {why}" if flag else f"{path}: {why}")
 
 
-def _input_of(real: Path, reads: Iterable[Path]) -> Path | None:
+class Rules(TypedDict, total=False):
+    """What :func:`target` allows (the module's rules): ``reads``, the run's :func:`inputs`;
+    ``replace``, an existing file may be replaced; ``ours``, it may where its first 4 KiB
+    hold these bytes; ``force``, the flag that allows replacing (named in the refusal);
+    ``parents``, its folder may be missing (:func:`write_text` creates it)."""
+
+    reads: Sequence[Path]
+    replace: bool
+    ours: bytes | None
+    force: str
+    parents: bool
+
+
+def _not_input(flag: str, path: Path, reads: Iterable[Path]) -> Path:
+    """``path`` resolved, refused when it is an input of the run or inside one."""
+    real = Path(os.path.realpath(path))
     for item in reads:
         if real == item or (item.is_dir() and real.is_relative_to(item)):
-            return item
-    return None
+            where = "is" if real == item else f"is inside {item}, "
+            raise _refuse(flag, path, f"{where} an input of this run; write somewhere else")
+    return real
 
 
-def target(
-    path: Path,
-    flag: str,
-    *,
-    reads: Sequence[Path] = (),
-    replace: bool = False,
-    ours: bytes | None = None,
-    force: str = "",
-    parents: bool = False,
-) -> Path:
-    """The file ``path`` names (links resolved) once it passes the rules above; ``force`` is
-    the flag that allows replacing (named in the refusal); with ``parents`` its folder may
-    be missing (:func:`write_text` creates it)."""
+def target(path: Path, flag: str, **rules: Unpack[Rules]) -> Path:
+    """The file ``path`` names (links resolved) once it passes the :class:`Rules`."""
     if path.is_symlink() and not path.exists():
         raise _refuse(flag, path, "is a link to nothing; refusing to write through it")
-    real = Path(os.path.realpath(path))
-    item = _input_of(real, reads)
-    if item is not None:
-        where = "is" if real == item else f"is inside {item}, "
-        raise _refuse(flag, path, f"{where} an input of this run; write somewhere else")
+    real = _not_input(flag, path, rules.get("reads", ()))
     if real.is_dir():
         raise _refuse(flag, path, "is a folder; give a file name")
     if real.exists():
@@ -72,11 +77,13 @@ def target(
         if real.name.endswith(SHARD_SUFFIXES):
             raise _refuse(flag, path, "looks like a shard; it is never replaced")
         empty = real.stat().st_size == 0  # nothing to lose (a `mktemp` name)
-        if not (replace or empty or (ours is not None and ours in _head(real))):
+        ours = rules.get("ours")
+        if not (rules.get("replace") or empty or (ours is not None and ours in _head(real))):
             what = "the file exists" + (" and is not a report of this tool" if ours else "")
+            force = rules.get("force")
             also = f", or add {force}" if force else ""
             raise _refuse(flag, path, f"{what}; remove it or choose another path{also}")
-    if not (parents or real.parent.is_dir()):
+    if not (rules.get("parents") or real.parent.is_dir()):
         raise UsageError(f"{flag}: folder {path.parent} does not exist")
     return real
 
@@ -89,20 +96,10 @@ def _head(path: Path) -> bytes:
         return b""
 
 
-def write_text(
-    path: Path,
-    text: str,
-    flag: str,
-    *,
-    reads: Sequence[Path] = (),
-    replace: bool = False,
-    ours: bytes | None = None,
-    force: str = "",
-    parents: bool = False,
-) -> Path:
+def write_text(path: Path, text: str, flag: str, **rules: Unpack[Rules]) -> Path:
     """Check ``path`` (:func:`target`) and write ``text`` to it atomically, UTF-8."""
-    real = target(path, flag, reads=reads, replace=replace, ours=ours, force=force, parents=parents)
-    if parents:
+    real = target(path, flag, **rules)
+    if rules.get("parents"):
         try:
             real.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -155,11 +152,7 @@ def folder(
     inside one, and no link at or under the entries ``within`` it that will be written."""
     if path.exists() and not path.is_dir():
         raise _refuse(flag, path, "is a file, not a folder")
-    real = Path(os.path.realpath(path))
-    item = _input_of(real, reads)
-    if item is not None:
-        where = "is" if real == item else f"is inside {item}, "
-        raise _refuse(flag, path, f"{where} an input of this run; write somewhere else")
+    real = _not_input(flag, path, reads)
     for name in within:
         _no_links(path, path / name, flag)
     try:

@@ -8,7 +8,6 @@ shells plan alike and refuse alike. No check logic lives here or in either shell
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
@@ -152,53 +151,50 @@ def plan(
     return units
 
 
+@dataclass(frozen=True)
+class Settings:
+    """What the run's options ask of every unit (a worker builds its runner from them):
+    the engine's launch line, a target model and reference capture overriding the
+    contract's, capture folders and a live SGLang server."""
+
+    serving_args: str | None = None
+    target_model: Path | None = None
+    reference: bool | None = None
+    captures: tuple[Path, ...] = ()
+    sglang_url: str | None = None
+    timeout: float = 60.0
+
+
 class Runner:
     """Runs units and holds what they share: the last few shards read (so a shard's
     families share one read), the target model and the capture files, opened once."""
 
-    def __init__(
-        self,
-        keep: int = 2,
-        serving_args: str | None = None,
-        target_model: Path | None = None,
-        reference: bool | None = None,
-        captures: Sequence[Path] = (),
-        sglang_url: str | None = None,
-        timeout: float = 60.0,
-    ) -> None:
+    def __init__(self, settings: Settings | None = None, keep: int = 2) -> None:
+        self.settings = settings or Settings()
         self._cache: OrderedDict[tuple[Path, str, int], Shard] = OrderedDict()
         self._keep = keep
-        self.settings = _Settings(
-            serving_args, target_model, reference, tuple(captures), sglang_url, timeout
-        )
-        self.serving_args = serving_args
-        self._target_path = target_model
-        self._reference = reference
         self._targets: dict[Path, TargetModel] = {}
-        self._capture_dirs = list(captures)
         self._captures: CaptureIndex | None = None
-        self.sglang_url = sglang_url
-        self.timeout = timeout
         self._reported_broken = False  # broken capture files are reported once per run
 
     @property
     def wants_reference(self) -> bool:
-        return bool(self._reference)
+        return bool(self.settings.reference)
 
     @property
     def captures_enabled(self) -> bool:
-        return bool(self._capture_dirs or self.sglang_url)
+        return bool(self.settings.captures or self.settings.sglang_url)
 
     def captures(self) -> CaptureIndex:
         """The capture files, indexed once per run."""
         if self._captures is None:
             from .capture.files import load_captures
 
-            self._captures = load_captures(self._capture_dirs)
+            self._captures = load_captures(self.settings.captures)
             if not len(self._captures) and not self._captures.problems:
                 raise UsageError(
                     "no capture files under "
-                    + ", ".join(map(str, self._capture_dirs))
+                    + ", ".join(map(str, self.settings.captures))
                     + ": record them with eagle-contract record"
                 )
         return self._captures
@@ -212,7 +208,7 @@ class Runner:
 
     def target(self, contract: Contract) -> TargetModel | None:
         """The target model (override, else the contract's), opened once."""
-        path = self._target_path or contract.target.model
+        path = self.settings.target_model or contract.target.model
         return None if path is None else self.open_target(path)
 
     def open_target(self, path: Path) -> TargetModel:
@@ -224,7 +220,8 @@ class Runner:
         return self._targets[path]
 
     def reference(self, contract: Contract) -> bool:
-        return contract.target.reference_capture if self._reference is None else self._reference
+        given = self.settings.reference
+        return contract.target.reference_capture if given is None else given
 
     def shard(self, contract: Contract, path: Path, label: str) -> Shard:
         from .shards.shard import Shard
@@ -302,18 +299,6 @@ def run_units(units: list[Unit], runner: Runner | None = None, workers: int = 1)
     return Outcome(units, per_unit)
 
 
-@dataclass(frozen=True)
-class _Settings:
-    """What a worker needs to build its own :class:`Runner`."""
-
-    serving_args: str | None
-    target_model: Path | None
-    reference: bool | None
-    captures: tuple[Path, ...]
-    sglang_url: str | None
-    timeout: float
-
-
 def iter_units(
     units: Sequence[Unit], runner: Runner, workers: int = 1, kind: Kind = "process"
 ) -> Iterator[tuple[int, list[Finding]]]:
@@ -361,12 +346,12 @@ def iter_units(
 _local = threading.local()
 
 
-def _run_group(task: tuple[_Settings, list[Unit], list[int]]) -> list[list[Finding]]:
+def _run_group(task: tuple[Settings, list[Unit], list[int]]) -> list[list[Finding]]:
     """A pool task: the units of one shard, on this worker's runner, the shard then dropped."""
     settings, units, _ = task
     runner: Runner | None = getattr(_local, "runner", None)
     if runner is None or runner.settings != settings:
-        runner = _local.runner = Runner(keep=1, **dataclasses.asdict(settings))
+        runner = _local.runner = Runner(settings, keep=1)
     try:
         return [runner.run(u) for u in units]
     finally:

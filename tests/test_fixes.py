@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -155,7 +154,7 @@ def test_bad_wants_are_usage_errors(cli, args, says):
 def test_the_search_is_generic_over_an_engines_own_rule():
     """A made-up engine (id k feeds residual:k+2, in the order given, never the embedding)
     is inverted by trying ids through its resolve alone."""
-    from pytest_eagle_contract.engines.base import Engine, Resolution, positions
+    from pytest_eagle_contract.engines.base import Engine, Query, Resolution, positions
     from pytest_eagle_contract.engines.fixes import inverse
     from pytest_eagle_contract.errors import Unservable
     from pytest_eagle_contract.layers import Layer
@@ -163,23 +162,16 @@ def test_the_search_is_generic_over_an_engines_own_rule():
     class PlusTwo(Engine):
         name, title = "plus-two", "PlusTwo"
 
-        def resolve(
-            self,
-            num_layers: int,
-            ids: Sequence[int] | None,
-            arch: str | None,
-            version: str | None,
-            use_installed: bool = True,
-        ) -> Resolution:
-            ids = list(ids or [1, 2, 3])
-            if any(not 0 <= i <= num_layers - 2 for i in ids):
+        def _resolve(self, q: Query) -> Resolution:
+            ids = list(q.ids or [1, 2, 3])
+            if any(not 0 <= i <= q.num_layers - 2 for i in ids):
                 raise Unservable(f"ids {ids} out of range")
             layers = [Layer(i + 2) for i in ids]
             return Resolution(
                 self.name,
-                version,
-                arch,
-                num_layers,
+                q.version,
+                q.arch,
+                q.num_layers,
                 tuple(ids),
                 positions(ids, ids, layers),
                 "made up",

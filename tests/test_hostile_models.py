@@ -19,7 +19,8 @@ import torch
 from test_hostile_contracts import MARKER, refused, run_cli
 
 from pytest_eagle_contract.errors import UsageError
-from pytest_eagle_contract.models.target import INDEX, JSON_MAX_BYTES_ENV, TargetModel
+from pytest_eagle_contract.limits import JSON_MAX_BYTES_ENV
+from pytest_eagle_contract.models.target import INDEX, TargetModel
 from pytest_eagle_contract.models.tiny import TinySpec, tiny_target
 from pytest_eagle_contract.shards.writing import write_shard
 

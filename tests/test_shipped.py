@@ -23,6 +23,7 @@ def test_demo_command_passes_good_and_catches_the_bug(tmp_path, cli):
     assert "EC604 slot-identity: slot 0 is declared residual:2 but is embed" in out
     assert "training side: reference capture of the target on a sampled shard" in out
     assert "slot 0 = embed (declared residual:2)" in out
+    assert "the buggy set's draft accepts" in out  # the probe step: SGLang's layout costs
 
 
 def test_kimi_contract_passes_kimi_like_shards(tmp_path, cli):

@@ -146,7 +146,7 @@ def test_releases_outside_the_rules_are_refused(cli, tmp_path, version, says):
     assert res.returncode == 2 and says in out["refused"]
 
 
-def test_bad_runner_version_and_arch_are_usage_errors_or_refusals(cli, tmp_path):
+def test_bad_runner_version_and_arch_are_usage_errors_or_refusals(cli, tmp_path, monkeypatch):
     path = _draft(tmp_path, {TOP: [1, 2, 3]})
     base = ["resolve", "--engine", "vllm", "--num-layers", "61", "--draft-config", path]
     res = cli(*base, "--version", "not-a-version")
@@ -166,6 +166,10 @@ def test_bad_runner_version_and_arch_are_usage_errors_or_refusals(cli, tmp_path)
     res = cli(*base[:-1], tmp_path / "bad.json")
     assert res.returncode == 2 and "cannot read draft config" in res.stderr
     assert all("Traceback" not in r.stderr for r in [res])
+    (tmp_path / "endless.json").symlink_to("/dev/zero")  # read no further than the cap
+    monkeypatch.setenv("EAGLE_TARGET_JSON_MAX_BYTES", "4096")
+    res = cli(*base[:-1], tmp_path / "endless.json")
+    assert res.returncode == 2 and "larger than 4096 bytes" in res.stderr
 
 
 CONTRACT = """\

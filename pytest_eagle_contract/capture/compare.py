@@ -10,14 +10,15 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import CaptureError, CaptureFileError
 from ..findings import Finding, finding
 from ..tables import table
-from .files import Capture, CaptureIndex, CaptureMeta, ids_key
-from .record import aux_count, resolve_layers, serving_ids, token_ids
+from .files import Capture, CaptureIndex, ids_key
+from .record import aux_count, resolve_layers, served_meta, token_ids
 
 if TYPE_CHECKING:
     import torch
@@ -101,19 +102,17 @@ def verify_against_capture(
     if spec is None or sample is None or sample.input_ids is None or shard.split_problems:
         return []
     ids = sample.input_ids
+    at = partial(finding, contract=contract, key=_KEY, file=shard.label)
     try:
         cap = index.find(ids)
     except CaptureFileError as exc:
-        return [finding("EC707", str(exc), contract=contract, key=_KEY, file=shard.label)]
+        return [at("EC707", str(exc))]
     if cap is None:
         where = f" in {index.root}" if index.root else ""
         return [
-            finding(
+            at(
                 "EC706",
                 f"no capture of this shard's {ids.shape[0]} input ids{where}",
-                contract=contract,
-                key=_KEY,
-                file=shard.label,
                 severity="warning",
                 found=f"ids sha256 {ids_key(ids)[:16]}",
                 hint="record one: eagle-contract record CONTRACT SHARD --sglang-url URL "
@@ -159,18 +158,7 @@ def verify_live(
                 hint=exc.hint,
             )
         ]
-    ids_sent = serving_ids(contract, info)
-    layers, _ = resolve_layers(contract, info.arch, info.version, ids_sent)
-    meta = CaptureMeta(
-        version=info.version,
-        arch=info.arch,
-        mode=info.mode,
-        layer_ids=ids_sent,
-        layers=layers,
-        n_aux=aux_count(contract),
-        hidden_size=contract.target.hidden_size,
-    )
-    live = Capture(Path(), meta, raw, aux, label=f"live from {info.url}")
+    live = Capture(Path(), served_meta(contract, info), raw, aux, label=f"live from {info.url}")
     return compare(contract, shard, live, rtol)
 
 
@@ -188,16 +176,14 @@ def compare(contract: Contract, shard: Shard, cap: Capture, rtol: float = RTOL) 
     if any(t.dim() != 2 or t.shape[-1] != hidden or t.shape[0] != cap.aux.shape[0] for t in fc):
         return []
     states = cap.states(hidden)
+    at = partial(finding, contract=contract, key=_KEY, file=shard.label)
     problems: list[Finding] = []
     if cap.aux.shape[-1] % hidden or len(states) != len(fc) or not states:
         problems.append(
-            finding(
+            at(
                 "EC704",
                 f"the capture holds {cap.aux.shape[-1] / hidden:g} states of H={hidden}, "
                 f"the contract's fc input {len(fc)}",
-                contract=contract,
-                key=_KEY,
-                file=shard.label,
                 expected=f"{len(fc)} * {hidden} = {len(fc) * hidden}",
                 found=f"{cap.aux.shape[-1]} ({cap.name})",
                 hint="the server was launched with another number of aux layer ids than the "
@@ -211,7 +197,7 @@ def compare(contract: Contract, shard: Shard, cap: Capture, rtol: float = RTOL) 
     for m in matches:
         if m.equals == m.position:
             continue
-        problems.append(_mismatch(contract, shard, m, cap, details, rtol))
+        problems.append(_mismatch(at, contract, m, cap, details, rtol))
         details = ""
     return problems
 
@@ -225,7 +211,7 @@ def _with_layers(contract: Contract, cap: Capture) -> Capture:
 
 
 def _mismatch(
-    contract: Contract, shard: Shard, m: Match, cap: Capture, details: str, rtol: float
+    at: partial[Finding], contract: Contract, m: Match, cap: Capture, details: str, rtol: float
 ) -> Finding:
     assert contract.training is not None
     declared = contract.training.slots[m.slot].layer
@@ -254,13 +240,10 @@ def _mismatch(
             "(a one-layer shift between conventions or versions?), or in another dtype or "
             "model"
         )
-    return finding(
+    return at(
         "EC701",
         f"fc position {m.position} (slot {m.slot}, declared {declared}) is not what "
         "the server feeds the draft there",
-        contract=contract,
-        key=_KEY,
-        file=shard.label,
         slot=m.slot,
         expected=there,
         found=found,

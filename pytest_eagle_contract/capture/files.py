@@ -20,7 +20,7 @@ import json
 import re
 import struct
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -48,6 +48,13 @@ def ids_key(input_ids: torch.Tensor | Sequence[int]) -> str:
     return hashlib.sha256(struct.pack(f"<{len(values)}q", *values)).hexdigest()
 
 
+def plain(value: object) -> object:
+    """A field as JSON holds it: tuples as lists, canonical layers as their names."""
+    if isinstance(value, tuple):
+        return [plain(x) for x in value]
+    return str(value) if isinstance(value, Layer) else value
+
+
 @dataclass(frozen=True)
 class CaptureMeta:
     engine: str = "sglang"
@@ -66,26 +73,8 @@ class CaptureMeta:
     notes: tuple[str, ...] = ()
 
     def to_json(self) -> str:
-        return json.dumps(
-            {
-                "format": FORMAT_VERSION,
-                "engine": self.engine,
-                "version": self.version,
-                "arch": self.arch,
-                "mode": self.mode,
-                "layer_ids": None if self.layer_ids is None else list(self.layer_ids),
-                "layers": None if self.layers is None else [str(x) for x in self.layers],
-                "dtype": self.dtype,
-                "hidden_size": self.hidden_size,
-                "n_aux": self.n_aux,
-                "num_tokens": self.num_tokens,
-                "ids_sha256": self.ids_sha256,
-                "source": self.source,
-                "shard": self.shard,
-                "notes": list(self.notes),
-            },
-            sort_keys=True,
-        )
+        fields_ = {f.name: plain(getattr(self, f.name)) for f in fields(self)}
+        return json.dumps({"format": FORMAT_VERSION, **fields_}, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> CaptureMeta:

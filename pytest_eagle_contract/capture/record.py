@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,16 +27,10 @@ def serving_ids(contract: Contract, info: ServerInfo | None) -> tuple[int, ...] 
     """
     if info is not None and (info.layer_ids is not None or info.mode == "aux"):
         return info.layer_ids  # aux mode without the flag: the model's EAGLE-3 default
-    serving = contract.serving
-    if serving is None:
-        return None
-    from ..engines.resolve import serving_ids as engine_reads
+    from ..engines.resolve import serving_ids_or_none
 
-    try:
-        ids = engine_reads(serving, engine="sglang")
-    except EagleContractError:
-        ids = None
-    return ids if ids is not None else serving.aux_layer_ids
+    ids = serving_ids_or_none(contract.serving, engine="sglang")
+    return ids if ids is not None or contract.serving is None else contract.serving.aux_layer_ids
 
 
 def resolve_layers(
@@ -79,6 +74,23 @@ def resolve_layers(
         )
     source = f"sglang {version}" if version else f"sglang {', '.join(versions)} (assumed)"
     return found.pop(), f"{source} on {arch}, ids {None if ids is None else list(ids)}"
+
+
+def served_meta(contract: Contract, info: ServerInfo) -> CaptureMeta:
+    """What a live server feeds the draft, as far as it says: its version and mode, the aux
+    ids it was given and the layers they resolve to (how, in ``notes``)."""
+    ids_sent = serving_ids(contract, info)
+    layers, source = resolve_layers(contract, info.arch, info.version, ids_sent)
+    return CaptureMeta(
+        version=info.version,
+        arch=info.arch,
+        mode=info.mode,
+        layer_ids=ids_sent,
+        layers=layers,
+        hidden_size=contract.target.hidden_size,
+        n_aux=aux_count(contract),
+        notes=(source, f"server mode: {info.mode}"),
+    )
 
 
 def aux_count(contract: Contract) -> int:
@@ -126,10 +138,7 @@ def record(
     _check_out(out_dir, paths)
     info = server_info(url, timeout=min(timeout, 10.0))
     fmt = contract.training.format if contract.training else "auto"
-    hidden, n_aux = contract.target.hidden_size, aux_count(contract)
-    ids_sent = serving_ids(contract, info)
-    layers, source = resolve_layers(contract, info.arch, info.version, ids_sent)
-    notes = [source, f"server mode: {info.mode}"]
+    served = replace(served_meta(contract, info), arch=info.arch or contract.target.arch)
     written: list[Path] = []
     for path in paths:
         try:
@@ -139,19 +148,8 @@ def record(
         raw, ids = sample.input_ids, token_ids(sample.input_ids)
         if raw is None or ids is None:
             raise EagleContractError(f"{path}: the shard has no usable input_ids")
-        aux = capture(url, ids, n_aux, hidden, timeout)
-        meta = CaptureMeta(
-            version=info.version,
-            arch=info.arch or contract.target.arch,
-            mode=info.mode,
-            layer_ids=ids_sent,
-            layers=layers,
-            hidden_size=hidden,
-            n_aux=n_aux,
-            source="http",
-            shard=path.name,
-            notes=tuple(notes),
-        )
+        aux = capture(url, ids, aux_count(contract), contract.target.hidden_size, timeout)
+        meta = replace(served, shard=path.name)
         try:
             written.append(write_capture(out_dir, raw, aux, meta))
         except OSError as exc:

@@ -22,10 +22,12 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from ..errors import CaptureError
+from .files import plain
 from .transport import check_timeout, check_url, exchange
 
 if TYPE_CHECKING:
@@ -87,13 +89,8 @@ class ServerInfo:
     args: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "version": self.version,
-            "arch": self.arch,
-            "mode": self.mode,
-            "layer_ids": None if self.layer_ids is None else list(self.layer_ids),
-            "args": self.args,
-        }
+        """Every field but the URL, as JSON holds it."""
+        return {f.name: plain(getattr(self, f.name)) for f in fields(self) if f.name != "url"}
 
 
 def _parse(body: bytes) -> tuple[bool, Any]:
@@ -177,35 +174,37 @@ def _version(base: str, info: dict[str, Any]) -> str | None:
 
 
 def _arch(base: str, model: dict[str, Any]) -> str | None:
-    archs = model.get("architectures")
-    if archs is None or archs == []:
-        return None
-    if not (
-        isinstance(archs, list)
-        and isinstance(archs[0], str)
-        and archs[0].isidentifier()
-        and len(archs[0]) <= 200
-    ):
-        raise _unusable(
-            f"{base}/model_info", f"architectures {str(archs)[:80]}, not a list of class names"
-        )
-    return archs[0]
+    archs = _listed(
+        f"{base}/model_info",
+        model,
+        "architectures",
+        lambda v: isinstance(v[0], str) and v[0].isidentifier() and len(v[0]) <= 200,
+        "class names",
+    )
+    return None if archs is None else str(archs[0])
 
 
 def _layer_ids(base: str, info: dict[str, Any]) -> tuple[int, ...] | None:
-    ids = info.get("return_aux_hidden_state_layer_ids")
-    if ids is None or ids == []:
+    ids = _listed(
+        f"{base}/server_info",
+        info,
+        "return_aux_hidden_state_layer_ids",
+        lambda v: len(v) <= 1024 and all(type(i) is int and -(2**31) <= i < 2**31 for i in v),
+        "layer ids",
+    )
+    return None if ids is None else tuple(ids)
+
+
+def _listed(
+    where: str, d: dict[str, Any], key: str, ok: Callable[[list[Any]], bool], what: str
+) -> list[Any] | None:
+    """``d[key]``: None when absent or empty, else a list ``ok`` accepts (EC705 if not)."""
+    value = d.get(key)
+    if value is None or value == []:
         return None
-    if not (
-        isinstance(ids, list)
-        and len(ids) <= 1024
-        and all(type(i) is int and -(2**31) <= i < 2**31 for i in ids)
-    ):
-        raise _unusable(
-            f"{base}/server_info",
-            f"return_aux_hidden_state_layer_ids {str(ids)[:80]}, not a list of layer ids",
-        )
-    return tuple(ids)
+    if not (isinstance(value, list) and ok(value)):
+        raise _unusable(where, f"{key} {str(value)[:80]}, not a list of {what}")
+    return value
 
 
 def _mode(info: dict[str, Any]) -> str:

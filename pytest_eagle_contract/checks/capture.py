@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..findings import Finding, finding
+from ..findings import Finding, codes, finding
 from .family import CheckFamily
 
 if TYPE_CHECKING:
@@ -16,8 +16,9 @@ def _run(runner: Runner, unit: Unit) -> list[Finding]:
     from ..capture.compare import verify_against_capture, verify_live
 
     shard = runner.shard_of(unit)
-    if runner.sglang_url:
-        return verify_live(unit.contract, shard, runner.sglang_url, runner.timeout)
+    url, timeout = runner.settings.sglang_url, runner.settings.timeout
+    if url:
+        return verify_live(unit.contract, shard, url, timeout)
     index = runner.captures()
     out = [
         finding("EC707", problem, contract=unit.contract, file=unit.label)
@@ -30,7 +31,7 @@ FAMILY = CheckFamily(
     "capture",
     "shard",
     "each fc-input slot against the state the server feeds the draft",
-    codes=("EC701", "EC702", "EC703", "EC704", "EC705", "EC706", "EC707"),
+    codes=codes("EC7"),
     keys=("training.fc_input", "serving"),
     run=_run,
     needs=frozenset({"training", "capture"}),

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..contract.model import Contract
-from ..findings import Finding, finding
+from ..findings import Finding, RuleCode, codes, finding
 from ..layers import Layer
 from ..models.target import TargetModel
-from .family import CheckFamily
+from .family import CheckFamily, needed_target, shard_input
 
 if TYPE_CHECKING:
     import torch
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
 
 EMBED_RTOL = 1e-2  # a slot equals the embedding rows when its relative error is below this
 POST_NORM_TOL = 0.02  # |rms(y / w) - 1| below this, per token, marks a post-norm state
+_NOT_THIS_TARGET = "the shard does not come from this target model"
 
 
 @dataclass(frozen=True)
@@ -192,111 +194,35 @@ def check_evidence(
     contract: Contract, shard: Shard, target: TargetModel, reference: bool
 ) -> list[Finding]:
     """EC601-EC605 on one shard."""
-    training = contract.training
-    sample = shard.sample
-    assert training is not None and sample is not None
-    out: list[Finding] = []
-    for problem in check_target_config(contract, target):
-        out.append(
-            finding(
-                "EC605",
-                problem,
-                key="target",
-                hint="point target.model at the checkpoint the shards came from",
-                contract=contract,
-                file=shard.label,
-            )
-        )
-    if out:
-        return out
+    training, sample = shard_input(contract, shard)
+    at = partial(finding, contract=contract, file=shard.label)  # where every finding is
+    problems = check_target_config(contract, target)
+    fix = "point target.model at the checkpoint the shards came from"
     ids, mask = sample.input_ids, sample.loss_mask
-    slots = [s for s in shard.slots if s.tensor.dim() == 2]
-    if ids is None or ids.is_floating_point() or ids.is_complex():
-        return out  # the structure family's EC201 says what the ids are
+    if problems or ids is None or ids.is_floating_point() or ids.is_complex():
+        # without problems: the structure family's EC201 says what the ids are
+        return [at("EC605", p, key="target", hint=fix) for p in problems]
     ids = ids.long()  # uint16 and kin compare as int64
+    slots = [s for s in shard.slots if s.tensor.dim() == 2]
     if len(slots) != len(training.slots) or length_problem(slots, ids):
-        return out  # the structure family's findings (EC202, EC204) say why
+        return []  # the structure family's findings (EC202, EC204) say why
     problem = vocabulary_problem(ids, target) or width_problem(slots, target)
     if problem:
-        return [
-            finding(
-                "EC605",
-                problem,
-                key="target",
-                hint="the shard does not come from this target model",
-                contract=contract,
-                file=shard.label,
-            )
-        ]
+        return [at("EC605", problem, key="target", hint=_NOT_THIS_TARGET)]
+    out: list[Finding] = []
     rows = target.embedding[ids.long()]
-    weight = target.final_norm_weight
     for slot, spec in zip(slots, training.slots):
-        key = f"training.slots[{slot.index}]"
-        err = embedding_error(slot.tensor, rows)
-        if spec.layer.is_embed and err > EMBED_RTOL:
+        for code, said, expected, found, hint in _slot_evidence(
+            slot.tensor, spec.layer, rows, target
+        ):
             out.append(
-                finding(
-                    "EC601",
-                    f"slot {slot.index} is declared embed "
-                    "but differs from embed_tokens.weight[input_ids]",
-                    key=key,
+                at(
+                    code,
+                    f"slot {slot.index} is declared {spec.layer} {said}",
                     slot=slot.index,
-                    expected="relative error 0",
-                    found=f"relative error {err:.3g}",
-                    hint="the slot holds a deeper layer",
-                    contract=contract,
-                    file=shard.label,
-                )
-            )
-        elif not spec.layer.is_embed and err <= EMBED_RTOL:
-            out.append(
-                finding(
-                    "EC601",
-                    f"slot {slot.index} is declared "
-                    f"{spec.layer} but equals embed_tokens.weight[input_ids]",
-                    key=key,
-                    slot=slot.index,
-                    expected=str(spec.layer),
-                    found=f"the embedding (relative error {err:.2g})",
-                    hint="an embedding slot where a residual layer belongs: the "
-                    "capture took index 0, or put the embedding in front",
-                    contract=contract,
-                    file=shard.label,
-                )
-            )
-        dev = post_norm_deviation(slot.tensor, weight)
-        looks_post = dev < POST_NORM_TOL
-        profile = math.sqrt(target.hidden_size) * float(weight.float().pow(2).mean().sqrt())
-        if spec.layer.is_final_norm and not looks_post:
-            out.append(
-                finding(
-                    "EC602",
-                    f"slot {slot.index} is declared "
-                    "final_norm but is not the final RMSNorm's output",
-                    key=key,
-                    slot=slot.index,
-                    expected="rms(y / w) = 1 per token",
-                    found=f"median |rms(y / w) - 1| = {dev:.3g}",
-                    hint=f"a pre-norm state; post-norm per-token norms sit near "
-                    f"sqrt(H)*rms(w) = {profile:.4g}",
-                    contract=contract,
-                    file=shard.label,
-                )
-            )
-        elif not spec.layer.is_final_norm and looks_post:
-            out.append(
-                finding(
-                    "EC602",
-                    f"slot {slot.index} is declared "
-                    f"{spec.layer} (pre-norm) but is the final RMSNorm's output",
-                    key=key,
-                    slot=slot.index,
-                    expected="a pre-norm state",
-                    found=f"median |rms(y / w) - 1| = {dev:.3g}",
-                    hint="the capture took the post-norm state; a trainer that "
-                    "norms it again trains on the wrong target",
-                    contract=contract,
-                    file=shard.label,
+                    expected=expected,
+                    found=found,
+                    hint=hint,
                 )
             )
     minimum = training.teacher_agreement_min
@@ -308,7 +234,7 @@ def check_evidence(
         rate = hits / total if total else 0.0
         if rate < minimum:
             out.append(
-                finding(
+                at(
                     "EC603",
                     f"teacher agreement {rate:.1%} ({hits} of {total} response tokens)",
                     key="training.teacher_agreement",
@@ -317,8 +243,6 @@ def check_evidence(
                     found=f"{rate:.1%}",
                     hint="the target slot is not the target's final state, or the "
                     "data was not generated by this target",
-                    contract=contract,
-                    file=shard.label,
                 )
             )
     if reference:
@@ -326,10 +250,9 @@ def check_evidence(
             declared = training.slots[ident.slot].layer
             if ident.best.layer != declared:
                 out.append(
-                    finding(
+                    at(
                         "EC604",
                         f"slot {ident.slot} is declared {declared} but is {ident.best.layer}",
-                        key=f"training.slots[{ident.slot}]",
                         slot=ident.slot,
                         expected=str(declared),
                         found=f"{ident.best.layer} (cosine "
@@ -338,16 +261,73 @@ def check_evidence(
                         f"{ident.runner_up.cosine:.4f}, rel. error "
                         f"{ident.runner_up.rel_error:.3g}); reference capture of the target "
                         "on this shard's tokens",
-                        contract=contract,
-                        file=shard.label,
                     )
                 )
     return out
 
 
+_SlotProblem = tuple[RuleCode, str, str, str, str]  # code, message end, expected, found, hint
+
+
+def _slot_evidence(
+    tensor: torch.Tensor, declared: Layer, rows: torch.Tensor, target: TargetModel
+) -> list[_SlotProblem]:
+    """EC601 / EC602 of one slot: its declared layer against the embedding rows of its ids
+    and the final norm's signature."""
+    out: list[_SlotProblem] = []
+    err = embedding_error(tensor, rows)
+    if declared.is_embed and err > EMBED_RTOL:
+        out.append(
+            (
+                "EC601",
+                "but differs from embed_tokens.weight[input_ids]",
+                "relative error 0",
+                f"relative error {err:.3g}",
+                "the slot holds a deeper layer",
+            )
+        )
+    elif not declared.is_embed and err <= EMBED_RTOL:
+        out.append(
+            (
+                "EC601",
+                "but equals embed_tokens.weight[input_ids]",
+                str(declared),
+                f"the embedding (relative error {err:.2g})",
+                "an embedding slot where a residual layer belongs: the "
+                "capture took index 0, or put the embedding in front",
+            )
+        )
+    weight = target.final_norm_weight
+    dev = post_norm_deviation(tensor, weight)
+    looks_post = dev < POST_NORM_TOL
+    if declared.is_final_norm and not looks_post:
+        profile = math.sqrt(target.hidden_size) * float(weight.float().pow(2).mean().sqrt())
+        out.append(
+            (
+                "EC602",
+                "but is not the final RMSNorm's output",
+                "rms(y / w) = 1 per token",
+                f"median |rms(y / w) - 1| = {dev:.3g}",
+                f"a pre-norm state; post-norm per-token norms sit near "
+                f"sqrt(H)*rms(w) = {profile:.4g}",
+            )
+        )
+    elif not declared.is_final_norm and looks_post:
+        out.append(
+            (
+                "EC602",
+                "(pre-norm) but is the final RMSNorm's output",
+                "a pre-norm state",
+                f"median |rms(y / w) - 1| = {dev:.3g}",
+                "the capture took the post-norm state; a trainer that "
+                "norms it again trains on the wrong target",
+            )
+        )
+    return out
+
+
 def _run(runner: Runner, unit: Unit) -> list[Finding]:
-    target = runner.target(unit.contract)
-    assert target is not None  # the planner runs this family only with a target
+    target = needed_target(runner, unit)
     return check_evidence(
         unit.contract, runner.shard_of(unit), target, runner.reference(unit.contract)
     )
@@ -357,7 +337,7 @@ FAMILY = CheckFamily(
     "evidence",
     "shard",
     "what each slot is, proven with the target's weights",
-    codes=("EC601", "EC602", "EC603", "EC604", "EC605"),
+    codes=codes("EC6"),
     keys=("training.slots", "target", "target.model", "target.reference_capture"),
     run=_run,
     needs=frozenset({"training", "target"}),

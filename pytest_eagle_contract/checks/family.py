@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING, Literal
 if TYPE_CHECKING:
     from ..contract.model import Contract, TrainingSpec
     from ..findings import Finding, RuleCode
+    from ..models.target import TargetModel
     from ..planner import Runner, Unit
+    from ..shards.reading import Sample
     from ..shards.shard import Shard
 
 Scope = Literal["contract", "shard"]
@@ -61,3 +63,18 @@ def training_spec(contract: Contract) -> TrainingSpec:
     if contract.training is None:
         raise ValueError(f"{contract.path}: the contract has no 'training' section")
     return contract.training
+
+
+def shard_input(contract: Contract, shard: Shard) -> tuple[TrainingSpec, Sample]:
+    """What a shard family reads: the training section and the shard's sample (the planner
+    gives shard families only shards that were read)."""
+    spec = training_spec(contract)
+    assert shard.sample is not None, shard.error
+    return spec, shard.sample
+
+
+def needed_target(runner: Runner, unit: Unit) -> TargetModel:
+    """The target model of a family that needs one (the planner runs it only with one)."""
+    target = runner.target(unit.contract)
+    assert target is not None
+    return target

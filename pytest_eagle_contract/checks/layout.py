@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 from ..contract.model import Contract, ServingSpec
 from ..engines.fixes import ANY, Fixes, runs, span_label
+from ..engines.matrix import matrix as serving_matrix
 from ..engines.matrix import summary
 from ..engines.resolve import Resolution, get_engine, resolve, serving_ids
 from ..errors import EagleContractError, Unservable
-from ..findings import Finding
+from ..findings import Finding, codes
 from ..models.draft import DraftConfig, read_draft_config, read_draft_weights
 from .family import CheckFamily
 from .layout_compare import compare
@@ -139,16 +140,15 @@ def check_layout(
         serving.version,
         serving.aux_layer_ids is not None,
     )
-    matrix = functools.cache(
-        functools.partial(
-            summary,
-            fc_layers,
-            L,
-            arch,
-            lambda e: serving_ids(serving, draft, e.name),
-            (serving.engine, [v for span in spans for v in span.versions]),
-        )
+    rows = functools.partial(
+        serving_matrix,
+        fc_layers,
+        L,
+        arch,
+        lambda e: serving_ids(serving, draft, e.name),
+        (serving.engine, [v for span in spans for v in span.versions]),
     )
+    matrix = functools.cache(lambda: summary(rows()))
     for span in spans:
         versioned = serving.engine == "sglang" or serving.version
         engine = f"{serving.engine} {span.label}" if versioned else serving.engine
@@ -205,29 +205,14 @@ def _run(runner: Runner, unit: Unit) -> list[Finding]:
             ):
                 found = identify([s.tensor for s in shard.slots], ids, target)
                 identified = {i.slot: i for i in found}
-    return check_layout(contract, runner.serving_args, stats_of, identified)
+    return check_layout(contract, runner.settings.serving_args, stats_of, identified)
 
 
 FAMILY = CheckFamily(
     "layout",
     "contract",
     "the trainer's fc input against what each engine version feeds it",
-    codes=(
-        "EC501",
-        "EC502",
-        "EC503",
-        "EC504",
-        "EC505",
-        "EC506",
-        "EC507",
-        "EC508",
-        "EC509",
-        "EC510",
-        "EC511",
-        "EC512",
-        "EC514",
-        "EC515",
-    ),
+    codes=codes("EC5", but=("EC513",)),  # EC513 (no shards) is the files family's
     keys=(
         "training.fc_input",
         "serving",

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from ..contract.model import TrainingSpec
 from ..engines.resolve import Resolution
 from ..layers import Layer
-from ..stats import guess
 from .layout_serving import LayoutReport
+from .norms import embedding_like
 
 
 def compare(
@@ -73,12 +73,9 @@ def _evidence_hint(
         stats = measured[index]
         if isinstance(stats, NormStats):
             others = [s for i, s in enumerate(measured) if i != index and isinstance(s, NormStats)]
-            words = guess(stats, hidden, others)
-            if words == "embedding-like":
-                return (
-                    f"slot {index} looks like the embedding: median norm "
-                    f"{stats.median:.3g} (small and flat)"
-                )
+            looks = embedding_like(index, stats, hidden, others)
+            if looks:
+                return f"{looks} (small and flat)"
     if declared.is_embed:
         return f"slot {index} is declared as the embedding"
     return ""

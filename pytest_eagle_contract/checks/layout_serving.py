@@ -3,12 +3,12 @@ dtype, the target slot's norm, id order and the launch line."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..contract.model import Contract, ServingSpec, TrainingSpec
 from ..engines.resolve import Resolution, get_engine, serving_ids
 from ..engines.sglang_launch import lint_sglang, served_dtype
-from ..findings import Finding, RuleCode, Severity, finding
+from ..findings import Finding, RuleCode, finding
 from ..layers import Layer
 from ..models.draft import DraftConfig, DraftWeights
 from ..shards.formats import FORMATS
@@ -24,31 +24,9 @@ class LayoutReport:
         self.contract = contract
         self.findings: list[Finding] = []
 
-    def add(
-        self,
-        code: RuleCode,
-        message: str,
-        key: str,
-        *,
-        expected: object = "",
-        found: object = "",
-        hint: str = "",
-        details: str = "",
-        severity: Severity = "error",
-    ) -> None:
-        self.findings.append(
-            finding(
-                code,
-                message,
-                contract=self.contract,
-                key=key,
-                expected=expected,
-                found=found,
-                hint=hint,
-                details=details,
-                severity=severity,
-            )
-        )
+    def add(self, code: RuleCode, message: str, key: str, **parts: Any) -> None:
+        """One finding at contract ``key``; ``parts`` as :func:`finding` takes them."""
+        self.findings.append(finding(code, message, contract=self.contract, key=key, **parts))
 
 
 def lint_launch(report: LayoutReport, serving: ServingSpec, serving_args: str | None) -> None:

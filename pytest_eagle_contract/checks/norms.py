@@ -47,12 +47,9 @@ def check_norms(contract: Contract, shard: Shard) -> list[Finding]:
 def _norm_hint(
     index: int, stats: NormStats, specs: tuple[SlotSpec, ...], hidden: int, others: list[NormStats]
 ) -> str:
-    words = guess(stats, hidden, others)
-    if words == "embedding-like":
-        return (
-            f"slot {index} looks like the embedding: median norm {stats.median:.3g}, "
-            "small and flat; an embedding slot in front of the fc input?"
-        )
+    looks = embedding_like(index, stats, hidden, others)
+    if looks:
+        return f"{looks}, small and flat; an embedding slot in front of the fc input?"
     fits = [s for s in specs if s.index != index and s.norm and stats.median in s.norm]
     if fits:
         names = ", ".join(f"slot {s.index} ({s.layer})" for s in fits)
@@ -64,6 +61,13 @@ def _norm_hint(
         f"the norm is {side} the bounds: the capture took a deeper or shallower layer "
         "(a one-layer shift), or the bounds need an update"
     )
+
+
+def embedding_like(index: int, stats: NormStats, hidden: int, others: list[NormStats]) -> str:
+    """Words "slot I looks like the embedding: median norm M" if its norms say so, else empty."""
+    if guess(stats, hidden, others) != "embedding-like":
+        return ""
+    return f"slot {index} looks like the embedding: median norm {stats.median:.3g}"
 
 
 FAMILY = CheckFamily(

@@ -13,14 +13,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..findings import Finding, finding
+from ..findings import Finding, RuleCode, finding
 from ..layers import Layer
-from .family import CheckFamily
+from .family import CheckFamily, needed_target
 
 if TYPE_CHECKING:
     import torch
 
-    from ..contract.model import Contract
+    from ..contract.model import Contract, ServingSpec
     from ..models.draft_model import EagleDraft
     from ..planner import Runner, Unit
 
@@ -125,26 +125,35 @@ def greedy_sequences(
     model: Any, prompts: list[torch.Tensor], length: int, batch: int = 64
 ) -> list[torch.Tensor]:
     """The target's greedy continuation of each prompt, to ``length`` tokens in all, with
-    the KV cache. Prompts of one length are continued ``batch`` at a time (no padding)."""
+    the KV cache. Prompts of one length are continued ``batch`` at a time (no padding).
+
+    Plain argmax of the raw logits, as greedy verification compares: no logits processors
+    (``generate`` would apply the folder's generation_config: a repetition penalty, or an
+    end-of-sequence id suppressed until the length is reached), and no stop at that id."""
     import torch
 
     device = next(model.parameters()).device
     out: list[torch.Tensor] = []
     with torch.no_grad():
         for group in _groups(prompts, batch):
-            size = group[0].numel()
-            new = max(length - size, 1)
-            seq = model.generate(
-                torch.stack(group).to(device),
-                attention_mask=torch.ones(len(group), size, dtype=torch.long, device=device),
-                max_new_tokens=new,
-                min_new_tokens=new,
-                do_sample=False,
-                use_cache=True,
-                pad_token_id=0,
-            )
-            out += list(seq)
+            ids = torch.stack(group).to(device)
+            step = model(ids, use_cache=True)
+            pieces = [ids]
+            new = max(length - ids.shape[1], 1)
+            for i in range(new):
+                pieces.append(step.logits[:, -1].argmax(-1, keepdim=True))
+                if i + 1 < new:
+                    step = model(pieces[-1], use_cache=True, **_cache_of(step))
+            out += list(torch.cat(pieces, dim=1))
     return out
+
+
+def _cache_of(step: Any) -> dict[str, Any]:
+    """The KV cache of a forward's output, as the next forward takes it (transformers
+    5.2x calls it ``cache``; earlier releases ``past_key_values``)."""
+    if "cache" in step:
+        return {"cache": step["cache"]}
+    return {"past_key_values": step["past_key_values"]}
 
 
 def draft_dir(path: Path) -> Path:
@@ -260,22 +269,45 @@ def gate(contract: Contract, estimates: list[Estimate]) -> list[Finding]:
         return []
     quoted = "; ".join(e.quote() for e in estimates)
     trainer = estimates[0] if contract.training is not None else None
-    out = []
+    return [
+        finding(
+            code,
+            message,
+            contract=contract,
+            key=_LIMIT[code],
+            expected=expected,
+            found=found,
+            hint=_hint(e, trainer),
+            details=f"probe ({STEPS}-token greedy chains): {quoted}. {CONVENTION}",
+        )
+        for e, code, message, expected, found in _shortfalls(serving, estimates, trainer)
+    ]
+
+
+_LIMIT: dict[RuleCode, str] = {
+    "EC906": "serving.min_accept_length",
+    "EC907": "serving.max_accept_drop",
+}  # the contract key each probe rule holds a served layout to
+_Shortfall = tuple[Estimate, RuleCode, str, str, str]  # estimate, code, message, expected, found
+
+
+def _shortfalls(
+    serving: ServingSpec, estimates: list[Estimate], trainer: Estimate | None
+) -> list[_Shortfall]:
+    """Each served layout under the floor (EC906), then each past the allowed drop (EC907)."""
+    out: list[_Shortfall] = []
     floor = serving.min_accept_length
     if floor is not None:
         for e in estimates:
             if e.name != "trainer" and e.accept_length < floor:
                 out.append(
-                    finding(
+                    (
+                        e,
                         "EC906",
                         f"estimated acceptance length {e.accept_length:.3f} under {e.name}, "
                         f"below the floor {floor}",
-                        contract=contract,
-                        key="serving.min_accept_length",
-                        expected=f">= {floor}",
-                        found=f"{e.accept_length:.3f}",
-                        hint=_hint(e, trainer),
-                        details=f"probe ({STEPS}-token greedy chains): {quoted}. {CONVENTION}",
+                        f">= {floor}",
+                        f"{e.accept_length:.3f}",
                     )
                 )
     drop = serving.max_accept_drop
@@ -284,16 +316,13 @@ def gate(contract: Contract, estimates: list[Estimate]) -> list[Finding]:
             lost = (trainer.accept_length - e.accept_length) / trainer.accept_length
             if lost > drop:
                 out.append(
-                    finding(
+                    (
+                        e,
                         "EC907",
                         f"{e.name} accepts {e.accept_length:.3f} tokens per target forward, "
                         f"the trainer's layout {trainer.accept_length:.3f}: {lost:.1%} less",
-                        contract=contract,
-                        key="serving.max_accept_drop",
-                        expected=f"a drop <= {drop:.1%}",
-                        found=f"{lost:.1%}",
-                        hint=_hint(e, trainer),
-                        details=f"probe ({STEPS}-token greedy chains): {quoted}. {CONVENTION}",
+                        f"a drop <= {drop:.1%}",
+                        f"{lost:.1%}",
                     )
                 )
     return out
@@ -309,9 +338,7 @@ def _hint(served: Estimate, trainer: Estimate | None) -> str:
 
 
 def _run(runner: Runner, unit: Unit) -> list[Finding]:
-    target = runner.target(unit.contract)
-    assert target is not None  # the planner runs this family only with a target
-    return gate(unit.contract, probe_contract(unit.contract, target))
+    return gate(unit.contract, probe_contract(unit.contract, needed_target(runner, unit)))
 
 
 FAMILY = CheckFamily(

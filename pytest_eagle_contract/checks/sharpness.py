@@ -1,6 +1,7 @@
 """The ``sharpness`` family: does the contract catch every class of pipeline bug it can see?
 
-Runs the mutation self-test of :mod:`pytest_eagle_contract.sharpness` once per contract.
+Runs the mutation self-test of :mod:`pytest_eagle_contract.sharpness` once per contract,
+and not again while its verdict is kept (:mod:`..sharpness.cache`).
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ if TYPE_CHECKING:
 
 
 def _run(runner: Runner, unit: Unit) -> list[Finding]:
+    from ..sharpness.cache import kept
     from ..sharpness.selftest import check_sharpness
 
-    return check_sharpness(unit.contract)
+    return kept(unit.contract, check_sharpness)
 
 
 FAMILY = CheckFamily(

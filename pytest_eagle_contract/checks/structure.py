@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections import Counter
+from functools import partial
 from typing import TYPE_CHECKING
 
 from ..findings import Finding, finding
 from ..shards.reading import dtype_name
-from .family import CheckFamily, training_spec
+from .family import CheckFamily, shard_input
 
 if TYPE_CHECKING:
     from ..contract.model import Contract
@@ -15,16 +16,15 @@ if TYPE_CHECKING:
 
 
 def check_structure(contract: Contract, shard: Shard) -> list[Finding]:
-    spec = training_spec(contract)
-    sample = shard.sample
-    assert sample is not None
+    spec, sample = shard_input(contract, shard)
     out: list[Finding] = []
     add = out.append
+    at = partial(finding, contract=contract, file=shard.label)  # where every finding is
     fmt = sample.format
     keys = sample.keys
     for key in sorted(fmt.required_keys - fmt.optional_keys - keys):
         add(
-            finding(
+            at(
                 "EC101",
                 f"key {key!r} is missing",
                 key="training.format",
@@ -32,22 +32,18 @@ def check_structure(contract: Contract, shard: Shard) -> list[Finding]:
                 found=sorted(keys),
                 hint="the shard was written by another tool or version than "
                 f"training.format says ({fmt.name})",
-                contract=contract,
-                file=shard.label,
             )
         )
     allowed = fmt.required_keys | fmt.optional_keys | spec.extra_keys
     for key in sorted(keys - allowed):
         add(
-            finding(
+            at(
                 "EC102",
                 f"unexpected key {key!r}",
                 key="training.extra_keys",
                 expected=sorted(allowed),
                 found=key,
                 hint="list it under training.extra_keys if the pipeline means to write it",
-                contract=contract,
-                file=shard.label,
             )
         )
     ids, mask = sample.input_ids, sample.loss_mask
@@ -57,27 +53,23 @@ def check_structure(contract: Contract, shard: Shard) -> list[Finding]:
     ):
         if tensor is not None and dtype_name(tensor.dtype) != want:
             add(
-                finding(
+                at(
                     "EC201",
                     f"{name} has dtype {dtype_name(tensor.dtype)}",
                     key=key,
                     expected=want,
                     found=dtype_name(tensor.dtype),
-                    contract=contract,
-                    file=shard.label,
                 )
             )
     for problem in shard.split_problems:
         add(
-            finding(
+            at(
                 "EC203",
                 problem,
                 key="target.hidden_size",
                 expected=f"n_slots * hidden_size = n * {contract.target.hidden_size}",
                 found=problem,
                 hint="hidden_size in the contract, or the layers captured, disagree with the shard",
-                contract=contract,
-                file=shard.label,
             )
         )
     slots = shard.slots
@@ -85,44 +77,37 @@ def check_structure(contract: Contract, shard: Shard) -> list[Finding]:
     for slot in slots:
         if slot.tensor.dim() != 2 or slot.tensor.shape[-1] != hidden:
             add(
-                finding(
+                at(
                     "EC203",
                     f"slot {slot.index} ({slot.source}) has shape {list(slot.tensor.shape)}",
                     key="target.hidden_size",
                     slot=slot.index,
                     expected=f"[T, {hidden}]",
                     found=list(slot.tensor.shape),
-                    contract=contract,
-                    file=shard.label,
                 )
             )
     if not shard.split_problems and len(slots) != len(spec.slots):
         add(
-            finding(
+            at(
                 "EC204",
                 f"the shard holds {len(slots)} slots, the contract {len(spec.slots)}",
                 key="training.slots",
                 expected=len(spec.slots),
                 found=f"{len(slots)}: " + ", ".join(s.source for s in slots),
                 hint=_count_hint(len(slots), len(spec.slots)),
-                contract=contract,
-                file=shard.label,
             )
         )
     for slot, slot_spec in zip(slots, spec.slots):
         if slot.dtype != slot_spec.dtype:
             add(
-                finding(
+                at(
                     "EC201",
                     f"slot {slot.index} ({slot.source}) has dtype {slot.dtype}",
-                    key=f"training.slots[{slot.index}]",
                     slot=slot.index,
                     expected=slot_spec.dtype,
                     found=slot.dtype,
                     hint="the draft will be served on the target's activation dtype "
                     f"({contract.target.dtype})",
-                    contract=contract,
-                    file=shard.label,
                 )
             )
     lengths = {}
@@ -136,7 +121,7 @@ def check_structure(contract: Contract, shard: Shard) -> list[Finding]:
     reference = lengths.get(fmt.ids_key)
     for name, length, majority, agree in _length_outliers(lengths, fmt.ids_key):
         add(
-            finding(
+            at(
                 "EC202",
                 f"{name} has {length} entries beside {majority} in {', '.join(agree)}",
                 key="training.sequence",
@@ -145,8 +130,6 @@ def check_structure(contract: Contract, shard: Shard) -> list[Finding]:
                 hint="a generator truncated one and not the others "
                 "(e.g. prompts cut to max_model_len - 1, mask left whole): "
                 f"regenerate {name} with {majority} entries",
-                contract=contract,
-                file=shard.label,
             )
         )
     if reference is not None:
@@ -155,7 +138,7 @@ def check_structure(contract: Contract, shard: Shard) -> list[Finding]:
             row_ids = row.get("input_ids")
             if row_ids is None or not (row_ids.shape == ids.shape and bool((row_ids == ids).all())):
                 add(
-                    finding(
+                    at(
                         "EC206",
                         f"token_ids differ from input_ids of row "
                         f"{row['row']} of the dataset in {row['dataset']}",
@@ -166,20 +149,16 @@ def check_structure(contract: Contract, shard: Shard) -> list[Finding]:
                         else f"{int(ids.numel())} token ids vs {int(row_ids.numel())} row ids",
                         hint="hs_{i} must be the capture of dataset row i; the files were "
                         "renumbered or the dataset regenerated",
-                        contract=contract,
-                        file=shard.label,
                     )
                 )
         if not spec.min_length <= reference <= spec.max_length:
             add(
-                finding(
+                at(
                     "EC205",
                     f"sequence of {reference} tokens",
                     key="training.sequence",
                     expected=f"[{spec.min_length}, {spec.max_length}]",
                     found=reference,
-                    contract=contract,
-                    file=shard.label,
                 )
             )
     return out

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import TYPE_CHECKING
 
-from ..findings import Finding, finding
+from ..findings import Finding, codes, finding
 from ..shards.reading import as_numbers
-from .family import CheckFamily, training_spec
+from .family import CheckFamily, shard_input
 
 if TYPE_CHECKING:
     import torch
@@ -19,10 +20,9 @@ if TYPE_CHECKING:
 def check_values(contract: Contract, shard: Shard) -> list[Finding]:
     import torch
 
-    spec = training_spec(contract)
-    sample = shard.sample
-    assert sample is not None
+    spec, sample = shard_input(contract, shard)
     out: list[Finding] = []
+    at = partial(finding, contract=contract, file=shard.label)  # where every finding is
     ids, mask = _numbers(sample.input_ids), _numbers(sample.loss_mask)
     vocab = contract.target.vocab_size
     if ids is not None and ids.numel():
@@ -32,15 +32,13 @@ def check_values(contract: Contract, shard: Shard) -> list[Finding]:
         if bool(bad.any()):
             first = int(bad.nonzero()[0, 0])
             out.append(
-                finding(
+                at(
                     "EC301",
                     f"{int(bad.sum())} input ids outside the vocabulary, first at position {first}",
                     key="target.vocab_size",
                     expected=f"[0, {vocab})" if vocab else ">= 0",
                     found=f"{_text(ids[first])} (min {_text(ids.min())}, max {_text(ids.max())})",
                     hint="the shard was tokenized with another tokenizer, or vocab_size is wrong",
-                    contract=contract,
-                    file=shard.label,
                 )
             )
     if mask is not None and mask.numel():
@@ -49,20 +47,18 @@ def check_values(contract: Contract, shard: Shard) -> list[Finding]:
             first = int(not_binary.nonzero()[0, 0])
             values = [_text(v) for v in torch.unique(mask)[:8]]
             out.append(
-                finding(
+                at(
                     "EC302",
                     f"loss_mask holds {int(not_binary.sum())} values other "
                     f"than 0 and 1, first at position {first}",
                     key="training.loss_mask",
                     expected="{0, 1}",
                     found=values,
-                    contract=contract,
-                    file=shard.label,
                 )
             )
         elif not spec.allow_all_zero_loss_mask and not bool(mask.any()):
             out.append(
-                finding(
+                at(
                     "EC303",
                     f"loss_mask is all zero over {mask.numel()} tokens",
                     key="training.loss_mask",
@@ -70,8 +66,6 @@ def check_values(contract: Contract, shard: Shard) -> list[Finding]:
                     found="sum 0",
                     hint="the chat template lost the assistant turns; set loss_mask.allow_all_zero "
                     "if such samples are intended",
-                    contract=contract,
-                    file=shard.label,
                 )
             )
     for slot in shard.slots:
@@ -80,18 +74,15 @@ def check_values(contract: Contract, shard: Shard) -> list[Finding]:
         stats = shard.stats(slot.index)
         if stats.nonfinite_tokens:
             out.append(
-                finding(
+                at(
                     "EC304",
                     f"slot {slot.index} ({slot.source}) holds NaN or Inf in "
                     f"{stats.nonfinite_tokens} of {stats.tokens} tokens, first at token "
                     f"{stats.first_nonfinite}",
-                    key=f"training.slots[{slot.index}]",
                     slot=slot.index,
                     expected="finite values",
                     found=f"{stats.nonfinite_tokens} bad tokens",
                     hint="the target overflowed (fp16?) or the capture read uninitialised memory",
-                    contract=contract,
-                    file=shard.label,
                 )
             )
     return out
@@ -113,7 +104,7 @@ FAMILY = CheckFamily(
     "values",
     "shard",
     "ids inside the vocabulary, a binary non-empty loss mask, finite states",
-    codes=("EC301", "EC302", "EC303", "EC304"),
+    codes=codes("EC3"),
     keys=("training.slots", "target.vocab_size", "training.loss_mask"),
     on_shard=check_values,
 )

@@ -243,14 +243,23 @@ def target_limits() -> dict[str, int]:
     }
 
 
+@dataclass
+class _Reading:
+    """A contract being built: where its relative paths resolve, its keys' lines, problems."""
+
+    file: str
+    base: Path
+    lines: dict[str, int]
+    problems: list[ContractProblem] = field(default_factory=list)
+
+    def problem(self, key_path: str, message: str) -> None:
+        line = self.lines.get(key_path, 1)
+        self.problems.append(ContractProblem(self.file, line, 1, key_path, message))
+
+
 def _build(data: dict[str, Any], path: Path, lines: dict[str, int]) -> Contract:
-    file = str(path)
-    base = path.parent
-    problems: list[ContractProblem] = []
-
-    def problem(key_path: str, message: str) -> None:
-        problems.append(ContractProblem(file, lines.get(key_path, 1), 1, key_path, message))
-
+    r = _Reading(str(path), path.parent, lines)
+    base, problem = r.base, r.problem
     t = data["target"]
     target = TargetSpec(
         arch=t.get("arch"),
@@ -263,84 +272,92 @@ def _build(data: dict[str, Any], path: Path, lines: dict[str, int]) -> Contract:
     )
     if target.reference_capture and target.model is None:
         problem("target.reference_capture", "reference_capture needs target.model")
-    training = None
-    if "training" in data:
-        tr = data["training"]
-        slots = []
-        for i, s in enumerate(tr["slots"]):
-            key = f"training.slots[{i}]"
-            try:
-                layer = Layer.parse(s["layer"])
-                layer.check_bounds(target.num_hidden_layers)
-            except ValueError as exc:  # past the layers, or past the digits Python reads
-                layer = Layer(-1)
-                problem(
-                    f"{key}.layer",
-                    str(exc)
-                    if len(s["layer"]) < 40
-                    else f"{s['layer'][:40]}... is beyond the target's "
-                    f"{target.num_hidden_layers} layers",
-                )
-            norm = NormBounds.from_yaml(s["norm"]) if "norm" in s else None
-            if norm is not None and norm.low > norm.high:
-                problem(f"{key}.norm", f"empty norm bounds {norm}")
-            slots.append(SlotSpec(i, layer, s.get("dtype", target.dtype), norm, lines.get(key, 1)))
-        n = len(slots)
-        target_slot = tr.get("target_slot", n - 1 if n > 1 else None)
-        if target_slot is not None and target_slot >= n:
-            problem("training.target_slot", f"slot {target_slot} does not exist ({n} slots)")
-        default_fc = [i for i in range(n) if i != target_slot]
-        fc_input = tuple(tr.get("fc_input", default_fc))
-        for j, i in enumerate(fc_input):
-            if i >= n:
-                problem(f"training.fc_input[{j}]", f"slot {i} does not exist ({n} slots)")
-            elif i == target_slot:
-                problem(f"training.fc_input[{j}]", f"slot {i} is the target slot")
-        seq = tr.get("sequence", {})
-        min_len, max_len = seq.get("min_length", 1), seq.get("max_length", DEFAULT_SEQUENCE_MAX)
-        if min_len > max_len:
-            problem("training.sequence", f"min_length {min_len} > max_length {max_len}")
-        shards = tr.get("shards")
-        training = TrainingSpec(
-            format=tr.get("format", "auto"),
-            shards=(base / shards) if shards else None,
-            slots=tuple(slots),
-            fc_input=fc_input,
-            target_slot=target_slot,
-            min_length=min_len,
-            max_length=max_len,
-            input_ids_dtype=tr.get("input_ids", {}).get("dtype", "int64"),
-            loss_mask_dtype=tr.get("loss_mask", {}).get("dtype", "int64"),
-            allow_all_zero_loss_mask=tr.get("loss_mask", {}).get("allow_all_zero", False),
-            extra_keys=frozenset(tr.get("extra_keys", ())),
-            teacher_agreement_min=tr.get("teacher_agreement", {}).get("min"),
-        )
-        if training.teacher_agreement_min is not None and target.model is None:
-            problem("training.teacher_agreement", "teacher_agreement needs target.model")
-    serving = None
-    if "serving" in data:
-        sv = data["serving"]
-        serving = ServingSpec(
-            engine=sv["engine"],
-            version=sv.get("version"),
-            arch=sv.get("arch"),
-            draft_config=(base / sv["draft_config"]) if "draft_config" in sv else None,
-            aux_layer_ids=tuple(sv["aux_layer_ids"]) if "aux_layer_ids" in sv else None,
-            dtype=sv.get("dtype"),
-            launch=sv.get("launch"),
-            min_accept_length=sv.get("min_accept_length"),
-            max_accept_drop=sv.get("max_accept_drop"),
-        )
-        floors = [k for k in ("min_accept_length", "max_accept_drop") if k in sv]
-        if floors and serving.draft_config is None:
-            problem(f"serving.{floors[0]}", "the acceptance probe needs serving.draft_config")
-        if "max_accept_drop" in sv and training is None:
-            problem("serving.max_accept_drop", "a drop from the trainer's layout needs training")
+    training = _training(data["training"], target, r) if "training" in data else None
+    serving = _serving(data["serving"], training, r) if "serving" in data else None
     waivers: dict[str, str] = {}
     for i, w in enumerate(data.get("waive", [])):
         if w["code"] not in RULES:
             problem(f"waive[{i}].code", f"unknown rule code {w['code']} (see docs/rules.md)")
         waivers[w["code"]] = w["reason"]
-    if problems:
-        raise _error(problems)
+    if r.problems:
+        raise _error(r.problems)
     return Contract(data["contract"], path, target, training, serving, waivers, lines)
+
+
+def _training(tr: dict[str, Any], target: TargetSpec, r: _Reading) -> TrainingSpec:
+    """The ``training`` section, typed; its problems go to ``r``."""
+    base, problem, lines = r.base, r.problem, r.lines
+    slots = []
+    for i, s in enumerate(tr["slots"]):
+        key = f"training.slots[{i}]"
+        try:
+            layer = Layer.parse(s["layer"])
+            layer.check_bounds(target.num_hidden_layers)
+        except ValueError as exc:  # past the layers, or past the digits Python reads
+            layer = Layer(-1)
+            problem(
+                f"{key}.layer",
+                str(exc)
+                if len(s["layer"]) < 40
+                else f"{s['layer'][:40]}... is beyond the target's "
+                f"{target.num_hidden_layers} layers",
+            )
+        norm = NormBounds.from_yaml(s["norm"]) if "norm" in s else None
+        if norm is not None and norm.low > norm.high:
+            problem(f"{key}.norm", f"empty norm bounds {norm}")
+        slots.append(SlotSpec(i, layer, s.get("dtype", target.dtype), norm, lines.get(key, 1)))
+    n = len(slots)
+    target_slot = tr.get("target_slot", n - 1 if n > 1 else None)
+    if target_slot is not None and target_slot >= n:
+        problem("training.target_slot", f"slot {target_slot} does not exist ({n} slots)")
+    default_fc = [i for i in range(n) if i != target_slot]
+    fc_input = tuple(tr.get("fc_input", default_fc))
+    for j, i in enumerate(fc_input):
+        if i >= n:
+            problem(f"training.fc_input[{j}]", f"slot {i} does not exist ({n} slots)")
+        elif i == target_slot:
+            problem(f"training.fc_input[{j}]", f"slot {i} is the target slot")
+    seq = tr.get("sequence", {})
+    min_len, max_len = seq.get("min_length", 1), seq.get("max_length", DEFAULT_SEQUENCE_MAX)
+    if min_len > max_len:
+        problem("training.sequence", f"min_length {min_len} > max_length {max_len}")
+    shards = tr.get("shards")
+    spec = TrainingSpec(
+        format=tr.get("format", "auto"),
+        shards=(base / shards) if shards else None,
+        slots=tuple(slots),
+        fc_input=fc_input,
+        target_slot=target_slot,
+        min_length=min_len,
+        max_length=max_len,
+        input_ids_dtype=tr.get("input_ids", {}).get("dtype", "int64"),
+        loss_mask_dtype=tr.get("loss_mask", {}).get("dtype", "int64"),
+        allow_all_zero_loss_mask=tr.get("loss_mask", {}).get("allow_all_zero", False),
+        extra_keys=frozenset(tr.get("extra_keys", ())),
+        teacher_agreement_min=tr.get("teacher_agreement", {}).get("min"),
+    )
+    if spec.teacher_agreement_min is not None and target.model is None:
+        problem("training.teacher_agreement", "teacher_agreement needs target.model")
+    return spec
+
+
+def _serving(sv: dict[str, Any], training: TrainingSpec | None, r: _Reading) -> ServingSpec:
+    """The ``serving`` section, typed; its problems go to ``r``."""
+    base, problem = r.base, r.problem
+    spec = ServingSpec(
+        engine=sv["engine"],
+        version=sv.get("version"),
+        arch=sv.get("arch"),
+        draft_config=(base / sv["draft_config"]) if "draft_config" in sv else None,
+        aux_layer_ids=tuple(sv["aux_layer_ids"]) if "aux_layer_ids" in sv else None,
+        dtype=sv.get("dtype"),
+        launch=sv.get("launch"),
+        min_accept_length=sv.get("min_accept_length"),
+        max_accept_drop=sv.get("max_accept_drop"),
+    )
+    floors = [k for k in ("min_accept_length", "max_accept_drop") if k in sv]
+    if floors and spec.draft_config is None:
+        problem(f"serving.{floors[0]}", "the acceptance probe needs serving.draft_config")
+    if "max_accept_drop" in sv and training is None:
+        problem("serving.max_accept_drop", "a drop from the trainer's layout needs training")
+    return spec

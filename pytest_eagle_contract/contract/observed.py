@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ShardReadError, UsageError
-from ..shards.reading import Slot, dtype_name, read_sample
+from ..shards.reading import Sample, Slot, dtype_name, read_sample
 from ..stats import norm_stats
 
 if TYPE_CHECKING:
@@ -55,10 +55,7 @@ def observe(
             sample = read_sample(path, format)
         except ShardReadError as exc:
             raise UsageError(f"{path}: {exc.code} {exc.message}: infer needs good shards") from None
-        if hidden is None:
-            first, _ = sample.slots(None)
-            hidden = int(first[-1].tensor.shape[-1]) if first else None
-        slots, problems = sample.slots(hidden)
+        hidden, slots, problems = _split(sample, hidden)
         if problems:
             raise UsageError(f"{path}: {'; '.join(problems)}: pass --hidden-size")
         if fmt_name and (sample.format.name != fmt_name or len(slots) != len(medians)):
@@ -110,11 +107,18 @@ def _measure(task: tuple[Path, str, int | None]) -> Measured | None:
         sample = read_sample(path, format)
     except ShardReadError:
         return None
+    hidden, slots, _ = _split(sample, hidden)
+    return hidden, [norm_stats(s.tensor).median for s in slots]
+
+
+def _split(sample: Sample, hidden: int | None) -> tuple[int | None, list[Slot], list[str]]:
+    """``sample``'s slots split by ``hidden``, else by the last state's own width, with
+    that width and why any key could not be split."""
     if hidden is None:
         first, _ = sample.slots(None)
         hidden = int(first[-1].tensor.shape[-1]) if first else None
-    slots, _ = sample.slots(hidden)
-    return hidden, [norm_stats(s.tensor).median for s in slots]
+    slots, problems = sample.slots(hidden)
+    return hidden, slots, problems
 
 
 def _measure_all(

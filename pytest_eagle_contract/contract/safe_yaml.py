@@ -6,13 +6,13 @@ bounded before anything is built. Every refusal is a located :class:`ContractErr
 from __future__ import annotations
 
 import math
-import os
 import re
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from ..errors import ContractError, UsageError
+from ..errors import ContractError
+from ..limits import env_bytes
 
 MAX_BYTES_ENV = "EAGLE_CONTRACT_MAX_BYTES"
 DEFAULT_MAX_BYTES = 1 << 20  # a real contract is a few KiB
@@ -31,12 +31,7 @@ _NON_PRINTABLE = re.compile(
 
 def max_bytes() -> int:
     """The largest contract read: ``EAGLE_CONTRACT_MAX_BYTES``, else 1 MiB."""
-    given = os.environ.get(MAX_BYTES_ENV, "").strip()
-    if not given:
-        return DEFAULT_MAX_BYTES
-    if not given.isdigit() or int(given) < 1:
-        raise UsageError(f"{MAX_BYTES_ENV}={given!r}: expected a positive number of bytes")
-    return int(given)
+    return env_bytes(MAX_BYTES_ENV, DEFAULT_MAX_BYTES)
 
 
 def read_text(path: Path) -> str:

@@ -15,10 +15,10 @@ import importlib.util
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
-from ..errors import Problem
+from ..errors import EagleContractError, Problem
 from ..layers import Layer
 
 if TYPE_CHECKING:
@@ -67,6 +67,72 @@ class Resolution:
         }
 
 
+@dataclass
+class Query:
+    """One ``resolve`` call as an engine answers it: what was asked (the engine settles
+    ``arch`` and ``version`` to what it answers for), and the notes and problems found."""
+
+    engine: str
+    num_layers: int
+    ids: Sequence[int] | None
+    arch: str | None
+    version: str | None
+    use_installed: bool = True
+    notes: list[str] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def given(self) -> tuple[int, ...] | None:
+        return None if self.ids is None else tuple(self.ids)
+
+    def assume(self, version: str, package: str) -> str:
+        """The version asked, else ``version`` (noted as assumed)."""
+        if self.version is None:
+            self.version = version
+            self.notes.append(f"no version given: {package} {version} assumed")
+        return self.version
+
+    def answer(
+        self, positions: tuple[Position, ...], source: str, read: Sequence[int] | None = None
+    ) -> Resolution:
+        """The resolution; ``read``: the ids the engine read, when not those asked."""
+        ids = None if self.ids is None else tuple(read or self.ids)
+        return Resolution(
+            self.engine,
+            self.version,
+            self.arch,
+            self.num_layers,
+            ids,
+            positions,
+            source,
+            tuple(self.notes),
+            tuple(self.problems),
+        )
+
+
+def releases_for(spec: str, releases: Sequence[str], package: str) -> list[str]:
+    """The releases a version (``"0.5.9"``, taken as given) or a specifier (``">=0.5.13"``)
+    names, of the covered ``releases`` (oldest first)."""
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+    from packaging.version import Version
+
+    text = spec.strip()
+    if text[:1].isdigit():
+        return [text]
+    try:
+        wanted = SpecifierSet(text)
+    except InvalidSpecifier:
+        raise EagleContractError(
+            f"serving.version {spec!r} is neither a version nor a specifier like '>={releases[-1]}'"
+        ) from None
+    found = [r for r in releases if Version(r) in wanted]
+    if not found:
+        raise EagleContractError(
+            f"no {package} release from {releases[0]} to {releases[-1]} matches {spec!r}"
+        )
+    return found
+
+
 def eagle3_default_ids(num_layers: int) -> list[int]:
     """The EAGLE-3 default ``[2, L//2, L-3]`` (SGLang, vLLM, SafeAILab)."""
     return [2, num_layers // 2, num_layers - 3]
@@ -101,7 +167,7 @@ def straight(ids: Sequence[int]) -> tuple[Position, ...]:
 
 
 class Engine(ABC):
-    """One serving engine or trainer capture. Subclasses set ``name`` and ``resolve``."""
+    """One serving engine or trainer capture. Subclasses set ``name`` and ``_resolve``."""
 
     name: ClassVar[str]
     title: ClassVar[str]  # as people write it, for messages: "SGLang"
@@ -127,7 +193,6 @@ class Engine(ABC):
         """How many aux states the draft's fc is built for on this side."""
         return draft.num_aux_hidden_states or len(self.draft_ids(draft) or ()) or 3
 
-    @abstractmethod
     def resolve(
         self,
         num_layers: int,
@@ -140,6 +205,11 @@ class Engine(ABC):
 
         ``use_installed``: where the installed package can answer for itself (SGLang), let it.
         """
+        return self._resolve(Query(self.name, num_layers, ids, arch, version, use_installed))
+
+    @abstractmethod
+    def _resolve(self, q: Query) -> Resolution:
+        """``resolve`` for one query: its notes and problems gathered in ``q``."""
 
     def reachable(
         self, layers: Sequence[Layer], num_layers: int, arch: str | None, version: str | None

@@ -151,14 +151,8 @@ def render(rows: Sequence[Row], trained: Sequence[Layer]) -> str:
     return "\n".join(lines)
 
 
-def summary(
-    trained: Sequence[Layer],
-    num_layers: int,
-    arch: str | None,
-    ids_of: Callable[[Engine], tuple[int, ...] | None],
-    own: tuple[str, Sequence[str]] | None,
-) -> str:
+def summary(rows: Sequence[Row]) -> str:
     """The table without the contract's own rows (for EC501's details: the findings already
     give those, one per span)."""
-    rows = [r for r in matrix(trained, num_layers, arch, ids_of, own) if not r.own]
-    return "what the other engines and versions feed with these ids:\n" + _table(rows)
+    others = [r for r in rows if not r.own]
+    return "what the other engines and versions feed with these ids:\n" + _table(others)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import EagleContractError, Unservable
 from ..models.draft import read_draft_config
+from ..named import by_name, lookup
 from .base import Engine, Position, Resolution
 from .sglang import SGLang, installed_sglang, sglang_versions
 from .trainers import HF, SafeAILab, SpecForge, Speculators, SpeculatorsV1
@@ -36,9 +37,8 @@ __all__ = [
     "sglang_versions",
 ]
 
-ENGINES: dict[str, Engine] = {
-    e.name: e
-    for e in (
+ENGINES: dict[str, Engine] = by_name(
+    [
         SGLang(),
         VLLM(),
         TensorRTLLM(),
@@ -47,15 +47,12 @@ ENGINES: dict[str, Engine] = {
         Speculators(),
         SafeAILab(),
         HF(),
-    )
-}
+    ]
+)
 
 
 def get_engine(name: str) -> Engine:
-    try:
-        return ENGINES[name]
-    except KeyError:
-        raise EagleContractError(f"unknown engine {name!r}: one of {', '.join(ENGINES)}") from None
+    return lookup(ENGINES, name, "engine")
 
 
 def resolve(
@@ -89,3 +86,16 @@ def serving_ids(
     if draft is None or not side.id_keys:  # no draft, or an engine that reads none from it
         return serving.aux_layer_ids
     return side.draft_ids(draft)
+
+
+def serving_ids_or_none(
+    serving: ServingSpec | None, engine: str | None = None
+) -> tuple[int, ...] | None:
+    """``serving_ids``, or None where there is no serving side or its draft config cannot
+    be read (the callers that only look, and report the unreadable config elsewhere)."""
+    if serving is None:
+        return None
+    try:
+        return serving_ids(serving, engine=engine)
+    except EagleContractError:
+        return None

@@ -12,7 +12,15 @@ from typing import TYPE_CHECKING
 from ..errors import EagleContractError, Problem, Unservable
 from ..layers import Layer
 from . import sglang_table as table
-from .base import Engine, Position, Resolution, eagle3_default_ids, installed_version
+from .base import (
+    Engine,
+    Position,
+    Query,
+    Resolution,
+    eagle3_default_ids,
+    installed_version,
+    releases_for,
+)
 from .sglang_native import native_layers_to_capture
 
 if TYPE_CHECKING:
@@ -127,27 +135,17 @@ class SGLang(Engine):
             return 3  # hard-coded hidden * 3
         return super().n_aux(draft, version)
 
-    def resolve(
-        self,
-        num_layers: int,
-        ids: Sequence[int] | None,
-        arch: str | None,
-        version: str | None,
-        use_installed: bool = True,
-    ) -> Resolution:
-        if not arch:
+    def _resolve(self, q: Query) -> Resolution:
+        if not q.arch:
             raise Unservable("sglang rules depend on the architecture: give --arch")
-        arch = table.canonical_arch(arch)
-        notes: list[str] = []
-        problems: list[Problem] = []
+        q.arch = table.canonical_arch(q.arch)
+        ids, num_layers, notes = q.ids, q.num_layers, q.notes
         default = eagle3_default_ids(num_layers)
-        if version is None:
-            version = installed_sglang() or table.NEWEST
-            notes.append(f"no version given: sglang {version} assumed")
+        version = q.assume(installed_sglang() or table.NEWEST, "sglang")
         _check_version(version)
         if ids is not None and any(i < 0 for i in ids):
             raise Unservable(f"negative ids {list(ids)}: SGLang would index from the end")
-        capture, row, source = _capture(arch, version, num_layers, ids, use_installed)
+        capture, row, source = _capture(q.arch, version, num_layers, ids, q.use_installed)
         notes.append(
             f"sglang {_span(row)}: captures at {row.site} (index 0: {row.index0}, "
             f"index >= L: {row.beyond})"
@@ -174,7 +172,7 @@ class SGLang(Engine):
                     f"fails at the first forward ('captured {len(kept)} of "
                     f"{len(set(capture))} aux hidden states')"
                 )
-            problems.append(
+            q.problems.append(
                 Problem(
                     "EC511",
                     f"capture index {dropped} is never reached by the "
@@ -188,7 +186,7 @@ class SGLang(Engine):
             notes.append(f"ids {list(ids)} are not ascending: SGLang concatenates in layer order")
         graphs = table.graph_default(version)
         if ids is not None and graphs is not None and kept != default:
-            problems.append(
+            q.problems.append(
                 Problem(
                     "EC514",
                     "CUDA graphs are captured before the draft's ids "
@@ -199,38 +197,11 @@ class SGLang(Engine):
                 )
             )
         by_capture = _ids_by_capture(ids, capture)
-        return Resolution(
-            self.name,
-            version,
-            arch,
-            num_layers,
-            None if ids is None else tuple(ids),
-            tuple(Position(by_capture.get(c), c, Layer(c)) for c in kept),
-            source,
-            tuple(notes),
-            tuple(problems),
-        )
+        return q.answer(tuple(Position(by_capture.get(c), c, Layer(c)) for c in kept), source)
 
 
 def sglang_versions(spec: str | None) -> list[str]:
     """The covered releases a version or specifier (">=0.5.13", "0.5.9") names."""
     if spec is None:
         return [installed_sglang() or table.NEWEST]
-    from packaging.specifiers import InvalidSpecifier, SpecifierSet
-    from packaging.version import Version
-
-    text = spec.strip()
-    if text[:1].isdigit():
-        return [text]
-    try:
-        wanted = SpecifierSet(text)
-    except InvalidSpecifier:
-        raise EagleContractError(
-            f"serving.version {spec!r} is neither a version nor a specifier like '>=0.5.13'"
-        ) from None
-    found = [r for r in table.RELEASES if Version(r) in wanted]
-    if not found:
-        raise EagleContractError(
-            f"no sglang release from {table.RELEASES[0]} to {table.NEWEST} matches {spec!r}"
-        )
-    return found
+    return releases_for(spec, table.RELEASES, "sglang")

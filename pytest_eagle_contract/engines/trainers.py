@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import ClassVar
 
 from ..errors import Unservable
 from ..layers import Layer
-from .base import Engine, Position, Resolution, eagle3_default_ids, positions, straight
+from .base import Engine, Position, Query, Resolution, eagle3_default_ids, positions, straight
 from .sglang import SGLang
 
 SPECFORGE_SGLANG = "0.5.14"  # the sglang SpecForge pins for prepare_hidden_states.py
@@ -26,39 +27,22 @@ class SpecForge(Engine):
     def default_ids(self, num_layers: int) -> list[int]:
         return [1, num_layers // 2 - 1, num_layers - 4]
 
-    def resolve(
-        self,
-        num_layers: int,
-        ids: Sequence[int] | None,
-        arch: str | None,
-        version: str | None,
-        use_installed: bool = True,
-    ) -> Resolution:
+    def _resolve(self, q: Query) -> Resolution:
         """Through SGLang at prep time; SpecForge's default ids are [1, L//2-1, L-4]."""
-        if not arch:
+        if not q.arch:
             raise Unservable(
                 "SpecForge captures through sglang, whose rules depend on the "
                 "architecture: give --arch"
             )
-        L = num_layers
-        used = list(ids) if ids is not None else self.default_ids(L)
-        inner = SGLang().resolve(L, used, arch, version or SPECFORGE_SGLANG)
+        used = list(q.ids) if q.ids is not None else self.default_ids(q.num_layers)
+        inner = SGLang().resolve(q.num_layers, used, q.arch, q.version or SPECFORGE_SGLANG)
         notes = (
-            ((f"SpecForge default aux ids {used}",) if ids is None else ())
+            ((f"SpecForge default aux ids {used}",) if q.ids is None else ())
             + inner.notes
             + ("target (hidden_state) = final_norm",)
         )
-        return Resolution(
-            self.name,
-            inner.version,
-            inner.arch,
-            L,
-            None if ids is None else tuple(ids),
-            inner.positions,
-            f"SpecForge prepare_hidden_states.py via {inner.source}",
-            notes,
-            inner.problems,
-        )
+        source = f"SpecForge prepare_hidden_states.py via {inner.source}"
+        return replace(inner, engine=self.name, ids=q.given, source=source, notes=notes)
 
 
 class _Trainer(Engine):
@@ -67,23 +51,10 @@ class _Trainer(Engine):
     source: ClassVar[str]
     notes: ClassVar[tuple[str, ...]] = ()
 
-    def resolve(
-        self,
-        num_layers: int,
-        ids: Sequence[int] | None,
-        arch: str | None,
-        version: str | None,
-        use_installed: bool = True,
-    ) -> Resolution:
+    def _resolve(self, q: Query) -> Resolution:
+        fed = self.fc_positions(q.num_layers, q.ids)
         return Resolution(
-            self.name,
-            None,
-            None,
-            num_layers,
-            None if ids is None else tuple(ids),
-            self.fc_positions(num_layers, ids),
-            self.source,
-            self.notes,
+            self.name, None, None, q.num_layers, q.given, fed, self.source, self.notes
         )
 
     @abstractmethod

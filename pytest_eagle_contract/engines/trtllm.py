@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import EagleContractError, Problem, Unservable
 from ..layers import Layer
-from .base import Engine, Position, Resolution
+from .base import Engine, Position, Query, Resolution, releases_for
 
 if TYPE_CHECKING:
     from ..models.draft import DraftConfig
@@ -64,26 +64,7 @@ def _parse(version: str) -> tuple[int, ...]:
 
 def trtllm_versions(spec: str | None) -> list[str]:
     """The covered releases a version or specifier (">=1.1", "1.2.0") names."""
-    if spec is None:
-        return [NEWEST]
-    from packaging.specifiers import InvalidSpecifier, SpecifierSet
-    from packaging.version import Version
-
-    text = spec.strip()
-    if text[:1].isdigit():
-        return [text]
-    try:
-        wanted = SpecifierSet(text)
-    except InvalidSpecifier:
-        raise EagleContractError(
-            f"serving.version {spec!r} is neither a version nor a specifier like '>=1.1.0'"
-        ) from None
-    found = [r for r in RELEASES if Version(r) in wanted]
-    if not found:
-        raise EagleContractError(
-            f"no tensorrt-llm release from {RELEASES[0]} to {NEWEST} matches {spec!r}"
-        )
-    return found
+    return [NEWEST] if spec is None else releases_for(spec, RELEASES, "tensorrt-llm")
 
 
 def _check_version(version: str) -> None:
@@ -117,21 +98,11 @@ class TensorRTLLM(Engine):
     def config_line(self, ids: Sequence[int]) -> str:
         return f"speculative_config: {{eagle3_layers_to_capture: {json.dumps(list(ids))}}}"
 
-    def resolve(
-        self,
-        num_layers: int,
-        ids: Sequence[int] | None,
-        arch: str | None,
-        version: str | None,
-        use_installed: bool = True,
-    ) -> Resolution:
-        notes: list[str] = []
-        problems: list[Problem] = []
-        if version is None:
-            version = NEWEST
-            notes.append(f"no version given: tensorrt-llm {version} assumed")
+    def _resolve(self, q: Query) -> Resolution:
+        num_layers, notes = q.num_layers, q.notes
+        version = q.assume(NEWEST, "tensorrt-llm")
         _check_version(version)
-        given = None if ids is None else tuple(ids)
+        ids = q.ids
         if ids is None:
             if num_layers <= 5:
                 raise Unservable(
@@ -155,7 +126,7 @@ class TensorRTLLM(Engine):
             notes.append(f"ids {list(ids)} are reordered: TensorRT-LLM captures {order}")
         missed = [i for i in order if i != FINAL and not 0 <= i < num_layers]
         if missed:
-            problems.append(
+            q.problems.append(
                 Problem(
                     "EC511",
                     f"ids {missed} match no decoder layer (L = {num_layers}): TensorRT-LLM "
@@ -164,14 +135,7 @@ class TensorRTLLM(Engine):
                 )
             )
         kept = [i for i in order if i not in missed]
-        return Resolution(
-            self.name,
-            version,
-            arch,
-            num_layers,
-            given,
+        return q.answer(
             tuple(Position(i, i, layer_of(i)) for i in kept),
             f"built-in rules: tensorrt-llm {version} {SOURCE}",
-            tuple(notes),
-            tuple(problems),
         )

@@ -8,15 +8,15 @@ any other count, or an id 0 its loop adds ``None`` to, fails at start-up.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import EagleContractError, Problem, Unservable
 from ..layers import Layer
+from ..models.draft import read_draft_json
 from . import vllm_rules as rules
-from .base import Engine, Position, Resolution, eagle3_default_ids
+from .base import Engine, Position, Query, Resolution, eagle3_default_ids, releases_for
 
 if TYPE_CHECKING:
     from ..models.draft import DraftConfig
@@ -50,13 +50,7 @@ def _id_list(value: object) -> tuple[int, ...] | None:
 def read_draft_ids(path: str | Path) -> DraftIds | None:
     """Every id list under a key some vLLM release reads, from a draft's config.json (None:
     there are none)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError) as exc:
-        raise EagleContractError(f"cannot read draft config {path}: {exc}") from None
-    if not isinstance(data, dict):
-        raise EagleContractError(f"{path}: not a JSON object")
+    data = read_draft_json(Path(path))
     found = {}
     for key in rules.eagle_keys():
         outer, _, inner = key.rpartition(".")
@@ -127,20 +121,7 @@ class VLLM(Engine):
         self.runner = runner
 
     def versions(self, spec: str | None) -> list[str | None]:
-        if spec is None or spec.strip()[:1].isdigit():
-            return [None if spec is None else spec.strip()]
-        from packaging.specifiers import InvalidSpecifier, SpecifierSet
-
-        try:
-            wanted = SpecifierSet(spec.strip())
-        except InvalidSpecifier:
-            raise EagleContractError(
-                f"serving.version {spec!r} is neither a version nor a specifier like '>=0.11.1'"
-            ) from None
-        found: list[str | None] = [v for v in rules.releases() if wanted.contains(v, True)]
-        if not found:
-            raise EagleContractError(f"no vLLM release with EAGLE-3 matches {spec!r}")
-        return found
+        return [None] if spec is None else list(releases_for(spec, rules.releases(), "vLLM"))
 
     def draft_ids(self, draft: DraftConfig) -> tuple[int, ...] | None:
         return read_draft_ids(draft.path)
@@ -149,58 +130,28 @@ class VLLM(Engine):
         rel = rules.release(version or rules.releases()[-1])
         return _fc_width(rel, self.draft_ids(draft))
 
-    def resolve(
-        self,
-        num_layers: int,
-        ids: Sequence[int] | None,
-        arch: str | None,
-        version: str | None,
-        use_installed: bool = True,
-    ) -> Resolution:
-        notes: list[str] = []
-        problems: list[Problem] = []
-        if num_layers < 4:
-            raise Unservable(f"num_layers {num_layers}: EAGLE-3 defaults need at least 4 layers")
-        if version is None:
-            version = rules.releases()[-1]
-            notes.append(f"no version given: vLLM {version} assumed")
-        rel = rules.release(version)
+    def _resolve(self, q: Query) -> Resolution:
+        if q.num_layers < 4:
+            raise Unservable(f"num_layers {q.num_layers}: EAGLE-3 defaults need at least 4 layers")
+        rel = rules.release(q.assume(rules.releases()[-1], "vLLM"))
         runner = self.runner or rel.default_runner
         if runner not in rel.runners:
             raise Unservable(f"vLLM {rel.span}: its {runner} runner feeds no EAGLE-3 aux states")
-        arch, cap = _arch(arch, version, notes)
-        used = self._read(ids, rel, runner, notes, problems)
-        default = eagle3_default_ids(num_layers)
-        wanted = default if used is None else list(used)
+        q.arch, cap = _arch(q.arch, rel.version, q.notes)
+        used = self._read(q, rel, runner)
+        default = eagle3_default_ids(q.num_layers)
         if used is None:
-            notes.append(f"no ids read: vLLM's default {default} ({rel.default_ids})")
-        return self._capture(
-            num_layers,
-            wanted,
-            cap,
-            rel,
-            runner,
-            _fc_width(rel, ids),
-            notes,
-            problems,
-            arch,
-            None if ids is None else tuple(used or ids),
-        )
+            q.notes.append(f"no ids read: vLLM's default {default} ({rel.default_ids})")
+        wanted = default if used is None else list(used)
+        return self._capture(q, wanted, cap, rel, runner, used)
 
-    def _read(
-        self,
-        ids: Sequence[int] | None,
-        rel: rules.Release,
-        runner: str,
-        notes: list[str],
-        problems: list[Problem],
-    ) -> Sequence[int] | None:
+    def _read(self, q: Query, rel: rules.Release, runner: str) -> Sequence[int] | None:
         """The ids this release's runner takes: a draft config's by its own keys; ids given
         as they are count as read, unless the release reads none at all."""
-        keys = rel.runners[runner]
+        ids, keys = q.ids, rel.runners[runner]
         if not isinstance(ids, DraftIds):
             if ids is not None and not keys:
-                problems.append(
+                q.problems.append(
                     Problem(
                         "EC508",
                         f"vLLM {rel.span} ({runner} runner) reads no ids from the draft "
@@ -212,7 +163,7 @@ class VLLM(Engine):
         picked = _pick(ids.found, keys)
         if picked is None:
             read = ", ".join(k for k, _ in keys) or "no key: it always uses its default"
-            problems.append(
+            q.problems.append(
                 Problem(
                     "EC508",
                     f"vLLM {rel.span} ({runner} runner) does not read "
@@ -221,25 +172,22 @@ class VLLM(Engine):
             )
             return None
         if len(ids.found) > 1:
-            notes.append(f"vLLM {rel.version} ({runner} runner) reads {picked[1]}")
+            q.notes.append(f"vLLM {rel.version} ({runner} runner) reads {picked[1]}")
         return picked[0]
 
     def _capture(
         self,
-        num_layers: int,
+        q: Query,
         wanted: list[int],
         cap: rules.Capture,
         rel: rules.Release,
         runner: str,
-        fc: int,
-        notes: list[str],
-        problems: list[Problem],
-        arch: str,
-        given: tuple[int, ...] | None,
+        used: Sequence[int] | None,
     ) -> Resolution:
         low = 1 if cap.id0 == "never" else 0
-        high = num_layers - 1 + cap.last
+        high = q.num_layers - 1 + cap.last
         reached = sorted({i for i in wanted if low <= i <= high})
+        fc = _fc_width(rel, q.ids)
         where = f"vLLM {cap.span} {cap.file}"
         if 0 in reached and cap.id0 == "crash":
             raise Unservable(
@@ -254,21 +202,15 @@ class VLLM(Engine):
                 f"built for {fc}: shape mismatch at the start-up forward"
             )
         if len(set(wanted)) != len(wanted):
-            notes.append("duplicate ids collapse: each layer is captured once")
+            q.notes.append("duplicate ids collapse: each layer is captured once")
         if wanted != sorted(wanted):
-            notes.append(f"ids {wanted} are not ascending: vLLM concatenates in layer order")
-        return Resolution(
-            self.name,
-            rel.version,
-            arch,
-            num_layers,
-            given,
+            q.notes.append(f"ids {wanted} are not ascending: vLLM concatenates in layer order")
+        return q.answer(
             tuple(Position(i, i, Layer(i + cap.plus)) for i in reached),
             f"built-in rules: vLLM {rel.span}, {runner} runner reads "
             f"{[k for k, _ in rel.runners[runner]]}; {cap.file} ({cap.span}): id k = "
             f"residual:k{f'+{cap.plus}' if cap.plus else ''}, id 0 {cap.id0}, "
             f"ids up to L{cap.last - 1:+d}".removesuffix("+0")
             + f"; fc for {fc} states",
-            tuple(notes),
-            tuple(problems),
+            used,
         )

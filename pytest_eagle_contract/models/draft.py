@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,16 +51,18 @@ def _aux_ids(data: dict[str, Any], path: Path, prefix: str = "") -> dict[str, tu
     return found
 
 
+def read_draft_json(path: Path) -> dict[str, Any]:
+    """A draft's config.json, a JSON object of bounded size. Raises UsageError."""
+    from ..limits import read_json_object
+
+    return read_json_object(path, f"cannot read draft config {path}")
+
+
 def read_draft_config(path: str | Path) -> DraftConfig:
     path = Path(path)
     if path.is_dir():
         path = path / "config.json"
-    try:
-        data = json.loads(path.read_text("utf-8"))
-    except (OSError, ValueError) as exc:
-        raise EagleContractError(f"cannot read draft config {path}: {exc}") from None
-    if not isinstance(data, dict):
-        raise EagleContractError(f"{path}: not a JSON object")
+    data = read_draft_json(path)
     speculators = data.get("speculators_config") or {}
     transformer = data.get("transformer_layer_config") or {}
     return DraftConfig(

@@ -17,13 +17,13 @@ with or without a ``model.`` prefix.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
+from .draft import read_draft_json
 
 if TYPE_CHECKING:
     import torch
@@ -52,12 +52,7 @@ def draft_tensors(directory: Path) -> dict[str, torch.Tensor]:
 
 def draft_json(directory: Path) -> dict[str, Any]:
     """config.json, with the speculators ``transformer_layer_config`` fields brought up."""
-    try:
-        data = json.loads((directory / "config.json").read_text("utf-8"))
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"draft {directory}: cannot read config.json: {exc}") from None
-    if not isinstance(data, dict):
-        raise UsageError(f"draft {directory}: config.json is not an object")
+    data = read_draft_json(directory / "config.json")
     inner = data.get("transformer_layer_config")
     return {**inner, **data} if isinstance(inner, dict) else data
 

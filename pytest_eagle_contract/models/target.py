@@ -12,15 +12,15 @@ the folder is imported or run. Anything unusable is a :class:`UsageError`.
 
 from __future__ import annotations
 
-import json
 import math
-import os
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
+from ..limits import first_line as _first_line
+from ..limits import read_json_object
 
 if TYPE_CHECKING:
     import torch
@@ -39,8 +39,6 @@ NORM_NAMES = (
 )
 HEAD_NAMES = ("lm_head.weight", "language_model.lm_head.weight")
 INDEX = "model.safetensors.index.json"
-JSON_MAX_BYTES_ENV = "EAGLE_TARGET_JSON_MAX_BYTES"
-DEFAULT_JSON_MAX_BYTES = 64 << 20  # the largest real index (DeepSeek-V3) is under 10 MiB
 
 
 @dataclass
@@ -178,41 +176,12 @@ class TargetModel:
         return UsageError(f"target model {self.path}: {message}")
 
 
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).splitlines()
-    return f"{type(exc).__name__}: {lines[0][:300] if lines else ''}"
-
-
-def _json_max_bytes() -> int:
-    given = os.environ.get(JSON_MAX_BYTES_ENV, "").strip()
-    if not given:
-        return DEFAULT_JSON_MAX_BYTES
-    if not given.isdigit() or int(given) < 1:
-        raise UsageError(f"{JSON_MAX_BYTES_ENV}={given!r}: expected a positive number of bytes")
-    return int(given)
-
-
 def _read_json(folder: Path, name: str) -> dict[str, Any]:
-    """A JSON object from the folder's file ``name``, of at most
-    ``EAGLE_TARGET_JSON_MAX_BYTES``."""
-    limit = _json_max_bytes()
+    """A JSON object from the folder's file ``name`` (bounded: ``limits.read_json_object``)."""
     cannot = f"target model {folder}: cannot read {name}"
     if not (folder / name).exists():
         raise UsageError(f"{cannot}: no such file")
-    file = _inside(folder, name)
-    try:
-        with file.open("rb") as f:
-            data = f.read(limit + 1)
-        value = None if len(data) > limit else json.loads(data.decode("utf-8"))
-    except (OSError, ValueError, RecursionError) as exc:
-        raise UsageError(f"{cannot}: {_first_line(exc)}") from None
-    if len(data) > limit:
-        raise UsageError(
-            f"{cannot}: larger than {limit} bytes (set {JSON_MAX_BYTES_ENV} to raise the limit)"
-        )
-    if not isinstance(value, dict):
-        raise UsageError(f"{cannot}: a JSON {type(value).__name__}, not an object")
-    return value
+    return read_json_object(_inside(folder, name), cannot)
 
 
 def _check_config(model: TargetModel) -> None:

@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from ..shells.args import add_annotations
+
 _ATTR = "eagle_contract"
 
 
@@ -25,13 +27,7 @@ def addoption(group: Any) -> None:
         help="write a report of the contracts' results: PATH.json (the versioned "
         "JSON report), else one self-contained HTML file with plots",
     )
-    group.addoption(
-        "--eagle-annotations",
-        dest="eagle_annotations",
-        default="auto",
-        choices=("auto", "github", "none"),
-        help="GitHub Actions annotations and step summary (auto: when GITHUB_ACTIONS=true)",
-    )
+    add_annotations(group.addoption, "eagle-")
 
 
 class ReportHooks:
@@ -115,10 +111,10 @@ def check_report_path(config: pytest.Config, reads: list[Path]) -> None:
 
 
 def _runner(config: pytest.Config) -> Any:
-    from ..planner import Runner
+    from ..planner import Runner, Settings
     from ..shells import options
 
-    return Runner(target_model=options.target_model(config))
+    return Runner(Settings(target_model=options.target_model(config)))
 
 
 def _runs(seen: list[dict[str, Any]]) -> list[Any]:

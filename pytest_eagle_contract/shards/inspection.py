@@ -2,11 +2,54 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..errors import ShardReadError
 from ..stats import GUESS_WORDS, guess, norm_stats
 from .reading import as_numbers, dtype_name, read_sample
+
+Job = tuple[Path, str, int | None]  # a shard file, --format, --hidden-size
+
+
+def inspect_jobs(paths: Sequence[Path], format: str, hidden_size: int | None) -> list[Job]:
+    """Every shard the paths name, in order: a file as given (read, or reported unreadable),
+    a folder's shards in natural order (:func:`.discovery.discover`)."""
+    from ..errors import UsageError
+    from .discovery import discover
+
+    if not paths:
+        raise UsageError("inspect takes at least one shard file or folder")
+    files: list[Path] = []
+    for path in paths:
+        found = discover(path, format) if path.is_dir() else [path]
+        if not found:
+            raise UsageError(f"no shard files under {path} (format {format})")
+        files += found
+    return [(f, format, hidden_size) for f in files]
+
+
+def inspect_many(jobs: Sequence[Job], workers: int = 1) -> Iterator[dict[str, Any]]:
+    """The report of each job's shard, in the order given; a shard that cannot be read
+    gives ``{"file", "error": {"code", "message", "hint"}}``. With ``workers`` > 1 the
+    shards are read in a pool of processes (:mod:`..pool`), one shard per task."""
+    if workers <= 1 or len(jobs) <= 1:
+        yield from map(_report, jobs)
+        return
+    from ..pool import executor
+
+    with executor(min(workers, len(jobs))) as pool:
+        yield from pool.map(_report, jobs)
+
+
+def _report(job: Job) -> dict[str, Any]:
+    path, format, hidden_size = job
+    try:
+        return inspect_shard(path, format, hidden_size)
+    except ShardReadError as exc:
+        error = {"code": exc.code, "message": exc.message, "hint": exc.hint}
+        return {"file": str(path), "error": error}
 
 
 def inspect_shard(

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..named import lookup
 from .formats import FORMATS, Format
 from .formats.speculators import write_dataset as write_speculators_dataset
 from .formats.speculators_v1 import write_data_config
@@ -41,9 +42,7 @@ def shard_dict(
 
 
 def _format(name: str) -> Format:
-    if name not in FORMATS:
-        raise ValueError(f"unknown format {name!r}")
-    return FORMATS[name]
+    return lookup(FORMATS, name, "format")
 
 
 def save(path: Path, data: dict[str, Any] | list[dict[str, Any]]) -> Path:

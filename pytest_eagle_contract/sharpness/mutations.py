@@ -325,16 +325,9 @@ def mutation_list(contract: Contract) -> list[Mutation]:
 
 
 def _serving_ids(contract: Contract) -> tuple[int, ...] | None:
-    serving = contract.serving
-    if serving is None:
-        return None
-    from ..engines.resolve import serving_ids
-    from ..errors import EagleContractError
+    from ..engines.resolve import serving_ids_or_none
 
-    try:
-        return serving_ids(serving)
-    except EagleContractError:
-        return None
+    return serving_ids_or_none(contract.serving)
 
 
 def _unsort_ids(contract: Contract) -> Mutation | None:

@@ -18,18 +18,8 @@ from dataclasses import dataclass
 
 from ..contract.model import Contract
 from ..findings import Finding, finding
+from . import records as rec
 from .mutations import KINDS, Fresh, Mutation, Source, mutation_list
-from .records import (
-    NotApplicable,
-    Recipe,
-    ShardRecord,
-    SlotCache,
-    SlotRecipe,
-    build,
-    center,
-    check_record,
-    norm_range,
-)
 
 TOKENS = 8  # tokens of a witness record (within training.sequence)
 SEED = 0
@@ -90,12 +80,12 @@ def _length(contract: Contract) -> int:
     return min(max(TOKENS, spec.min_length), spec.max_length, budget)
 
 
-def _recipe(contract: Contract, norms: Sequence[float]) -> Recipe:
+def _recipe(contract: Contract, norms: Sequence[float]) -> rec.Recipe:
     T = _length(contract)
-    return Recipe(
+    return rec.Recipe(
         seed=SEED,
         length=T,
-        slots=tuple(SlotRecipe(n, SPREAD) for n in norms),
+        slots=tuple(rec.SlotRecipe(n, SPREAD) for n in norms),
         mask="prefix" if T > 1 else "all",
         mask_at=T // 3,
     )
@@ -105,12 +95,12 @@ def _accept(contract: Contract, index: int) -> tuple[float, float]:
     """The median norms slot ``index`` accepts, pulled in by the dtype's rounding."""
     assert contract.training is not None
     slot = contract.training.slots[index]
-    return (0.0, math.inf) if slot.norm is None else norm_range(slot)
+    return (0.0, math.inf) if slot.norm is None else rec.norm_range(slot)
 
 
 def _centers(contract: Contract) -> list[float]:
     assert contract.training is not None
-    return [center(*norm_range(s)) for s in contract.training.slots]
+    return [rec.center(*rec.norm_range(s)) for s in contract.training.slots]
 
 
 def witness(contract: Contract, mutation: Mutation) -> list[float]:
@@ -133,7 +123,7 @@ def witness(contract: Contract, mutation: Mutation) -> list[float]:
                 klo, khi = ranges[k]
                 lo, hi = max(lo, klo / entry.factor), min(hi, khi / entry.factor)
         if lo <= hi:
-            norms[j] = center(lo, hi)
+            norms[j] = rec.center(lo, hi)
     return norms
 
 
@@ -142,16 +132,16 @@ class _Records:
 
     def __init__(self, contract: Contract) -> None:
         self.contract = contract
-        self.slots: SlotCache = {}
+        self.slots: rec.SlotCache = {}
         self.good: dict[tuple[float, ...], bool] = {}
 
-    def record(self, norms: Sequence[float]) -> ShardRecord:
-        return build(self.contract, _recipe(self.contract, norms), self.slots)
+    def record(self, norms: Sequence[float]) -> rec.ShardRecord:
+        return rec.build(self.contract, _recipe(self.contract, norms), self.slots)
 
     def is_good(self, norms: Sequence[float]) -> bool:
         key = tuple(norms)
         if key not in self.good:
-            self.good[key] = not _errors(check_record(self.contract, self.record(norms)))
+            self.good[key] = not _errors(rec.check_record(self.contract, self.record(norms)))
         return self.good[key]
 
 
@@ -181,9 +171,9 @@ def _run(
     record = records.record(norms)
     try:
         mutated = mutation.apply(record)
-    except NotApplicable:
+    except rec.NotApplicable:
         return None
-    codes = _errors(check_record(contract, mutated))
+    codes = _errors(rec.check_record(contract, mutated))
     if mutation.expected not in codes and _evidence_catches(contract, mutation):
         codes = tuple(sorted({*codes, "EC604"}))
     caught = mutation.expected in codes or "EC604" in codes
@@ -280,7 +270,7 @@ def sharpness(contract: Contract) -> SharpnessReport:
         return SharpnessReport(contract, [], [], [])
     records = _Records(contract)
     base = records.record(_centers(contract))
-    base_findings = check_record(contract, base)
+    base_findings = rec.check_record(contract, base)
     records.good[tuple(_centers(contract))] = not _errors(base_findings)
     if _errors(base_findings):
         contradiction = finding(

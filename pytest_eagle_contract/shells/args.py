@@ -1,11 +1,19 @@
-"""Arguments several subcommands share, spelled once."""
+"""Arguments several subcommands, and the pytest plugin's options, share: spelled once.
+
+The functions that take ``add`` serve both shells: ``add`` is an argparse parser's
+``add_argument`` or a pytest option group's ``addoption``, and ``prefix`` is ``"eagle-"``
+for the plugin (whose option names the dest: ``--eagle-sglang-url`` gives ``eagle_sglang_url``).
+"""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 
 SHARD_PATHS = "shard files or directories (default: training.shards)"
+
+Add = Callable[..., object]
 
 
 def add_shards(parser: argparse.ArgumentParser, *, help: str = SHARD_PATHS) -> None:
@@ -26,9 +34,53 @@ def add_workers(parser: argparse.ArgumentParser, doing: str = "reading shards") 
     )
 
 
-def add_flush_cache(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--sglang-flush-cache",
+def add_format(parser: argparse.ArgumentParser) -> None:
+    """``--format``: the shard format, else guessed from the file."""
+    from ..shards.formats import FORMAT_NAMES
+
+    parser.add_argument("--format", choices=FORMAT_NAMES, default="auto")
+
+
+def add_print_json(parser: argparse.ArgumentParser) -> None:
+    """``--json``: the command prints its result as JSON."""
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def add_report_json(parser: argparse.ArgumentParser) -> None:
+    """``--json REPORT``: the command also writes its JSON report."""
+    parser.add_argument("--json", type=Path, metavar="REPORT", help="also write a JSON report here")
+
+
+def add_quiet(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-q", "--quiet", action="store_true", help="print only the summary")
+
+
+def add_target_model(
+    parser: argparse.ArgumentParser, help: str | None = None, *, required: bool = False
+) -> None:
+    """``--target-model DIR``: the target's HF model directory."""
+    parser.add_argument("--target-model", type=Path, required=required, metavar="DIR", help=help)
+
+
+def add_annotations(add: Add, prefix: str = "") -> None:
+    add(
+        f"--{prefix}annotations",
+        choices=("auto", "github", "none"),
+        default="auto",
+        help="GitHub Actions annotations and step summary (auto: when GITHUB_ACTIONS=true)",
+    )
+
+
+def add_sglang(add: Add, prefix: str = "", timeout_help: str | None = None) -> None:
+    """A live SGLang server to verify shards against: its URL, timeout and cache flush."""
+    add(f"--{prefix}sglang-url", metavar="URL", help="verify shards against a live SGLang server")
+    add(f"--{prefix}sglang-timeout", type=float, default=60.0, metavar="S", help=timeout_help)
+    add_flush_cache(add, prefix)
+
+
+def add_flush_cache(add: Add, prefix: str = "") -> None:
+    add(
+        f"--{prefix}sglang-flush-cache",
         action="store_true",
         help="let the capture flush the server's prefix cache when it ignores "
         "the request's cache key (SGLang < 0.5.3)",

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from .args import add_shards, add_workers
+from .args import add_quiet, add_report_json, add_shards, add_workers
 from .exit_codes import EXIT_FINDINGS, EXIT_OK
 
 EXIT_INTERRUPTED = 130
@@ -23,7 +23,7 @@ def add_parser(sub: Any) -> None:
     )
     aud.add_argument("contract", type=Path)
     add_shards(aud)
-    aud.add_argument("--json", type=Path, metavar="REPORT", help="also write a JSON report here")
+    add_report_json(aud)
     aud.add_argument(
         "--against",
         type=Path,
@@ -41,7 +41,7 @@ def add_parser(sub: Any) -> None:
     aud.add_argument(
         "--address", metavar="ADDR", help="Ray cluster to join (default: start a local one)"
     )
-    aud.add_argument("-q", "--quiet", action="store_true", help="print only the summary")
+    add_quiet(aud)
 
 
 def audit(args: argparse.Namespace) -> int:

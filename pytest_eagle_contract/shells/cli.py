@@ -12,7 +12,19 @@ from pathlib import Path
 
 from ..errors import EagleContractError
 from . import audit, commands, gate, matrix, probe
-from .args import add_flush_cache, add_sampling, add_shards, add_workers
+from .args import (
+    add_annotations,
+    add_flush_cache,
+    add_format,
+    add_print_json,
+    add_quiet,
+    add_report_json,
+    add_sampling,
+    add_sglang,
+    add_shards,
+    add_target_model,
+    add_workers,
+)
 from .exit_codes import EXIT_USAGE
 from .terminal import QuietPipe
 
@@ -20,17 +32,17 @@ from .terminal import QuietPipe
 def _parser() -> argparse.ArgumentParser:
     from .. import __version__
     from ..engines.resolve import ENGINES
-    from ..shards.formats import FORMAT_NAMES
 
     p = argparse.ArgumentParser(prog="eagle-contract", description=__doc__.splitlines()[0])
     p.add_argument("--version", action="version", version=f"eagle-contract {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    ins = sub.add_parser("inspect", help="keys, shapes, dtypes and per-slot norms of one shard")
-    ins.add_argument("path", type=Path)
-    ins.add_argument("--format", choices=FORMAT_NAMES, default="auto")
+    ins = sub.add_parser("inspect", help="keys, shapes, dtypes and per-slot norms of shards")
+    add_shards(ins, help="shard files or directories (every shard under each)")
+    add_format(ins)
     ins.add_argument("--hidden-size", type=int, help="split concatenated states by this width")
-    ins.add_argument("--json", action="store_true", help="print one JSON object")
+    add_print_json(ins)
+    add_workers(ins)
 
     inf = sub.add_parser("infer", help="draft a contract from shards you trust")
     add_shards(inf, help="shard files or directories (with --update: default training.shards)")
@@ -46,7 +58,7 @@ def _parser() -> argparse.ArgumentParser:
         "--force", action="store_true", help="let -o replace an existing file (never an input)"
     )
     inf.add_argument("--name", help="contract name (default: the output file's stem)")
-    inf.add_argument("--format", choices=FORMAT_NAMES, default="auto")
+    add_format(inf)
     inf.add_argument(
         "--layers",
         nargs="+",
@@ -59,11 +71,9 @@ def _parser() -> argparse.ArgumentParser:
     inf.add_argument("--hidden-size", type=int)
     inf.add_argument("--vocab-size", type=int)
     inf.add_argument("--arch", help="target architecture, e.g. LlamaForCausalLM")
-    inf.add_argument(
-        "--target-model",
-        type=Path,
-        metavar="DIR",
-        help="HF model directory of the target: L, H, vocab and arch from its "
+    add_target_model(
+        inf,
+        "HF model directory of the target: L, H, vocab and arch from its "
         "config.json, each slot named by a reference capture, and the "
         "evidence the contract needs when norms cannot tell slots apart",
     )
@@ -80,20 +90,15 @@ def _parser() -> argparse.ArgumentParser:
     chk.add_argument("contract", type=Path)
     add_shards(chk)
     add_sampling(chk, None)
-    chk.add_argument("--json", type=Path, metavar="REPORT", help="also write a JSON report here")
+    add_report_json(chk)
     chk.add_argument(
         "--report",
         type=Path,
         metavar="HTML",
         help="also write one self-contained HTML report (plots with the report extra)",
     )
-    chk.add_argument(
-        "--annotations",
-        choices=("auto", "github", "none"),
-        default="auto",
-        help="GitHub Actions annotations and step summary (auto: when GITHUB_ACTIONS=true)",
-    )
-    chk.add_argument("-q", "--quiet", action="store_true", help="print only the summary")
+    add_annotations(chk.add_argument)
+    add_quiet(chk)
     add_workers(chk)
     chk.add_argument(
         "--checks",
@@ -107,11 +112,9 @@ def _parser() -> argparse.ArgumentParser:
         metavar="COMMAND",
         help="the engine's launch command line (overrides serving.launch)",
     )
-    chk.add_argument(
-        "--target-model",
-        type=Path,
-        metavar="DIR",
-        help="HF model directory of the target (overrides target.model): adds the "
+    add_target_model(
+        chk,
+        "HF model directory of the target (overrides target.model): adds the "
         "weight-based evidence checks",
     )
     chk.add_argument(
@@ -141,11 +144,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="verify shards against these capture files (eagle-contract record)",
     )
-    chk.add_argument(
-        "--sglang-url", metavar="URL", help="verify shards against a live SGLang server"
-    )
-    chk.add_argument("--sglang-timeout", type=float, default=60.0, metavar="S")
-    add_flush_cache(chk)
+    add_sglang(chk.add_argument)
 
     rec = sub.add_parser("record", help="capture what SGLang feeds the draft, for shards' ids")
     rec.add_argument("contract", type=Path)
@@ -154,13 +153,13 @@ def _parser() -> argparse.ArgumentParser:
     rec.add_argument("-o", "--out", type=Path, required=True, metavar="DIR")
     add_sampling(rec)
     rec.add_argument("--timeout", type=float, default=60.0, metavar="S")
-    add_flush_cache(rec)
+    add_flush_cache(rec.add_argument)
 
     idf = sub.add_parser("identify", help="name each slot's layer by running the target model")
     idf.add_argument("path", type=Path)
-    idf.add_argument("--target-model", type=Path, required=True, metavar="DIR")
-    idf.add_argument("--format", choices=FORMAT_NAMES, default="auto")
-    idf.add_argument("--json", action="store_true", help="print one JSON object")
+    add_target_model(idf, required=True)
+    add_format(idf)
+    add_print_json(idf)
 
     res = sub.add_parser("resolve", help="map an engine's aux layer ids to canonical layers")
     res.add_argument("--engine", required=True, choices=ENGINES)
@@ -199,7 +198,7 @@ def _parser() -> argparse.ArgumentParser:
         help="print the ids that make the engine feed these layers (embed, residual:K, "
         "final_norm), per span of --version, or why none exist",
     )
-    res.add_argument("--json", action="store_true", help="print one JSON object")
+    add_print_json(res)
     res.add_argument(
         "--source",
         choices=("auto", "table"),

@@ -16,19 +16,29 @@ if TYPE_CHECKING:
 
 
 def inspect(args: argparse.Namespace) -> int:
-    from ..errors import ShardReadError
+    from ..pool import workers_option
     from ..render import to_json
-    from ..shards.inspection import format_report, inspect_shard
+    from ..shards.inspection import format_report, inspect_jobs, inspect_many
 
-    try:
-        report = inspect_shard(args.path, args.format, args.hidden_size)
-    except ShardReadError as exc:
-        print(f"{args.path}: {exc.code} {exc.message}", file=sys.stderr)
-        if exc.hint:
-            print(f"  hint: {exc.hint}", file=sys.stderr)
-        return EXIT_FINDINGS
-    print(to_json(report) if args.json else format_report(report))
-    return EXIT_OK
+    jobs = inspect_jobs(args.paths, args.format, args.hidden_size)
+    workers = workers_option(args.workers)
+    one = len(args.paths) == 1 and not args.paths[0].is_dir()  # one object, as ever
+    failed, kept, shown = False, [], 0
+    for report in inspect_many(jobs, workers):
+        error = report.get("error")
+        if error is not None:
+            failed = True
+            print(f"{report['file']}: {error['code']} {error['message']}", file=sys.stderr)
+            if error["hint"]:
+                print(f"  hint: {error['hint']}", file=sys.stderr)
+        if args.json:
+            kept.append(report)
+        elif error is None:
+            print(("\n" if shown else "") + format_report(report))
+            shown += 1
+    if args.json and not (one and failed):
+        print(to_json(kept[0] if one else kept))
+    return EXIT_FINDINGS if failed else EXIT_OK
 
 
 def infer(args: argparse.Namespace) -> int:
@@ -56,11 +66,14 @@ def infer(args: argparse.Namespace) -> int:
 
     from .. import outputs
 
-    reads = outputs.inputs(*args.paths, args.target_model, args.draft)
+    rules: outputs.Rules = {
+        "reads": outputs.inputs(*args.paths, args.target_model, args.draft),
+        "replace": args.force,
+        "force": "--force",
+        "parents": True,
+    }
     if args.output is not None:  # refused now, not after the draft
-        outputs.target(
-            args.output, "-o", reads=reads, replace=args.force, force="--force", parents=True
-        )
+        outputs.target(args.output, "-o", **rules)
 
     from ..contract.model import schema_path
 
@@ -98,15 +111,7 @@ def infer(args: argparse.Namespace) -> int:
     if args.output is None:
         sys.stdout.write(draft.text)
     else:
-        outputs.write_text(
-            args.output,
-            draft.text,
-            "-o",
-            reads=reads,
-            replace=args.force,
-            force="--force",
-            parents=True,
-        )
+        outputs.write_text(args.output, draft.text, "-o", **rules)
         print(f"wrote {args.output}", file=sys.stderr)
     for note in draft.notes:
         print(f"eagle-contract infer: {note}", file=sys.stderr)

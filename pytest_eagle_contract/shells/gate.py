@@ -93,7 +93,7 @@ def _gate(
 
 
 def check(args: argparse.Namespace) -> int:
-    from ..planner import Runner
+    from ..planner import Runner, Settings
     from ..pool import workers_option
 
     if args.sharpness:
@@ -107,14 +107,15 @@ def check(args: argparse.Namespace) -> int:
         from ..capture.sglang_client import use_server
 
         use_server(args.sglang_url, args.sglang_timeout, flush_cache=args.sglang_flush_cache)
-    runner = Runner(
+    settings = Settings(
         serving_args=args.serving_args,
         target_model=args.target_model,
         reference=args.reference_capture,
-        captures=args.captures or (),
+        captures=tuple(args.captures or ()),
         sglang_url=args.sglang_url,
         timeout=args.sglang_timeout,
     )
+    runner = Runner(settings)
     return _gate(
         args.contract,
         args.paths,
@@ -189,7 +190,7 @@ def demo(args: argparse.Namespace) -> int:
     from ..outputs import folder
     from . import demo
 
-    folder(args.out, "--out", within=("good", "embed-in-front", "target"))
+    folder(args.out, "--out", within=("good", "embed-in-front", "target", "probe"))
     start = time.perf_counter()
     spec = demo.SPEC
     print(
@@ -202,7 +203,7 @@ def demo(args: argparse.Namespace) -> int:
         good, buggy = demo.write_demo_shards(args.out, save_target=True)
     except (OSError, RuntimeError, SafetensorError) as exc:  # a full disk, no permission
         raise UsageError(f"--out {args.out}: cannot write: {str(exc)[:200]}") from None
-    from ..planner import Runner
+    from ..planner import Runner, Settings
     from ..render import display_path
 
     contract = Path(display_path(str(demo.shipped_contract())))
@@ -219,8 +220,9 @@ def demo(args: argparse.Namespace) -> int:
     for label, shards, model in runs:
         extra = f" --target-model {model} --reference-capture" if model else ""
         print(f"\n== eagle-contract check {contract} {shards}{extra} ==")
-        runner = Runner(target_model=model, reference=True) if model else None
+        runner = Runner(Settings(target_model=model, reference=True)) if model else None
         results[label] = _gate(contract, [shards], "all", 0, target_model=model, runner=runner)
+    print(demo.probe_text(args.out / "probe"))
     took = time.perf_counter() - start
     ok = set(results.values()) == {EXIT_OK, EXIT_FINDINGS} and results["good"] == EXIT_OK
     verdict = (

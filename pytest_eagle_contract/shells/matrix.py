@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import UsageError
+from .args import add_print_json
 from .exit_codes import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
 
 if TYPE_CHECKING:
@@ -27,7 +28,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "matrix", help="what every engine version would feed the draft's fc, beside the trainer"
     )
     mat.add_argument("contract", type=Path, metavar="CONTRACT")
-    mat.add_argument("--json", action="store_true", help="print one JSON object")
+    add_print_json(mat)
 
 
 def matrix(args: argparse.Namespace) -> int:

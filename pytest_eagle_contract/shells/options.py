@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from ..reports import pytest_hooks as report_hooks
+from .args import add_sglang
 
 if TYPE_CHECKING:
     from ..shards.discovery import Sampling
@@ -168,28 +169,7 @@ def add_options(parser: pytest.Parser) -> None:
         default=None,
         help="verify shards against these capture files (eagle-contract record); repeatable",
     )
-    group.addoption(
-        "--eagle-sglang-url",
-        dest="eagle_sglang_url",
-        metavar="URL",
-        default=None,
-        help="verify shards against a live SGLang server",
-    )
-    group.addoption(
-        "--eagle-sglang-timeout",
-        dest="eagle_sglang_timeout",
-        metavar="S",
-        type=float,
-        default=60.0,
-        help="seconds per request to the server",
-    )
-    group.addoption(
-        "--eagle-sglang-flush-cache",
-        action="store_true",
-        dest="eagle_sglang_flush_cache",
-        help="let the capture flush the server's prefix cache when it ignores the "
-        "request's cache key (SGLang < 0.5.3)",
-    )
+    add_sglang(group.addoption, "eagle-", timeout_help="seconds per request to the server")
     group.addoption(
         "--eagle-sglang-skip-unreachable",
         action="store_true",

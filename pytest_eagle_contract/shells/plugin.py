@@ -280,20 +280,21 @@ def _without(config: pytest.Config) -> tuple[str, ...]:
 def _runner(config: pytest.Config) -> Runner:
     """One runner per session: shards read once, the target model and captures opened once."""
     if _RUNNER not in config.stash:
-        from ..planner import Runner
+        from ..planner import Runner, Settings
 
         dirs = [Path(d).resolve() for d in (config.getoption("eagle_captures") or [])]
         for d in dirs:
             if not d.exists():
                 raise pytest.UsageError(f"--eagle-captures: {d} does not exist")
-        config.stash[_RUNNER] = Runner(
+        settings = Settings(
             serving_args=config.getoption("eagle_serving_args"),
             target_model=options.target_model(config),
             reference=config.getoption("eagle_reference"),
-            captures=dirs,
+            captures=tuple(dirs),
             sglang_url=config.getoption("eagle_sglang_url"),
             timeout=config.getoption("eagle_sglang_timeout"),
         )
+        config.stash[_RUNNER] = Runner(settings)
     return config.stash[_RUNNER]
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
+from .args import add_print_json, add_target_model
 from .exit_codes import EXIT_OK
 
 if TYPE_CHECKING:
@@ -105,7 +106,7 @@ def add_parser(sub: Any) -> None:
         help="a contract (.yaml) first, then shard files for prompts",
     )
     prb.add_argument("--draft", type=Path, metavar="DIR", help="the EAGLE-3 draft folder")
-    prb.add_argument("--target-model", type=Path, metavar="DIR")
+    add_target_model(prb)
     prb.add_argument(
         "--layout",
         nargs="+",
@@ -124,4 +125,4 @@ def add_parser(sub: Any) -> None:
     prb.add_argument("--sequences", type=int, default=16, metavar="N")
     prb.add_argument("--length", type=int, default=128, help="tokens per sequence")
     prb.add_argument("--prompt", type=int, default=16, help="prompt tokens per sequence")
-    prb.add_argument("--json", action="store_true", help="print one JSON object")
+    add_print_json(prb)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
+from ...named import by_name
 from . import eagle_legacy, specforge, speculators, speculators_v1, trtllm
 from .base import Format, Packing, Slot, dtype_name
 
@@ -19,16 +20,15 @@ __all__ = [
     "dtype_name",
 ]
 
-FORMATS: dict[str, Format] = {
-    f.name: f
-    for f in (
+FORMATS: dict[str, Format] = by_name(
+    [
         specforge.FORMAT,
         speculators_v1.FORMAT,
         speculators.FORMAT,
         eagle_legacy.FORMAT,
         trtllm.FORMAT,
-    )
-}
+    ]
+)
 FORMAT_NAMES = ("auto", *FORMATS)
 SHARD_GLOBS = tuple(sorted({g for f in FORMATS.values() for g in f.globs}))
 

@@ -43,7 +43,8 @@ class Slot:
 class Format(ABC):
     """One shard format. ``signature`` is the key that says a file is this format;
     ``target_post_norm`` whether its trainer expects the target slot after the final norm.
-    Subclasses write shards (``shard_name``, ``shard_dict``) and may read extras."""
+    Subclasses say how they write shards (``shard_name``, ``_state_keys``) and may read
+    extras."""
 
     name: str
     globs: tuple[str, ...]
@@ -159,10 +160,18 @@ class Format(ABC):
         """The relative path the format's generator gives sample ``index``."""
 
     @abstractmethod
+    def _state_keys(self, slots: Sequence[torch.Tensor]) -> dict[str, Any] | None:
+        """The keys the generator saves beside the ids and the mask for [T, H] ``slots`` in
+        stored order; None when a file of this format cannot hold that many."""
+
     def shard_dict(
         self, input_ids: torch.Tensor, loss_mask: torch.Tensor, slots: Sequence[torch.Tensor]
     ) -> dict[str, Any]:
         """The dict the format's generator saves; ``slots`` are [T, H] in stored order."""
+        data = self.record_dict(input_ids, loss_mask, slots)
+        if data is None:
+            raise ValueError(f"a {self.name} shard cannot hold {len(slots)} states")
+        return data
 
     def can_hold(self, n_slots: int) -> bool:
         """Whether a shard of this format can hold ``n_slots`` states."""
@@ -172,10 +181,30 @@ class Format(ABC):
         self, input_ids: torch.Tensor, loss_mask: torch.Tensor, slots: Sequence[torch.Tensor]
     ) -> dict[str, Any] | None:
         """The smallest shard of this layout that holds ``slots`` (any count a generated
-        record may have); None when the format cannot hold them."""
-        if not self.can_hold(len(slots)):
+        record may have: a format that keeps its states under keys of their own leaves out
+        the ones it has no state for); None when the format cannot hold them."""
+        states = self._state_keys(slots)
+        if states is None:
             return None
-        return self.shard_dict(input_ids, loss_mask, slots)
+        data = {self.ids_key: input_ids}
+        if self.mask_key is not None:
+            data[self.mask_key] = loss_mask
+        return data | states
+
+    def _aux_then_target(self, slots: Sequence[torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The state keys of a format that keeps its target apart: the aux states (all but
+        the last slot) concatenated along the last dim under its first ``concat`` key, when
+        there are any, and the target (the last slot) under its ``single`` key."""
+        import torch
+
+        aux = next(key for key, packing in self.states if packing == "concat")
+        target = next(key for key, packing in self.states if packing == "single")
+        out: dict[str, torch.Tensor] = {}
+        if len(slots) >= 2:
+            out[aux] = torch.cat(list(slots[:-1]), dim=-1)
+        if slots:
+            out[target] = slots[-1]
+        return out
 
     # -- what its trainer does -------------------------------------------------------------
 

@@ -17,21 +17,13 @@ class EagleLegacy(Format):
     def shard_name(self, index: int, compress: bool = False) -> str:
         return f"0/data_{index}.ckpt"
 
-    def shard_dict(
-        self, input_ids: torch.Tensor, loss_mask: torch.Tensor, slots: Sequence[torch.Tensor]
-    ) -> dict[str, Any]:
-        (state,) = slots
-        return {"input_ids": input_ids, "hidden_state": state, "loss_mask": loss_mask}
+    def _state_keys(self, slots: Sequence[torch.Tensor]) -> dict[str, Any] | None:
+        if not self.can_hold(len(slots)):
+            return None
+        return {"hidden_state": slots[0]} if slots else {}
 
     def can_hold(self, n_slots: int) -> bool:
         return n_slots <= 1
-
-    def record_dict(
-        self, input_ids: torch.Tensor, loss_mask: torch.Tensor, slots: Sequence[torch.Tensor]
-    ) -> dict[str, Any] | None:
-        if not slots:
-            return {"input_ids": input_ids, "loss_mask": loss_mask}
-        return super().record_dict(input_ids, loss_mask, slots)
 
     def default_layers(
         self, num_layers: int, metadata: dict[str, Any], arch: str | None = None

@@ -19,27 +19,9 @@ class SpecForge(Format):
         group = (index // 2000) * 2000
         return f"rows_{group}-{group + 2000}/data_{index}.ckpt" + (".gz" if compress else "")
 
-    def shard_dict(
-        self, input_ids: torch.Tensor, loss_mask: torch.Tensor, slots: Sequence[torch.Tensor]
-    ) -> dict[str, Any]:
-        import torch
-
-        return {
-            "input_ids": input_ids,
-            "loss_mask": loss_mask,
-            "aux_hidden_state": torch.cat(list(slots[:-1]), dim=-1).unsqueeze(0),
-            "hidden_state": slots[-1].unsqueeze(0),
-        }
-
-    def record_dict(
-        self, input_ids: torch.Tensor, loss_mask: torch.Tensor, slots: Sequence[torch.Tensor]
-    ) -> dict[str, Any] | None:
-        if len(slots) >= 2:
-            return self.shard_dict(input_ids, loss_mask, slots)
-        out: dict[str, Any] = {"input_ids": input_ids, "loss_mask": loss_mask}
-        if slots:  # no aux states: only the target
-            out["hidden_state"] = slots[0].unsqueeze(0)
-        return out
+    def _state_keys(self, slots: Sequence[torch.Tensor]) -> dict[str, Any]:
+        """The aux states concatenated, then the target, each with a batch dimension."""
+        return {key: state.unsqueeze(0) for key, state in self._aux_then_target(slots).items()}
 
     def default_layers(
         self, num_layers: int, metadata: dict[str, Any], arch: str | None = None

@@ -36,16 +36,10 @@ class Speculators(Format):
     def shard_name(self, index: int, compress: bool = False) -> str:
         return f"hidden_states/hs_{index}.safetensors"
 
-    def shard_dict(
-        self, input_ids: torch.Tensor, loss_mask: torch.Tensor, slots: Sequence[torch.Tensor]
-    ) -> dict[str, Any]:
+    def _state_keys(self, slots: Sequence[torch.Tensor]) -> dict[str, Any] | None:
         import torch
 
-        return {
-            "hidden_states": torch.stack(list(slots), dim=1).contiguous(),
-            "token_ids": input_ids,
-            "loss_mask": loss_mask,
-        }
+        return {"hidden_states": torch.stack(list(slots), dim=1).contiguous()} if slots else None
 
     def default_layers(
         self, num_layers: int, metadata: dict[str, Any], arch: str | None = None

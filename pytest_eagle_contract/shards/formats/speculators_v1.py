@@ -38,14 +38,8 @@ class SpeculatorsV1(Format):
     def shard_name(self, index: int, compress: bool = False) -> str:
         return f"data_{index}.pt"
 
-    def shard_dict(
-        self, input_ids: torch.Tensor, loss_mask: torch.Tensor, slots: Sequence[torch.Tensor]
-    ) -> dict[str, Any]:
-        return {
-            "input_ids": input_ids,
-            "hidden_states": [s.contiguous() for s in slots],
-            "loss_mask": loss_mask,
-        }
+    def _state_keys(self, slots: Sequence[torch.Tensor]) -> dict[str, Any] | None:
+        return {"hidden_states": [s.contiguous() for s in slots]} if slots else None
 
     def default_layers(
         self, num_layers: int, metadata: dict[str, Any], arch: str | None = None

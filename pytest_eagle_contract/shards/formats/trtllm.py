@@ -27,23 +27,9 @@ class TensorRTLLM(Format):
     def shard_name(self, index: int, compress: bool = False) -> str:
         return f"data_{index + 1}.pt"  # write_interval 1: one request per file
 
-    def shard_dict(
-        self, input_ids: torch.Tensor, loss_mask: torch.Tensor, slots: Sequence[torch.Tensor]
-    ) -> dict[str, Any]:
-        """One request's record; the saver keeps no loss mask, so ``loss_mask`` is dropped."""
-        import torch
-
-        record: dict[str, Any] = {"id": 1, "input_ids": input_ids, "hidden_state": slots[-1]}
-        if len(slots) > 1:
-            record["aux_hidden_states"] = torch.cat(list(slots[:-1]), dim=-1)
-        return record
-
-    def record_dict(
-        self, input_ids: torch.Tensor, loss_mask: torch.Tensor, slots: Sequence[torch.Tensor]
-    ) -> dict[str, Any] | None:
-        if not slots:
-            return {"id": 1, "input_ids": input_ids}
-        return self.shard_dict(input_ids, loss_mask, slots)
+    def _state_keys(self, slots: Sequence[torch.Tensor]) -> dict[str, Any]:
+        """One request's record (the saver keeps no loss mask: the format has no mask key)."""
+        return {"id": 1, **self._aux_then_target(slots)}
 
     def default_layers(
         self, num_layers: int, metadata: dict[str, Any], arch: str | None = None

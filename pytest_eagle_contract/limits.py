@@ -1,0 +1,52 @@
+"""Size limits a user may raise through an environment variable, and the bounded JSON
+reader that applies them."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from .errors import UsageError
+
+
+def env_bytes(name: str, default: int) -> int:
+    """The byte count in the environment variable ``name``, else ``default``; anything but
+    a positive whole number is a usage error."""
+    given = os.environ.get(name, "").strip()
+    if not given:
+        return default
+    if not given.isdigit() or int(given) < 1:
+        raise UsageError(f"{name}={given!r}: expected a positive number of bytes")
+    return int(given)
+
+
+JSON_MAX_BYTES_ENV = "EAGLE_TARGET_JSON_MAX_BYTES"
+DEFAULT_JSON_MAX_BYTES = 64 << 20  # the largest real index (DeepSeek-V3) is under 10 MiB
+
+
+def read_json_object(path: Path, cannot: str) -> dict[str, Any]:
+    """The JSON object in ``path``, read no further than ``EAGLE_TARGET_JSON_MAX_BYTES``
+    (a link to /dev/zero or a huge file is refused, not read). Raises UsageError, whose
+    message starts with ``cannot``."""
+    limit = env_bytes(JSON_MAX_BYTES_ENV, DEFAULT_JSON_MAX_BYTES)
+    try:
+        with path.open("rb") as f:
+            data = f.read(limit + 1)
+        value = None if len(data) > limit else json.loads(data.decode("utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:
+        raise UsageError(f"{cannot}: {first_line(exc)}") from None
+    if len(data) > limit:
+        raise UsageError(
+            f"{cannot}: larger than {limit} bytes (set {JSON_MAX_BYTES_ENV} to raise the limit)"
+        )
+    if not isinstance(value, dict):
+        raise UsageError(f"{cannot}: a JSON {type(value).__name__}, not an object")
+    return value
+
+
+def first_line(exc: BaseException) -> str:
+    """An exception as one short line: its type and the first line of its message."""
+    lines = str(exc).splitlines()
+    return f"{type(exc).__name__}: {lines[0][:300] if lines else ''}"

@@ -1,0 +1,215 @@
+"""The sharpness self-test's verdict, kept between runs, so a second ``check`` of the same
+contract does not run the test again (docs/cli.md, "The sharpness verdict cache").
+
+The verdict (the findings, as they are rendered) is a pure function of what the key holds:
+the parsed contract (its path, every field, the line of every key), the identity (path, size,
+mtime, inode) of the files the test reads beside it (``serving.draft_config`` and the draft's
+weights), the tool (its version and a hash of its own files, so an edited checkout is a new
+tool), torch (the witness records' random streams), the installed SGLang (what an unpinned
+engine resolves to) and Python. The test uses fixed seeds and no Hypothesis.
+
+One JSON file per key in ``$XDG_CACHE_HOME/eagle-contract/sharpness`` (beside the audit's
+cache), written through :mod:`..outputs`. An entry that cannot be read or written changes
+nothing: the test runs, and one warning says so. ``EAGLE_CONTRACT_SHARPNESS_CACHE=off`` runs
+the test every time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..contract.model import Contract
+from ..errors import UsageError
+from ..findings import Finding
+
+ENV = "EAGLE_CONTRACT_SHARPNESS_CACHE"
+OFF = frozenset({"0", "off", "no", "false"})
+KIND = "eagle-contract sharpness verdict"
+MAX_ENTRY = 1 << 22  # bytes: a verdict is a few KiB; a longer file is not ours
+MAX_ENTRIES = 256  # entries kept; the oldest go first
+_TEXT = ("code", "message", "expected", "found", "file", "contract", "hint", "details")
+_warned = False
+
+
+def _folder() -> Path:
+    from ..audit.cache import default_dir
+
+    return default_dir().parent / "sharpness"
+
+
+def kept(contract: Contract, run: Callable[[Contract], list[Finding]]) -> list[Finding]:
+    """``run(contract)``'s findings: the kept verdict when there is one, else run and kept."""
+    if os.environ.get(ENV, "").strip().lower() in OFF:
+        return run(contract)
+    try:
+        key = _key(contract)
+    except (OSError, TypeError, ValueError) as exc:
+        _warn(f"cannot key the sharpness verdict of {contract.path}: {exc}")
+        return run(contract)
+    path = _folder() / f"{key}.json"
+    found = _read(path, key)
+    if found is None:
+        found = run(contract)
+        _write(path, key, contract, found)
+    return found
+
+
+def _key(contract: Contract) -> str:
+    parts = {
+        "contract": _plain(contract),
+        "files": _files(contract),
+        "tool": _tool(),
+    }
+    text = json.dumps(parts, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+
+
+def _plain(value: object) -> Any:
+    """``value`` as JSON with one spelling: dataclasses by field, sets sorted, exact floats."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return sorted([str(k), _plain(v)] for k, v in value.items())
+    if isinstance(value, frozenset | set):
+        return sorted(json.dumps(_plain(v), sort_keys=True) for v in value)
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, Path):
+        return str(value)
+    if value is None or isinstance(value, str | int):
+        return value
+    raise TypeError(f"no stable form for a {type(value).__name__}")
+
+
+def _files(contract: Contract) -> list[list[object]]:
+    """Identity of the draft config and weights the layout check reads (none when the
+    contract names no draft)."""
+    serving = contract.serving
+    if serving is None or serving.draft_config is None:
+        return []
+    config = serving.draft_config
+    if config.is_dir():
+        config = config / "config.json"
+    weights = sorted(config.parent.glob("*.safetensors")) if config.parent.is_dir() else []
+    return [_identity(p) for p in [config, *weights]]
+
+
+def _identity(path: Path) -> list[object]:
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        return [str(path), f"missing: {exc.errno}"]
+    return [os.path.realpath(path), st.st_size, st.st_mtime_ns, st.st_ino]
+
+
+@functools.cache
+def _tool() -> list[object]:
+    from .. import __version__
+    from ..engines.base import installed_version
+
+    root = Path(__file__).resolve().parents[1]
+    code = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts:
+            code.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
+    return [
+        __version__,
+        code.hexdigest(),
+        installed_version("torch"),
+        installed_version("sglang"),
+        sys.version.split()[0],
+    ]
+
+
+def _read(path: Path, key: str) -> list[Finding] | None:
+    """The kept findings, or None when there are none (or none that read back whole)."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_ENTRY + 1)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        _warn(f"cannot read the sharpness cache {path}: {exc.strerror or exc}")
+        return None
+    try:
+        data = json.loads(raw.decode("utf-8")) if len(raw) <= MAX_ENTRY else None
+        if not (isinstance(data, dict) and data.get("kind") == KIND and data.get("key") == key):
+            return None
+        return [_finding(d) for d in data["findings"]]
+    except (ValueError, TypeError, KeyError, RecursionError):
+        return None  # cut short or not ours: run the test and write it again
+
+
+def _finding(data: object) -> Finding:
+    if not isinstance(data, dict):
+        raise TypeError("a finding is an object")
+    fields = {k: v for k, v in data.items() if k != "rule"}
+    if not all(isinstance(fields.get(k, ""), str) for k in _TEXT):
+        raise TypeError("a finding's text is a string")
+    if not all(fields.get(k) is None or type(fields[k]) is int for k in ("slot", "line")):
+        raise TypeError("a finding's slot and line are numbers")
+    if fields.get("severity", "error") not in ("error", "warning"):
+        raise ValueError("unknown severity")
+    if not isinstance(fields.get("extra", {}), dict):
+        raise TypeError("a finding's extra is an object")
+    return Finding(**fields)
+
+
+def _write(path: Path, key: str, contract: Contract, found: list[Finding]) -> None:
+    from ..outputs import inputs, write_text
+
+    entry = {
+        "kind": KIND,
+        "key": key,
+        "contract": str(contract.path),
+        "findings": [f.to_dict() for f in found],
+    }
+    training, serving = contract.training, contract.serving
+    reads = inputs(
+        contract.path,
+        training.shards if training is not None else None,
+        serving.draft_config if serving is not None else None,
+    )
+    try:
+        write_text(
+            path,
+            json.dumps(entry, indent=1) + "\n",
+            "sharpness cache",
+            reads=reads,
+            replace=True,
+            parents=True,
+        )
+    except (UsageError, OSError, TypeError, ValueError) as exc:
+        _warn(str(exc))
+        return
+    _prune(path.parent)
+
+
+def _prune(where: Path) -> None:
+    """Keep the newest MAX_ENTRIES entries (tidiness: a failure leaves more)."""
+    try:
+        entries = sorted(where.glob("*.json"), key=lambda p: p.stat().st_mtime_ns)
+        for old in entries[:-MAX_ENTRIES]:
+            old.unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
+def _warn(message: str) -> None:
+    global _warned
+    if not _warned:
+        _warned = True
+        print(
+            f"eagle-contract: warning: {message}; the sharpness self-test runs without its cache",
+            file=sys.stderr,
+        )

@@ -107,3 +107,18 @@ def test_the_cache_can_be_turned_off(tmp_path, cli, xdg, monkeypatch):
     monkeypatch.setenv("EAGLE_CONTRACT_SHARPNESS_CACHE", "off")
     run = _check(cli, contract)
     assert run.returncode == 0 and _entries(xdg) == []
+
+
+def test_the_pytest_gate_reads_and_keeps_the_same_verdicts(pytester, xdg, cli):
+    """The plugin's sharpness item goes through the same cache as ``check``: a verdict kept
+    by the CLI is what the pytest item reports, and the plugin keeps no second entry."""
+    contract = _contract(pytester.path, SHARP)
+    assert _check(cli, contract).returncode == 0
+    (entry,) = _entries(xdg)
+    planted = {"code": "EC801", "message": "planted in the kept verdict", "severity": "error"}
+    entry.write_text(json.dumps({**json.loads(entry.read_text()), "findings": [planted]}))
+    result = pytester.runpytest_subprocess(
+        "--eagle-contract", str(contract), "-k", "sharpness", "-v"
+    )
+    result.stdout.fnmatch_lines(["*::sharpness FAILED*", "*planted in the kept verdict*"])
+    assert result.ret == 1 and len(_entries(xdg)) == 1

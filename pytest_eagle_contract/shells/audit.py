@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +19,22 @@ from .args import add_quiet, add_report_json, add_shards, add_workers
 from .exit_codes import EXIT_FINDINGS, EXIT_OK
 
 EXIT_INTERRUPTED = 130
+
+
+@contextmanager
+def _ctrl_c_after() -> Iterator[None]:
+    """Hold a Ctrl-C that lands inside the block until its end (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    before = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+    if held:
+        raise KeyboardInterrupt
 
 
 def add_parser(sub: Any) -> None:
@@ -86,8 +106,9 @@ def audit(args: argparse.Namespace) -> int:
     complete = True
     try:
         for summary in progress(summaries, len(todo), "auditing"):
-            cache.put(summary)
-            fresh.append(summary)
+            with _ctrl_c_after():  # the cache and the report keep the same shards
+                cache.put(summary)
+                fresh.append(summary)
     except KeyboardInterrupt:
         complete = False
     finally:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypedDict
 
 Severity = Literal["error", "warning"]
 RuleCode = Literal[
@@ -210,6 +210,19 @@ class Located(Protocol):
     def path(self) -> Path: ...
 
     def line_of(self, key_path: str) -> int: ...
+
+
+class Parts(TypedDict, total=False):
+    """The parts of a finding a check's own ``add`` helper passes on to :func:`finding`
+    (typed, so a misspelled part is a type error there too)."""
+
+    file: str
+    slot: int | None
+    expected: object
+    found: object
+    details: str
+    severity: Severity
+    extra: dict[str, Any] | None
 
 
 def finding(

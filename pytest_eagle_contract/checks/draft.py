@@ -8,9 +8,9 @@ each other is EC509 (layout family); the fc width against the contract's is EC50
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Unpack
 
-from ..findings import Finding, RuleCode, finding
+from ..findings import Finding, Parts, RuleCode, finding
 from .family import CheckFamily
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ def check_draft(contract: Contract, target_embedding: torch.Tensor | None) -> li
         return []
     out: list[Finding] = []
 
-    def add(code: RuleCode, message: str, hint: str, **kw: Any) -> None:
+    def add(code: RuleCode, message: str, hint: str, **kw: Unpack[Parts]) -> None:
         out.append(finding(code, message, contract=contract, key=KEY, hint=hint, **kw))
 
     try:

@@ -3,12 +3,12 @@ dtype, the target slot's norm, id order and the launch line."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Unpack
 
 from ..contract.model import Contract, ServingSpec, TrainingSpec
 from ..engines.resolve import Resolution, get_engine, serving_ids
 from ..engines.sglang_launch import lint_sglang, served_dtype
-from ..findings import Finding, RuleCode, finding
+from ..findings import Finding, Parts, RuleCode, finding
 from ..layers import Layer
 from ..models.draft import DraftConfig, DraftWeights
 from ..shards.formats import FORMATS
@@ -24,9 +24,13 @@ class LayoutReport:
         self.contract = contract
         self.findings: list[Finding] = []
 
-    def add(self, code: RuleCode, message: str, key: str, **parts: Any) -> None:
+    def add(
+        self, code: RuleCode, message: str, key: str, hint: str = "", **parts: Unpack[Parts]
+    ) -> None:
         """One finding at contract ``key``; ``parts`` as :func:`finding` takes them."""
-        self.findings.append(finding(code, message, contract=self.contract, key=key, **parts))
+        self.findings.append(
+            finding(code, message, contract=self.contract, key=key, hint=hint, **parts)
+        )
 
 
 def lint_launch(report: LayoutReport, serving: ServingSpec, serving_args: str | None) -> None:

@@ -172,6 +172,9 @@ def codes(series: str, *, but: tuple[RuleCode, ...] = ()) -> tuple[RuleCode, ...
     return tuple(code for code in RULES if code.startswith(series) and code not in but)
 
 
+_TEXT_FIELDS = ("code", "message", "expected", "found", "file", "contract", "hint", "details")
+
+
 @dataclass(frozen=True)
 class Finding:
     """One thing wrong, located and explained like a compiler diagnostic."""
@@ -201,6 +204,23 @@ class Finding:
         data = asdict(self)
         data["rule"] = self.rule.name
         return data
+
+    @classmethod
+    def from_dict(cls, data: object) -> Finding:
+        """The finding ``to_dict`` wrote, read back from a file this run did not write (a
+        cache, a worker's report): TypeError or ValueError when it is not one."""
+        if not isinstance(data, dict):
+            raise TypeError("a finding is an object")
+        fields = {k: v for k, v in data.items() if k != "rule"}
+        if not all(isinstance(fields.get(k, ""), str) for k in _TEXT_FIELDS):
+            raise TypeError("a finding's text is a string")
+        if not all(fields.get(k) is None or type(fields[k]) is int for k in ("slot", "line")):
+            raise TypeError("a finding's slot and line are numbers")
+        if fields.get("severity", "error") not in ("error", "warning"):
+            raise ValueError("unknown severity")
+        if not isinstance(fields.get("extra", {}), dict):
+            raise TypeError("a finding's extra is an object")
+        return cls(**fields)
 
 
 class Located(Protocol):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Literal, TypeVar
@@ -95,3 +95,24 @@ def imap(fn: Callable[[T], R], items: Iterable[T], pool: Executor) -> Iterator[t
     finally:
         for future in futures:
             future.cancel()
+
+
+def each(
+    fn: Callable[[T], R], items: Sequence[T], workers: int, ordered: bool = False
+) -> Iterator[R]:
+    """``fn`` over ``items``, one item per task: here (torch on one thread) when there is
+    one worker or one item, else on a pool of processes; results in the order given when
+    ``ordered``, else as they finish. Closing the iterator early cancels what has not
+    started."""
+    if not items:
+        return  # nothing to do: torch is not even imported
+    if workers <= 1 or len(items) == 1:
+        one_thread()
+        yield from map(fn, items)
+        return
+    with executor(min(workers, len(items))) as pool:
+        if ordered:
+            yield from pool.map(fn, items)
+        else:
+            for _, future in imap(fn, items, pool):
+                yield future.result()

@@ -70,16 +70,6 @@ def summarize_file(task: Task) -> FileSummary:
 
 def run_local(tasks: Sequence[Task], workers: int) -> Generator[FileSummary, None, None]:
     """Each task's summary as it finishes, on ``workers`` processes (here when 1)."""
-    if not tasks:
-        return
-    if workers <= 1 or len(tasks) == 1:
-        from ..pool import one_thread
+    from ..pool import each
 
-        one_thread()
-        yield from map(summarize_file, tasks)
-        return
-    from ..pool import executor, imap
-
-    with executor(min(workers, len(tasks))) as pool:
-        for _, future in imap(summarize_file, tasks, pool):
-            yield future.result()
+    yield from each(summarize_file, tasks, workers)

@@ -31,7 +31,7 @@ MAX_PREVIOUS = 1 << 26  # a previous audit report is at most 64 MiB
 
 
 def findings_of(summary: FileSummary) -> list[Finding]:
-    return [Finding(**{k: v for k, v in d.items() if k != "rule"}) for d in summary.findings]
+    return [Finding.from_dict(d) for d in summary.findings]
 
 
 def _quantile(ordered: Sequence[float], q: float) -> float:

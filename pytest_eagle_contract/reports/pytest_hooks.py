@@ -133,7 +133,7 @@ def _runs(seen: list[dict[str, Any]]) -> list[Any]:
             UnitResult(
                 d["check"],
                 d["label"],
-                [Finding(**{k: v for k, v in f.items() if k != "rule"}) for f in d["findings"]],
+                [Finding.from_dict(f) for f in d["findings"]],
                 Path(d["shard"]) if d["shard"] else None,
             )
             for d in items

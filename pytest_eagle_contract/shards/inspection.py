@@ -34,13 +34,9 @@ def inspect_many(jobs: Sequence[Job], workers: int = 1) -> Iterator[dict[str, An
     """The report of each job's shard, in the order given; a shard that cannot be read
     gives ``{"file", "error": {"code", "message", "hint"}}``. With ``workers`` > 1 the
     shards are read in a pool of processes (:mod:`..pool`), one shard per task."""
-    if workers <= 1 or len(jobs) <= 1:
-        yield from map(_report, jobs)
-        return
-    from ..pool import executor
+    from ..pool import each
 
-    with executor(min(workers, len(jobs))) as pool:
-        yield from pool.map(_report, jobs)
+    yield from each(_report, jobs, workers, ordered=True)
 
 
 def _report(job: Job) -> dict[str, Any]:

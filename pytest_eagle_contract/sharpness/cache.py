@@ -35,7 +35,6 @@ OFF = frozenset({"0", "off", "no", "false"})
 KIND = "eagle-contract sharpness verdict"
 MAX_ENTRY = 1 << 22  # bytes: a verdict is a few KiB; a longer file is not ours
 MAX_ENTRIES = 256  # entries kept; the oldest go first
-_TEXT = ("code", "message", "expected", "found", "file", "contract", "hint", "details")
 _warned = False
 
 
@@ -145,24 +144,9 @@ def _read(path: Path, key: str) -> list[Finding] | None:
         data = json.loads(raw.decode("utf-8")) if len(raw) <= MAX_ENTRY else None
         if not (isinstance(data, dict) and data.get("kind") == KIND and data.get("key") == key):
             return None
-        return [_finding(d) for d in data["findings"]]
+        return [Finding.from_dict(d) for d in data["findings"]]
     except (ValueError, TypeError, KeyError, RecursionError):
         return None  # cut short or not ours: run the test and write it again
-
-
-def _finding(data: object) -> Finding:
-    if not isinstance(data, dict):
-        raise TypeError("a finding is an object")
-    fields = {k: v for k, v in data.items() if k != "rule"}
-    if not all(isinstance(fields.get(k, ""), str) for k in _TEXT):
-        raise TypeError("a finding's text is a string")
-    if not all(fields.get(k) is None or type(fields[k]) is int for k in ("slot", "line")):
-        raise TypeError("a finding's slot and line are numbers")
-    if fields.get("severity", "error") not in ("error", "warning"):
-        raise ValueError("unknown severity")
-    if not isinstance(fields.get("extra", {}), dict):
-        raise TypeError("a finding's extra is an object")
-    return Finding(**fields)
 
 
 def _write(path: Path, key: str, contract: Contract, found: list[Finding]) -> None:

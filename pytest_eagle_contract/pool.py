@@ -1,8 +1,9 @@
 """Work over many shard files on every core: a pool of worker processes (or threads).
 
 Each task is one shard file, read once and dropped before the next, so a worker holds at
-most one shard. Workers run torch with one intra-op thread: the cores are shared between
-files, not inside one (small chunked reductions only lose to thread hand-offs).
+most one shard. Most shard checks run on numpy without torch (shards/stored.py); where torch
+is used, workers run it with one intra-op thread: the cores are shared between files, not
+inside one (small chunked reductions only lose to thread hand-offs).
 Processes are the default: on 2 shared cores benchmarks/bench_throughput.py measured
 threads and processes within noise of each other (each won some runs), and processes keep
 a worker's memory its own (one shard each) and scale past the GIL on many cores, where
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -43,17 +45,23 @@ def workers_option(value: int | None) -> int:
 
 
 def one_thread() -> None:
-    """A worker's initializer: torch with one intra-op thread."""
-    import torch
-
-    torch.set_num_threads(1)
+    """A worker's initializer: torch with one intra-op thread, now or when it is imported
+    (most shard checks never import it: see shards/stored.py)."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(1)
+    else:
+        os.environ["OMP_NUM_THREADS"] = "1"  # what torch starts with when it is imported
 
 
 @contextmanager
 def single_threaded() -> Iterator[None]:
-    """torch on one intra-op thread inside the block (a worker's work done here)."""
-    import torch
-
+    """torch on one intra-op thread inside the block (a worker's work done here), when
+    torch is in use."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        yield
+        return
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -71,13 +79,12 @@ def _worker_init() -> None:
 
 
 def executor(workers: int, kind: Kind = "process") -> Executor:
-    """A pool of ``workers``, each running torch on one thread. Processes fork where the
-    platform can (torch is not imported again), else spawn."""
+    """A pool of ``workers``, each running torch (if it needs it) on one thread. Processes
+    fork where the platform can (what is imported here is not imported again), else
+    spawn."""
     if kind == "thread":
         one_thread()
         return ThreadPoolExecutor(workers)
-    import torch  # noqa: F401  (imported once here, inherited by forked workers)
-
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("fork" if "fork" in methods else None)
     return ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_init)

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import numpy as np
     import torch
 
-CHUNK_ELEMENTS = 1 << 17  # 512 KiB of float32 per chunk: stays in L2 (18 rows at H=7168)
+    from .shards.stored import Array
+
+CHUNK_ELEMENTS = 1 << 19  # 2 MiB of float32 per chunk: stays in L2 (73 rows at H=7168)
 
 
 @dataclass(frozen=True)
@@ -33,23 +37,105 @@ class NormStats:
         return {k: v for k, v in asdict(self).items() if k in ("mean", "median", "p5", "p95")}
 
 
-def token_norms(x: torch.Tensor, chunk_rows: int | None = None) -> torch.Tensor:
-    """L2 norm of every row of a [T, H] tensor, as float32 [T], a chunk of rows at a time.
+def token_norms(x: Array) -> np.ndarray[Any, np.dtype[np.float32]]:
+    """L2 norm of every row of a [T, H] tensor (torch or stored), as float32 [T], a chunk
+    of rows at a time.
 
-    Each chunk is converted into one reused float32 buffer (:data:`CHUNK_ELEMENTS`, sized
-    to stay in cache) and reduced there: no float32 copy of the whole tensor exists."""
-    import torch
+    Each chunk is widened into reused float32 buffers (:data:`CHUNK_ELEMENTS`, sized to stay
+    in cache) and reduced there: no float32 copy of the whole tensor exists. A row whose
+    squares overflow float32 is summed again in float64."""
+    import numpy as np
 
     rows = x.shape[0]
-    step = chunk_rows or max(1, CHUNK_ELEMENTS // max(1, x.shape[-1]))
-    out = torch.empty(rows, dtype=torch.float32)
-    buffer = torch.empty((min(step, rows), *x.shape[1:]), dtype=torch.float32)
+    squares, row64 = _reader(x)
+    out = np.empty(rows, np.float32)
+    step = max(1, CHUNK_ELEMENTS // max(1, x.shape[-1]))
     for start in range(0, rows, step):
-        chunk = x[start : start + step]
-        into = buffer[: chunk.shape[0]]
-        into.copy_(chunk.abs() if chunk.is_complex() else chunk)
-        torch.linalg.vector_norm(into, dim=-1, out=out[start : start + step])
+        squares(start, min(start + step, rows), out[start : start + step])
+    np.sqrt(out, out=out)
+    for r in np.flatnonzero(np.isinf(out)):  # a finite row whose squares overflowed float32
+        row = row64(int(r))
+        out[r] = np.sqrt(np.dot(row, row))
     return out
+
+
+Squares = Callable[[int, int, Any], None]  # rows start:stop's sums of squares into out
+Row64 = Callable[[int], Any]  # one row as float64
+
+
+def _reader(x: Array) -> tuple[Squares, Row64]:
+    """How to sum the squares of ``x``'s rows a chunk at a time, and to read one row in
+    float64. numpy reads bfloat16, float16/32/64 and integers; other torch dtypes (float8,
+    complex) are widened by torch a chunk at a time."""
+    import numpy as np
+
+    from .shards.stored import Stored, widen_bf16
+
+    width = x.shape[-1]
+    buffer = np.empty((max(1, min(x.shape[0], CHUNK_ELEMENTS // max(1, width))), width), np.float32)
+    if isinstance(x, Stored):
+        raw, dtype = x.raw, x.dtype
+    else:
+        tensor = x
+        dtype, raw = str(x.dtype).removeprefix("torch."), None
+        if dtype == "bfloat16":
+            import torch
+
+            raw = tensor.detach().view(torch.int16).numpy().view(np.uint16)
+        elif not tensor.is_complex() and not dtype.startswith("float8"):
+            raw = tensor.detach().numpy()
+
+    def reduce(into: Any, out: Any) -> None:
+        np.einsum("ij,ij->i", into, into, out=out)
+
+    if raw is None:  # torch dtypes numpy lacks
+
+        def by_torch(start: int, stop: int, out: Any) -> None:
+            into = buffer[: stop - start]
+            into[...] = _real(tensor[start:stop], torch.float32).numpy()
+            reduce(into, out)
+
+        import torch
+
+        return by_torch, lambda r: _real(tensor[r], torch.float64).numpy()
+    if dtype == "bfloat16":
+        if width % 2 == 0 and raw.strides[-1] == 2:
+            return _bf16_pairs(raw, buffer, reduce), lambda r: widen_bf16(raw[r]).astype(np.float64)
+
+        def by_bf16(start: int, stop: int, out: Any) -> None:
+            reduce(widen_bf16(raw[start:stop], buffer[: stop - start]), out)
+
+        return by_bf16, lambda r: widen_bf16(raw[r]).astype(np.float64)
+
+    def by_numpy(start: int, stop: int, out: Any) -> None:
+        into = buffer[: stop - start]
+        np.copyto(into, raw[start:stop], casting="unsafe")
+        reduce(into, out)
+
+    return by_numpy, lambda r: raw[r].astype(np.float64)
+
+
+def _bf16_pairs(raw: Any, buffer: Any, reduce: Callable[[Any, Any], None]) -> Squares:
+    """Sums of squares of bfloat16 rows read two elements (one uint32 word) at a time: the
+    high element is the word with its low half cleared, the low one the word shifted up, so
+    neither needs widening (about a fifth faster than widening each element)."""
+    import numpy as np
+
+    words = raw.view(np.uint32)
+    rows, half = buffer.shape[0], words.shape[-1]
+    flat = buffer.view(np.uint32).reshape(-1)  # two contiguous [rows, H/2] halves
+    high, low = flat[: rows * half].reshape(rows, half), flat[rows * half :].reshape(rows, half)
+    more = np.empty(buffer.shape[0], np.float32)
+
+    def squares(start: int, stop: int, out: Any) -> None:
+        n = stop - start
+        np.bitwise_and(words[start:stop], 0xFFFF0000, out=high[:n])
+        np.left_shift(words[start:stop], 16, out=low[:n])
+        reduce(high[:n].view(np.float32), out)
+        reduce(low[:n].view(np.float32), more[:n])
+        out += more[:n]
+
+    return squares
 
 
 def _real(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -57,31 +143,27 @@ def _real(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return (x.abs() if x.is_complex() else x).to(dtype)
 
 
-def norm_stats(x: torch.Tensor) -> NormStats:
+def norm_stats(x: Array) -> NormStats:
     """One streaming pass: norms, quantiles, and the rows holding NaN or Inf."""
-    import torch
+    import numpy as np
 
     if x.dim() != 2:  # not [T, H]: nothing to measure (the structure family says why)
         nan = math.nan
         return NormStats(nan, nan, nan, nan, 0, 0, None)
     norms = token_norms(x)
-    finite = torch.isfinite(norms)
-    bad_rows = (~finite).nonzero().flatten()
-    # A finite row can only give a non-finite norm by overflow: confirm row by row.
-    bad = [
-        int(r) for r in bad_rows if not bool(torch.isfinite(_real(x[int(r)], torch.float64)).all())
-    ]
-    good = norms[finite]
-    if good.numel() == 0:
+    finite = np.isfinite(norms)
+    bad = [int(r) for r in np.flatnonzero(~finite)]  # overflow was summed again: NaN or Inf
+    good = norms[finite].astype(np.float64)
+    if good.size == 0:
         nan = math.nan
-        return NormStats(nan, nan, nan, nan, int(norms.numel()), len(bad), bad[0] if bad else None)
-    q = torch.quantile(good, torch.tensor([0.05, 0.5, 0.95]))
+        return NormStats(nan, nan, nan, nan, int(norms.size), len(bad), bad[0] if bad else None)
+    p5, median, p95 = np.quantile(good, [0.05, 0.5, 0.95])
     return NormStats(
         float(good.mean()),
-        float(q[1]),
-        float(q[0]),
-        float(q[2]),
-        int(norms.numel()),
+        float(median),
+        float(p5),
+        float(p95),
+        int(norms.size),
         len(bad),
         bad[0] if bad else None,
     )

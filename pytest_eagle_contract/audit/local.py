@@ -31,7 +31,7 @@ def shard_families(contract: Contract) -> tuple[str, ...]:
 def summarize_file(task: Task) -> FileSummary:
     """Read one shard once: its findings, per-slot median norms, length and mask coverage."""
     from ..planner import Runner, Unit
-    from ..shards.reading import as_numbers
+    from ..shards.reading import numbers
 
     contract, path, label, checks = task
     start = time.perf_counter()
@@ -45,13 +45,13 @@ def summarize_file(task: Task) -> FileSummary:
     tokens = coverage = None
     if shard.sample is not None:
         for slot in shard.slots:
-            median = shard.stats(slot.index).median if slot.tensor.dim() == 2 else math.nan
+            median = shard.stats(slot.index).median if slot.array.dim() == 2 else math.nan
             medians.append(None if math.isnan(median) else median)
-        ids, mask = shard.input_ids, shard.loss_mask
+        ids, mask = shard.sample.ids, shard.sample.mask
         tokens = None if ids is None else int(ids.numel())
-        values = None if mask is None else as_numbers(mask)
-        if values is not None and values.numel():
-            coverage = float((values != 0).sum()) / values.numel()
+        values = None if mask is None else numbers(mask)
+        if values is not None and values.size:
+            coverage = float((values != 0).sum()) / values.size
     runner.forget()
     return FileSummary(
         path,

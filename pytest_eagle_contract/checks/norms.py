@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 def check_norms(contract: Contract, shard: Shard) -> list[Finding]:
     spec = training_spec(contract)
     out: list[Finding] = []
-    slots = [s for s in shard.slots if s.tensor.dim() == 2]
+    slots = [s for s in shard.slots if s.array.dim() == 2]
     measured = {s.index: shard.stats(s.index) for s in slots}
     for slot in slots:
         if slot.index >= len(spec.slots):

@@ -4,33 +4,33 @@ from __future__ import annotations
 
 import math
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..findings import Finding, codes, finding
-from ..shards.reading import as_numbers
+from ..shards.reading import Array, numbers
 from .family import CheckFamily, shard_input
 
 if TYPE_CHECKING:
-    import torch
+    import numpy as np
 
     from ..contract.model import Contract
     from ..shards.shard import Shard
 
 
 def check_values(contract: Contract, shard: Shard) -> list[Finding]:
-    import torch
+    import numpy as np
 
     spec, sample = shard_input(contract, shard)
     out: list[Finding] = []
     at = partial(finding, contract=contract, file=shard.label)  # where every finding is
-    ids, mask = _numbers(sample.input_ids), _numbers(sample.loss_mask)
+    ids, mask = _numbers(sample.ids), _numbers(sample.mask)
     vocab = contract.target.vocab_size
-    if ids is not None and ids.numel():
+    if ids is not None and ids.size:
         bad = (ids < 0) | (ids >= vocab) if vocab else (ids < 0)
-        if ids.is_floating_point():  # NaN, Inf or a fraction is no token id either
-            bad |= ~torch.isfinite(ids) | (ids != ids.round())
+        if ids.dtype.kind == "f":  # NaN, Inf or a fraction is no token id either
+            bad |= ~np.isfinite(ids) | (ids != np.round(ids))
         if bool(bad.any()):
-            first = int(bad.nonzero()[0, 0])
+            first = int(np.flatnonzero(bad)[0])
             out.append(
                 at(
                     "EC301",
@@ -41,11 +41,11 @@ def check_values(contract: Contract, shard: Shard) -> list[Finding]:
                     hint="the shard was tokenized with another tokenizer, or vocab_size is wrong",
                 )
             )
-    if mask is not None and mask.numel():
+    if mask is not None and mask.size:
         not_binary = (mask != 0) & (mask != 1)
         if bool(not_binary.any()):
-            first = int(not_binary.nonzero()[0, 0])
-            values = [_text(v) for v in torch.unique(mask)[:8]]
+            first = int(np.flatnonzero(not_binary)[0])
+            values = [_text(v) for v in np.unique(mask)[:8]]
             out.append(
                 at(
                     "EC302",
@@ -60,7 +60,7 @@ def check_values(contract: Contract, shard: Shard) -> list[Finding]:
             out.append(
                 at(
                     "EC303",
-                    f"loss_mask is all zero over {mask.numel()} tokens",
+                    f"loss_mask is all zero over {mask.size} tokens",
                     key="training.loss_mask",
                     expected="at least one 1",
                     found="sum 0",
@@ -69,7 +69,7 @@ def check_values(contract: Contract, shard: Shard) -> list[Finding]:
                 )
             )
     for slot in shard.slots:
-        if slot.tensor.dim() != 2:
+        if slot.array.dim() != 2:
             continue
         stats = shard.stats(slot.index)
         if stats.nonfinite_tokens:
@@ -88,13 +88,13 @@ def check_values(contract: Contract, shard: Shard) -> list[Finding]:
     return out
 
 
-def _numbers(t: torch.Tensor | None) -> torch.Tensor | None:
+def _numbers(t: Array | None) -> np.ndarray[Any, Any] | None:
     """ids or mask in a dtype every comparison takes; None when there are none or they are
     complex (the structure family's EC201 says what was found and what is expected)."""
-    return None if t is None else as_numbers(t)
+    return None if t is None else numbers(t)
 
 
-def _text(v: torch.Tensor) -> int | str:
+def _text(v: Any) -> int | str:
     """One value: an int when it is one, else its float text (nan, inf, 0.5)."""
     x = v.item()
     return int(x) if isinstance(x, int) or (math.isfinite(x) and x == int(x)) else str(x)

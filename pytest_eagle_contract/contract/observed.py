@@ -108,7 +108,7 @@ def _measure(task: tuple[Path, str, int | None]) -> Measured | None:
     except ShardReadError:
         return None
     hidden, slots, _ = _split(sample, hidden)
-    return hidden, [norm_stats(s.tensor).median for s in slots]
+    return hidden, [norm_stats(s.array).median for s in slots]
 
 
 def _split(sample: Sample, hidden: int | None) -> tuple[int | None, list[Slot], list[str]]:
@@ -116,7 +116,7 @@ def _split(sample: Sample, hidden: int | None) -> tuple[int | None, list[Slot], 
     that width and why any key could not be split."""
     if hidden is None:
         first, _ = sample.slots(None)
-        hidden = int(first[-1].tensor.shape[-1]) if first else None
+        hidden = int(first[-1].array.shape[-1]) if first else None
     slots, problems = sample.slots(hidden)
     return hidden, slots, problems
 
@@ -138,7 +138,7 @@ def _median(measured: Measured | None, hidden: int | None, slot: Slot) -> float:
     """The slot's median norm: from the worker when it split the file alike, else here."""
     if measured is not None and measured[0] == hidden and slot.index < len(measured[1]):
         return measured[1][slot.index]
-    return norm_stats(slot.tensor).median
+    return norm_stats(slot.array).median
 
 
 def bounds_from(values: list[float], others: Sequence[list[float]] = ()) -> tuple[float, float]:

@@ -58,7 +58,7 @@ def measure(run: CheckRun, runner: Runner) -> Measurements:
             if shard.error is not None or shard.split_problems:
                 continue
             for i, slot in enumerate(shard.slots[: len(spec.slots)]):
-                median = shard.stats(i).median if slot.tensor.dim() == 2 else math.nan
+                median = shard.stats(i).median if slot.array.dim() == 2 else math.nan
                 if math.isfinite(median):
                     medians[i].append((label, median))
         except (EagleContractError, ValueError) as exc:

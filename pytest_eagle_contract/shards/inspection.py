@@ -8,7 +8,7 @@ from typing import Any
 
 from ..errors import ShardReadError
 from ..stats import GUESS_WORDS, guess, norm_stats
-from .reading import as_numbers, dtype_name, read_sample
+from .reading import dtype_name, numbers, read_sample
 
 Job = tuple[Path, str, int | None]  # a shard file, --format, --hidden-size
 
@@ -54,16 +54,16 @@ def inspect_shard(
     """A JSON-ready report of one shard. Raises ShardReadError when it cannot be read."""
     sample = read_sample(path, format)
     slots, problems = sample.slots(hidden_size)
-    stats = [norm_stats(s.tensor) if s.tensor.dim() == 2 else None for s in slots]
+    stats = [norm_stats(s.array) if s.array.dim() == 2 else None for s in slots]
     report: dict[str, Any] = {
         "file": str(path),
         "format": sample.format.name,
         "keys": sample.describe(),
     }
-    ids, mask = sample.input_ids, sample.loss_mask
+    ids, mask = sample.ids, sample.mask
     if ids is not None:
-        values = as_numbers(ids)
-        some = values is not None and values.numel() > 0
+        values = numbers(ids)
+        some = values is not None and values.size > 0
         report["input_ids"] = {
             "key": sample.format.ids_key,
             "dtype": dtype_name(ids.dtype),
@@ -72,7 +72,7 @@ def inspect_shard(
             "max": values.max().item() if values is not None and some else None,
         }
     if mask is not None:
-        values = as_numbers(mask)
+        values = numbers(mask)
         report["loss_mask"] = {
             "length": int(mask.numel()),
             "sum": None if values is None else values.sum().item(),
@@ -84,13 +84,13 @@ def inspect_shard(
             "slot": slot.index,
             "source": slot.source,
             "dtype": slot.dtype,
-            "shape": list(slot.tensor.shape),
+            "shape": list(slot.array.shape),
             "norm": None,
             "guess": None,
         }
         if st is not None:
             others = [o for o in stats if o is not None and o is not st]
-            word = guess(st, int(slot.tensor.shape[-1]), others)
+            word = guess(st, int(slot.array.shape[-1]), others)
             entry.update(
                 norm=st.to_dict(),
                 nonfinite_tokens=st.nonfinite_tokens,

@@ -1,8 +1,10 @@
 """Read one shard file into a :class:`Sample`, safely: no pickle code ever runs.
 
-torch files go through ``torch.load(weights_only=True)`` (memory-mapped when the file
-allows); safetensors files are memory-mapped. Anything that fails becomes a
-:class:`ShardReadError` carrying the rule code, never a crash.
+A torch zip file or a safetensors file is memory-mapped and read without torch
+(:mod:`.stored`); anything that reader does not fully understand goes through
+``torch.load(weights_only=True)`` (memory-mapped when the file allows) or safetensors.
+Anything that fails becomes a :class:`ShardReadError` carrying the rule code, never a
+crash.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import io
 import os
 import pickle
 import re
+import sys
 import zipfile
 import zlib
 from dataclasses import dataclass, field
@@ -20,11 +23,13 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ShardReadError
 from .formats import FORMATS, Format, Slot, detect, dtype_name
+from .stored import Array, Stored, read_stored, to_torch
 
 if TYPE_CHECKING:
+    import numpy as np
     import torch
 
-__all__ = ["Sample", "Slot", "as_numbers", "dtype_name", "read_sample"]
+__all__ = ["Array", "Sample", "Slot", "dtype_name", "numbers", "read_sample"]
 
 GUNZIP_CAP_ENV = "EAGLE_SHARD_MAX_GUNZIP_BYTES"
 GUNZIP_CAP = 1 << 30  # a .ckpt.gz shard expands to at most 1 GiB unless the env var says more
@@ -47,16 +52,28 @@ class Sample:
         return set(self.tensors)
 
     @property
-    def input_ids(self) -> torch.Tensor | None:
+    def ids(self) -> Array | None:
+        """The token ids as stored ([T]), torch or not."""
         return _flat_1d(self.tensors.get(self.format.ids_key))
 
     @property
-    def loss_mask(self) -> torch.Tensor | None:
+    def mask(self) -> Array | None:
+        """The loss mask as stored ([T]), torch or not."""
         key = self.format.mask_key
         mask = _flat_1d(self.tensors.get(key)) if key else None
         if mask is None and self.dataset_row is not None:
             mask = self.dataset_row.get("loss_mask")  # current speculators: the Arrow row
         return mask
+
+    @property
+    def input_ids(self) -> torch.Tensor | None:
+        """The token ids as a torch tensor."""
+        return None if (ids := self.ids) is None else to_torch(ids)
+
+    @property
+    def loss_mask(self) -> torch.Tensor | None:
+        """The loss mask as a torch tensor."""
+        return None if (mask := self.mask) is None else to_torch(mask)
 
     @property
     def dataset_row(self) -> dict[str, Any] | None:
@@ -85,10 +102,10 @@ def _describe(value: Any) -> dict[str, Any]:
     return {"type": type(value).__name__}
 
 
-def _flat_1d(t: Any) -> torch.Tensor | None:
+def _flat_1d(t: Any) -> Array | None:
     if t is None or not hasattr(t, "dim"):
         return None
-    out: torch.Tensor = t[0] if t.dim() == 2 and t.shape[0] == 1 else t
+    out: Array = t[0] if t.dim() == 2 and t.shape[0] == 1 else t
     return out
 
 
@@ -238,9 +255,10 @@ def read_sample(path: str | Path, format: str = "auto") -> Sample:
             "EC002", "the file is empty", "the file was probably cut short while writing"
         )
     try:
-        if path.name.endswith(".safetensors"):
-            tensors: Any = _safetensors_load(path)
-        else:
+        tensors: Any = read_stored(path)
+        if tensors is None and path.name.endswith(".safetensors"):
+            tensors = _safetensors_load(path)
+        elif tensors is None:
             tensors = _torch_load(path)
     except OSError as exc:
         raise ShardReadError("EC001", f"cannot read: {exc.strerror or exc}") from None
@@ -292,12 +310,12 @@ _DENSE_HINT = "a shard holds dense CPU tensors: save them with .to_dense() / .de
 def _screened(tensors: dict[Any, Any]) -> dict[str, Any]:
     """The dict with plain tensors only (a Parameter or a tensor that requires grad is
     detached); non-string keys and sparse, quantized, nested or meta tensors are refused."""
-    import torch
+    torch = sys.modules.get("torch")  # no torch tensor exists unless torch was imported
 
     def plain(key: str, value: Any, top: bool = True) -> Any:
         if top and isinstance(value, (list, tuple)):
             return [plain(key, v, False) for v in value]
-        if not isinstance(value, torch.Tensor):
+        if torch is None or not isinstance(value, torch.Tensor):
             return value
         kind = (
             "a nested"
@@ -324,13 +342,17 @@ def _screened(tensors: dict[Any, Any]) -> dict[str, Any]:
     return {k: plain(k, v) for k, v in tensors.items()}
 
 
-def as_numbers(t: torch.Tensor) -> torch.Tensor | None:
-    """``t`` as int64 (integers, bool) or float64 (floating) so every comparison works
-    whatever the stored dtype (uint16, float8); None for complex and other dtypes."""
-    import torch
+def numbers(t: Array) -> np.ndarray[Any, Any] | None:
+    """``t`` as int64 (integers, bool) or float64 (floating) numpy numbers, so every
+    comparison works whatever the stored dtype (uint16, float8); None for complex and other
+    dtypes."""
+    import numpy as np
 
+    if isinstance(t, Stored):
+        return t.values().astype(np.float64 if t.is_floating_point() else np.int64)
     if t.is_complex():
         return None
-    if t.is_floating_point():
-        return t.to(torch.float64)
-    return t.to(torch.int64)
+    import torch
+
+    wide = t.detach().to(torch.float64 if t.is_floating_point() else torch.int64)
+    return wide.numpy()

@@ -73,7 +73,7 @@ class Shard:
     def stats(self, index: int) -> NormStats:
         """Per-token norm statistics of slot ``index``, computed once."""
         if index not in self._stats:
-            self._stats[index] = norm_stats(self.slots[index].tensor)
+            self._stats[index] = norm_stats(self.slots[index].array)
         return self._stats[index]
 
     @property

@@ -52,7 +52,7 @@ def _row_with_norm(row: torch.Tensor, norm: float, dtype: torch.dtype) -> torch.
     scales = 1.0 + torch.linspace(-2e-4, 2e-4, 4001, dtype=torch.float64)
     candidates = row.double().unsqueeze(0) * scales.unsqueeze(1) * norm / float(row.norm())
     candidates = candidates.to(dtype)
-    errors = (token_norms(candidates).double() - norm).abs()
+    errors = (torch.from_numpy(token_norms(candidates)).double() - norm).abs()
     return candidates[int(errors.argmin())]
 
 

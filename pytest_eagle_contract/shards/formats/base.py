@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     import torch
 
     from ...layers import Layer
+    from ..stored import Array
 
 MAX_SLOTS = 1024  # more states than any model has layers: a shape is garbage beyond this
 
@@ -28,15 +29,23 @@ def dtype_name(dtype: Any) -> str:
 
 @dataclass(frozen=True)
 class Slot:
-    """One hidden state as a [T, H] view, and where it came from in the file."""
+    """One hidden state as a [T, H] view (``array``: as stored, torch or not), and where it
+    came from in the file."""
 
     index: int
     source: str
-    tensor: torch.Tensor
+    array: Array
+
+    @property
+    def tensor(self) -> torch.Tensor:
+        """The state as a torch tensor (over the same bytes)."""
+        from ..stored import to_torch
+
+        return to_torch(self.array)
 
     @property
     def dtype(self) -> str:
-        return dtype_name(self.tensor.dtype)
+        return dtype_name(self.array.dtype)
 
 
 @dataclass(frozen=True)
@@ -81,8 +90,6 @@ class Format(ABC):
         """The state keys as [T, H] slots in stored order, and for any key that cannot be
         split a message saying why. Without ``hidden_size`` it is guessed from a ``single``
         key when the format has one."""
-        import torch
-
         hidden = hidden_size or self._guess_hidden_size(tensors)
         slots: list[Slot] = []
         problems: list[str] = []
@@ -100,13 +107,13 @@ class Format(ABC):
                     problems.append(f"{key} is {what}, not a list of up to {MAX_SLOTS} [T, H]")
                     continue
                 for j, item in enumerate(value):
-                    if not isinstance(item, torch.Tensor) or item.dim() == 0:
-                        what = "0-d" if isinstance(item, torch.Tensor) else type(item).__name__
+                    if not _is_array(item) or item.dim() == 0:
+                        what = "0-d" if _is_array(item) else type(item).__name__
                         problems.append(f"{key}[{j}] is {what}, not a [T, H] tensor")
                         continue
                     slots.append(Slot(len(slots), f"{key}[{j}]", _squeeze_batch(item)))
                 continue
-            if not isinstance(value, torch.Tensor):
+            if not _is_array(value):
                 problems.append(f"{key} is {type(value).__name__}, not a tensor")
                 continue
             # a batch dimension of 1 leads [1, T, k, H] (stacked) or [1, T, W] (the others)
@@ -215,5 +222,10 @@ class Format(ABC):
         """The layers the trainer's own defaults capture (docs/layers.md), in stored order."""
 
 
-def _squeeze_batch(t: torch.Tensor, batched_dims: int = 3) -> torch.Tensor:
+def _is_array(value: Any) -> bool:
+    """A tensor, torch or :class:`~..stored.Stored` (not a number, string or list)."""
+    return hasattr(value, "dim") and hasattr(value, "shape")
+
+
+def _squeeze_batch(t: Array, batched_dims: int = 3) -> Array:
     return t[0] if t.dim() == batched_dims and t.shape[0] == 1 else t

@@ -164,8 +164,9 @@ def _identified(obs: Observed, target: TargetModel | None) -> dict[int, tuple[La
     if target is None or obs.probe is None:
         return {}
     from ..checks.evidence import identify
+    from ..shards.stored import to_torch
 
-    ids, states = obs.probe
+    ids, states = to_torch(obs.probe[0]).reshape(-1), [to_torch(s) for s in obs.probe[1]]
     if obs.hidden_size != target.hidden_size:
         raise UsageError(
             f"the shards' states are {obs.hidden_size} wide, {target.path} has hidden_size "

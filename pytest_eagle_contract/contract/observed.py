@@ -14,7 +14,7 @@ from ..shards.reading import Sample, Slot, dtype_name, read_sample
 from ..stats import norm_stats
 
 if TYPE_CHECKING:
-    import torch
+    from ..shards.stored import Array
 
 MIN_MARGIN = 0.05  # bounds reach at least 5 % beyond the observed medians
 GAP_SHARE = 0.45  # and at most this share of the gap to another slot's medians
@@ -33,7 +33,7 @@ class Observed:
     metadata: dict[str, Any]
     ids_dtype: str
     mask_dtype: str
-    probe: tuple[torch.Tensor, list[torch.Tensor]] | None = field(default=None, repr=False)
+    probe: tuple[Array, list[Array]] | None = field(default=None, repr=False)  # ids, states
 
 
 def observe(
@@ -68,18 +68,18 @@ def observe(
         if not medians:
             medians = [[] for _ in slots]
             dtypes = [s.dtype for s in slots]
-            if sample.input_ids is not None:
-                ids_dtype = dtype_name(sample.input_ids.dtype)
-            if sample.loss_mask is not None:
-                mask_dtype = dtype_name(sample.loss_mask.dtype)
+            if sample.ids is not None:
+                ids_dtype = dtype_name(sample.ids.dtype)
+            if sample.mask is not None:
+                mask_dtype = dtype_name(sample.mask.dtype)
         for slot in slots:
             medians[slot.index].append(_median(measured.get(path), hidden, slot))
-        ids = sample.input_ids
+        ids = sample.ids
         if ids is not None:
             lengths.append(int(ids.numel()))
-            states = [s.tensor for s in slots]
+            states = [s.array for s in slots]
             if probe is None and all(s.dim() == 2 and s.shape[0] == ids.numel() for s in states):
-                probe = (ids.reshape(-1), states)
+                probe = (ids, states)
     if hidden is None or not medians:
         raise UsageError("the shards hold no hidden states: infer needs at least one slot")
     return Observed(

@@ -50,8 +50,9 @@ def token_norms(x: Array) -> np.ndarray[Any, np.dtype[np.float32]]:
     squares, row64 = _reader(x)
     out = np.empty(rows, np.float32)
     step = max(1, CHUNK_ELEMENTS // max(1, x.shape[-1]))
-    for start in range(0, rows, step):
-        squares(start, min(start + step, rows), out[start : start + step])
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow is summed again below
+        for start in range(0, rows, step):
+            squares(start, min(start + step, rows), out[start : start + step])
     np.sqrt(out, out=out)
     for r in np.flatnonzero(np.isinf(out)):  # a finite row whose squares overflowed float32
         row = row64(int(r))
@@ -86,7 +87,7 @@ def _reader(x: Array) -> tuple[Squares, Row64]:
             raw = tensor.detach().numpy()
 
     def reduce(into: Any, out: Any) -> None:
-        np.einsum("ij,ij->i", into, into, out=out)
+        np.vecdot(into, into, out=out)  # a BLAS dot per row: faster than einsum
 
     if raw is None:  # torch dtypes numpy lacks
 

@@ -28,6 +28,10 @@ SAFE: dict[str, tuple[str, str]] = {
         "the loader uses no constructor at all",
     ),
     "jsonschema": ("4.18", "none known"),
+    "numpy": (
+        "2.0",
+        "CVE-2021-33430, CVE-2021-41495, CVE-2021-41496 (1.22.0); np.vecdot is new in 2.0",
+    ),
     "safetensors": ("0.4", "none known"),
     "torch": (
         "2.10",

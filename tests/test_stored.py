@@ -9,18 +9,22 @@ a shard set that needs no torch must not import it.
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import pickle
 import pickletools
 import struct
 import subprocess
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from safetensors.torch import save_file
 
 from pytest_eagle_contract.errors import ShardReadError
@@ -204,8 +208,8 @@ def test_safetensors_header_past_the_file_is_a_read_error(tmp_path: Path) -> Non
 def test_token_norms_match_float64(dtype: torch.dtype, width: int) -> None:
     x = _values(dtype, (200, width), seed=width)
     want = x.double().norm(dim=-1).numpy()
-    for given in (x, x.t().contiguous().t(), Stored(str(dtype)[6:], _raw(x))):
-        got = token_norms(given)  # type: ignore[arg-type]
+    for kind in (x, x.t().contiguous().t(), Stored(str(dtype)[6:], _raw(x))):
+        got = token_norms(kind)  # type: ignore[arg-type]
         np.testing.assert_allclose(got, want, rtol=2e-6)
 
 
@@ -276,3 +280,58 @@ def test_a_shard_check_never_imports_torch(tmp_path: Path, workers: str) -> None
     assert [(f["code"], Path(f["file"]).name, f["slot"]) for f in found] == [
         ("EC401", "data_2.pt", 1)
     ]
+
+
+def _stored_in(value: object) -> list[Stored]:
+    if isinstance(value, Stored):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _stored_in(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _stored_in(v)]
+    return []
+
+
+_GOOD = tempfile.mkdtemp(prefix="eagle-stored-")
+
+
+@given(
+    flips=st.lists(
+        st.tuples(st.integers(0, 1 << 20), st.integers(1, 255), st.booleans()),
+        min_size=1,
+        max_size=6,
+    ),
+    safetensors=st.booleans(),
+)
+@settings(max_examples=200, deadline=None)
+def test_flipped_bytes_never_crash_the_mapped_reader(
+    flips: list[tuple[int, int, bool]], safetensors: bool
+) -> None:
+    """Bytes flipped in the pickle, the zip directory or the safetensors header: the reader
+    declines the file or maps only bytes that are there (every element read back)."""
+    name = "x.safetensors" if safetensors else "x.pt"
+    good = Path(_GOOD) / name
+    if not good.exists():
+        data = {"input_ids": torch.arange(7), "h": _values(torch.bfloat16, (7, 12))}
+        save_file(data, str(good)) if safetensors else torch.save(data, good)
+    blob = bytearray(good.read_bytes())
+    for where, xor, from_end in flips:  # the metadata sits at both ends of the file
+        near = where % min(1024, len(blob))
+        at = len(blob) - 1 - near if from_end else near
+        blob[at] ^= xor
+    path = Path(_GOOD) / f"flipped-{name}"
+    path.write_bytes(bytes(blob))
+    got = read_stored(path)
+    bounds = np.lib.array_utils.byte_bounds
+    for stored in _stored_in(got):  # each view lies inside the file's map; read every element
+        base = stored.raw
+        while base is not None and not isinstance(base, mmap.mmap):
+            # views, as_strided's wrapper, frombuffer's array and memoryview, then the map
+            base = base.obj if isinstance(base, memoryview) else base.base
+        if stored.numel() and base is not None:
+            start, end = bounds(np.frombuffer(base, np.uint8))  # the whole map
+            low, high = bounds(stored.raw)
+            assert start <= low and high <= end
+        stored.values().astype(np.float64).sum()
+        if stored.dim() == 2:
+            norm_stats(stored)

@@ -22,7 +22,10 @@ def test_inspect_json_on_kimi_sized_shard(kimi_shard, cli):
     report = json.loads(res.stdout)
     assert report["format"] == "speculators-v1"
     slots = report["slots"]
-    assert [round(s["norm"]["median"], 4) for s in slots] == list(synthetic.KIMI_MEDIANS)
+    # the middle token is the bf16 rounding of a row scaled to the median: as close as
+    # bf16 allows (steps of about 1e-5 to 1e-4 at these norms)
+    medians = [s["norm"]["median"] for s in slots]
+    assert medians == pytest.approx(list(synthetic.KIMI_MEDIANS), abs=2e-4)
     for s in slots:
         assert s["dtype"] == "bfloat16" and s["shape"] == [1281, 7168]
         assert s["norm"]["p5"] < s["norm"]["median"] < s["norm"]["p95"]
@@ -41,8 +44,9 @@ def test_inspect_text(kimi_shard, cli):
     slot_rows = [line for line in lines if line.strip().startswith(("0 ", "1 ", "2 ", "3 "))]
     assert len(slot_rows) == 4
     assert "1.0383" in slot_rows[0] and "embedding-like" in slot_rows[0]
-    for row, median in zip(slot_rows[1:], ("37.1650", "174.3977", "111.3359")):
-        assert median in row and "-" == row.split()[-1]
+    for row, median in zip(slot_rows[1:], synthetic.KIMI_MEDIANS[1:]):
+        printed = float(row.split()[4])  # slot, source, dtype, mean, median, p5, p95, guess
+        assert printed == pytest.approx(median, abs=2e-4) and "-" == row.split()[-1]
 
 
 def test_post_norm_target_is_called_post_norm(tmp_path, cli):

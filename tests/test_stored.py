@@ -321,7 +321,11 @@ def test_flipped_bytes_never_crash_the_mapped_reader(
         blob[at] ^= xor
     path = Path(_GOOD) / f"flipped-{name}"
     path.write_bytes(bytes(blob))
-    got = read_stored(path)
+    try:
+        got = read_stored(path)
+    except ShardReadError as exc:  # a flipped compression method reads as a re-zipped file
+        assert exc.code == "EC002"
+        return
     bounds = np.lib.array_utils.byte_bounds
     for stored in _stored_in(got):  # each view lies inside the file's map; read every element
         base = stored.raw

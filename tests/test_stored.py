@@ -191,6 +191,16 @@ def test_files_torch_must_read_still_read(tmp_path: Path) -> None:
     assert torch.equal(read_sample(legacy).tensors["x"], torch.ones(2, 2))
 
 
+def test_a_file_past_the_readers_bounds_goes_to_torch(tmp_path: Path) -> None:
+    """17,000 storages: more zip entries than the reader parses; torch reads the file."""
+    path = tmp_path / "many.pt"
+    torch.save(
+        {"input_ids": torch.arange(3), "h": [torch.ones(1, 2) * i for i in range(17_000)]}, path
+    )
+    assert read_stored(path) is None
+    assert len(read_sample(path, "speculators-v1").tensors["h"]) == 17_000
+
+
 def test_safetensors_header_past_the_file_is_a_read_error(tmp_path: Path) -> None:
     path = tmp_path / "x.safetensors"
     header = json.dumps({"a": {"dtype": "F32", "shape": [1000], "data_offsets": [0, 4000]}})

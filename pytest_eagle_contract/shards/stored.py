@@ -32,9 +32,10 @@ from ..errors import ShardReadError
 if TYPE_CHECKING:
     import torch
 
-MAX_PICKLE_BYTES = 64 << 20  # a tensor dict's data.pkl is kilobytes; a shard of 1000s of keys, MBs
-MAX_HEADER_BYTES = 100 << 20  # safetensors' own cap on its JSON header
-MAX_ENTRIES = 1 << 16
+MAX_PICKLE_BYTES = 4 << 20  # a tensor dict's data.pkl is about 100 bytes a tensor
+MAX_HEADER_BYTES = 16 << 20  # beyond, the safetensors library reads it (its cap: 100 MB)
+MAX_ENTRIES = 1 << 14  # zip entries (one per storage) and safetensors keys
+MAX_DIRECTORY_BYTES = 4 << 20
 MAX_DIMS = 8
 
 # dtype name -> how numpy holds its elements (bfloat16 as its uint16 bits)
@@ -243,22 +244,40 @@ class _StorageType(_Frozen):
 
 
 def _torch_zip(file: BinaryIO, buffer: mmap.mmap) -> Any:
+    _small_directory(buffer)
     archive = zipfile.ZipFile(file)  # reads the central directory; the data stays mapped
     infos = archive.infolist()
-    if len(infos) > MAX_ENTRIES:
-        raise _Unknown("entries")
     pickles = [i for i in infos if i.filename.endswith("/data.pkl") and i.filename.count("/") == 1]
     if len(pickles) != 1 or pickles[0].file_size > MAX_PICKLE_BYTES:
         raise _Unknown("data.pkl")
     prefix = pickles[0].filename.removesuffix("data.pkl")
-    entries = {i.filename.removeprefix(prefix + "data/"): i for i in infos}
-    order = entries.get(prefix + "byteorder")
+    data_dir = prefix + "data/"
+    entries = {i.filename[len(data_dir) :]: i for i in infos if i.filename.startswith(data_dir)}
+    order = next((i for i in infos if i.filename == prefix + "byteorder"), None)
     if order is not None and (order.file_size > 16 or archive.read(order) != b"little"):
         raise _Unknown("byte order")  # torch swaps a big-endian file's bytes; let it
     storages: dict[str, _Storage] = {}
     data = _Unpickler(io.BytesIO(archive.read(pickles[0])), storages).load()
     views = {key: _entry(buffer, entries.get(key), s.dtype, s.numel) for key, s in storages.items()}
     return _rebuild(data, views, 0)
+
+
+def _small_directory(buffer: mmap.mmap) -> None:
+    """The zip's end record (zip64's, which torch always writes, when there is one) says its
+    central directory is small, so parsing it costs little: zipfile parses a directory
+    whole, whatever its entry count says."""
+    start = max(0, len(buffer) - (1 << 16) - 22)
+    at = buffer.rfind(b"PK\x05\x06", start)
+    if at < 0 or at + 22 > len(buffer):
+        raise _Unknown("no end record")
+    entries, size = struct.unpack("<HI", buffer[at + 10 : at + 16])
+    if at >= 20 and buffer[at - 20 : at - 16] == b"PK\x06\x07":  # the zip64 locator
+        (record,) = struct.unpack("<Q", buffer[at - 12 : at - 4])
+        if record + 56 > len(buffer) or buffer[record : record + 4] != b"PK\x06\x06":
+            raise _Unknown("zip64 end record")
+        entries, size = struct.unpack("<QQ", buffer[record + 32 : record + 48])
+    if entries > MAX_ENTRIES or size > MAX_DIRECTORY_BYTES:
+        raise _Unknown("directory")
 
 
 def _entry(buffer: mmap.mmap, info: zipfile.ZipInfo | None, dtype: str, numel: int) -> Any:

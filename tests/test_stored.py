@@ -128,6 +128,34 @@ def test_every_format_reads_alike_with_and_without_torch(
         assert json.dumps(a, default=str) == json.dumps(b, default=str)
 
 
+def test_users_get_torch_tensors_and_the_checks_get_arrays(tmp_path: Path) -> None:
+    """read_sample (public) and Shard.read (the eagle_shard fixture) hand out torch
+    tensors, as documented; the checks' Shard.load keeps the mapped arrays."""
+    from pytest_eagle_contract.contract.model import parse_contract
+    from pytest_eagle_contract.shards.shard import Shard
+
+    ids, mask = torch.arange(6), torch.ones(6, dtype=torch.long)
+    slots = [_values(torch.bfloat16, (6, 8), seed=i) for i in range(3)]
+    path = write_shard(tmp_path, "speculators-v1", 0, ids, mask, slots)
+    public = read_sample(path).tensors
+    assert all(isinstance(v, torch.Tensor) for v in public["hidden_states"])
+    assert torch.equal(public["hidden_states"][2], slots[2])
+    assert isinstance(read_sample(path, arrays=True).tensors["input_ids"], Stored)
+    contract = parse_contract(
+        "contract: t\nversion: 1\ntarget: {num_hidden_layers: 4, hidden_size: 8, vocab_size: 9,"
+        " dtype: bfloat16}\ntraining:\n  format: speculators-v1\n  shards: .\n  slots:\n"
+        "    - {layer: residual:1}\n    - {layer: residual:2}\n    - {layer: residual:3}\n",
+        tmp_path / "c.yaml",
+    )
+    shard = Shard.read(contract, path)
+    assert isinstance(shard.sample.tensors["input_ids"], torch.Tensor)  # type: ignore[union-attr]
+    fc = contract.training.fc_input  # type: ignore[union-attr]
+    assert torch.equal(shard.fc_input, torch.cat([slots[i] for i in fc], dim=-1))
+    loaded = Shard.load(path, "x", "speculators-v1", 8)
+    assert isinstance(loaded.slots[0].array, Stored)
+    assert torch.equal(loaded.slots[0].tensor, slots[0])
+
+
 def _rezip(good: Path, path: Path, pickled: bytes, deflate: bool = False) -> Path:
     """``good`` (a torch.save file) with its data.pkl replaced, storages maybe deflated."""
     with zipfile.ZipFile(good) as src, zipfile.ZipFile(path, "w") as out:

@@ -52,7 +52,7 @@ def observe(
     probe = None
     for path in paths:
         try:
-            sample = read_sample(path, format)
+            sample = read_sample(path, format, arrays=True)
         except ShardReadError as exc:
             raise UsageError(f"{path}: {exc.code} {exc.message}: infer needs good shards") from None
         hidden, slots, problems = _split(sample, hidden)
@@ -104,7 +104,7 @@ def _measure(task: tuple[Path, str, int | None]) -> Measured | None:
     the caller reads it again and says why)."""
     path, format, hidden = task
     try:
-        sample = read_sample(path, format)
+        sample = read_sample(path, format, arrays=True)
     except ShardReadError:
         return None
     hidden, slots, _ = _split(sample, hidden)

@@ -52,7 +52,7 @@ def inspect_shard(
     path: str | Path, format: str = "auto", hidden_size: int | None = None
 ) -> dict[str, Any]:
     """A JSON-ready report of one shard. Raises ShardReadError when it cannot be read."""
-    sample = read_sample(path, format)
+    sample = read_sample(path, format, arrays=True)
     slots, problems = sample.slots(hidden_size)
     stats = [norm_stats(s.array) if s.array.dim() == 2 else None for s in slots]
     report: dict[str, Any] = {

@@ -240,13 +240,27 @@ def _safetensors_load(path: Path) -> dict[str, Any]:
         raise ShardReadError("EC001", f"unusable safetensors file: {text}") from None
 
 
+def _as_torch(value: Any) -> Any:
+    """What the mapped reader gave, with each :class:`Stored` a torch tensor (no copy)."""
+    if isinstance(value, Stored):
+        return value.torch()
+    if isinstance(value, dict):
+        return {k: _as_torch(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_as_torch(v) for v in value]
+    return value
+
+
 def _first_line(text: str) -> str:
     line = text.strip().splitlines()[0] if text.strip() else "unknown error"
     return line.split(". ")[0][:200]
 
 
-def read_sample(path: str | Path, format: str = "auto") -> Sample:
-    """Load one shard. Raises :class:`ShardReadError` with a rule code on any failure."""
+def read_sample(path: str | Path, format: str = "auto", *, arrays: bool = False) -> Sample:
+    """Load one shard. Raises :class:`ShardReadError` with a rule code on any failure.
+
+    The tensors are torch tensors; with ``arrays`` those the torch-free reader mapped stay
+    :class:`~.stored.Stored` (the tool's own checks, which then never import torch)."""
     path = Path(path)
     if not path.is_file():
         raise ShardReadError("EC001", "no such file" if not path.exists() else "not a file")
@@ -256,7 +270,9 @@ def read_sample(path: str | Path, format: str = "auto") -> Sample:
         )
     try:
         tensors: Any = read_stored(path)
-        if tensors is None and path.name.endswith(".safetensors"):
+        if tensors is not None and not arrays:
+            tensors = _as_torch(tensors)
+        elif tensors is None and path.name.endswith(".safetensors"):
             tensors = _safetensors_load(path)
         elif tensors is None:
             tensors = _torch_load(path)

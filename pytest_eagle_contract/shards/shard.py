@@ -35,9 +35,10 @@ class Shard:
 
     @classmethod
     def load(cls, path: Path, label: str, format: str, hidden_size: int | None) -> Shard:
-        """Read ``path``; a read error becomes ``error``."""
+        """Read ``path`` for the checks (torch-free where the file allows: a family that
+        needs torch asks a slot for ``.tensor``); a read error becomes ``error``."""
         try:
-            return cls(path, label, hidden_size, sample=read_sample(path, format))
+            return cls(path, label, hidden_size, sample=read_sample(path, format, arrays=True))
         except ShardReadError as exc:
             return cls(path, label, hidden_size, error=exc)
 

@@ -90,13 +90,12 @@ def _reader(x: Array) -> tuple[Squares, Row64]:
         np.vecdot(into, into, out=out)  # a BLAS dot per row: faster than einsum
 
     if raw is None:  # torch dtypes numpy lacks
+        import torch
 
         def by_torch(start: int, stop: int, out: Any) -> None:
             into = buffer[: stop - start]
             into[...] = _real(tensor[start:stop], torch.float32).numpy()
             reduce(into, out)
-
-        import torch
 
         return by_torch, lambda r: _real(tensor[r], torch.float64).numpy()
     if dtype == "bfloat16":

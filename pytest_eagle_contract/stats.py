@@ -13,6 +13,7 @@ if TYPE_CHECKING:
 
     from .shards.stored import Array
 
+MAX_WIDTH = 1 << 20  # 32 times any model's hidden size: a wider "state" gets no norms
 CHUNK_ELEMENTS = 1 << 19  # 2 MiB of float32 per chunk: stays in L2 (73 rows at H=7168)
 
 
@@ -47,6 +48,8 @@ def token_norms(x: Array) -> np.ndarray[Any, np.dtype[np.float32]]:
     import numpy as np
 
     rows = x.shape[0]
+    if rows == 0:
+        return np.empty(0, np.float32)
     squares, row64 = _reader(x)
     out = np.empty(rows, np.float32)
     step = max(1, CHUNK_ELEMENTS // max(1, x.shape[-1]))
@@ -147,7 +150,7 @@ def norm_stats(x: Array) -> NormStats:
     """One streaming pass: norms, quantiles, and the rows holding NaN or Inf."""
     import numpy as np
 
-    if x.dim() != 2:  # not [T, H]: nothing to measure (the structure family says why)
+    if x.dim() != 2 or x.shape[-1] > MAX_WIDTH:  # not [T, H]: the structure family says why
         nan = math.nan
         return NormStats(nan, nan, nan, nan, 0, 0, None)
     norms = token_norms(x)

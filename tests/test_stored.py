@@ -270,6 +270,18 @@ def test_norms_of_float8_complex_and_overflowing_rows() -> None:
     assert stats.median == pytest.approx(4e30, rel=1e-6)
 
 
+def test_empty_and_absurdly_wide_states_allocate_nothing() -> None:
+    """[0, 2**40] costs nothing to store; its norms must not allocate a 2**40 buffer, and a
+    [1, 2**21] row (wider than any model) gets no norms, so no float32 copy of it."""
+    for empty in (
+        torch.empty((0, 1 << 40), dtype=torch.bfloat16),
+        Stored("bfloat16", np.empty((0, 1 << 40), np.uint16)),
+    ):
+        assert norm_stats(empty).tokens == 0  # type: ignore[arg-type]
+    wide = Stored("float32", np.ones((1, 1 << 21), np.float32))
+    assert norm_stats(wide).tokens == 0
+
+
 def test_numbers_of_stored_and_torch_agree() -> None:
     for dtype in DTYPES:
         x = _values(dtype, (9,))

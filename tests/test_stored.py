@@ -229,6 +229,22 @@ def test_a_file_past_the_readers_bounds_goes_to_torch(tmp_path: Path) -> None:
     assert len(read_sample(path, "speculators-v1").tensors["h"]) == 17_000
 
 
+def test_overlapping_safetensors_go_to_the_library(tmp_path: Path) -> None:
+    """Two tensors over the same bytes: the library refuses such a file, so the mapped
+    reader declines it rather than read what the library would not."""
+    path = tmp_path / "x.safetensors"
+    header = json.dumps(
+        {
+            "a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+            "b": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+        }
+    )
+    path.write_bytes(struct.pack("<Q", len(header)) + header.encode() + b"\0" * 8)
+    assert read_stored(path) is None
+    with pytest.raises(ShardReadError):
+        read_sample(path)
+
+
 def test_safetensors_header_past_the_file_is_a_read_error(tmp_path: Path) -> None:
     path = tmp_path / "x.safetensors"
     header = json.dumps({"a": {"dtype": "F32", "shape": [1000], "data_offsets": [0, 4000]}})

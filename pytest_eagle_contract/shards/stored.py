@@ -185,6 +185,7 @@ def _safetensors(buffer: mmap.mmap) -> dict[str, Stored]:
         raise _Unknown("header")
     base = 8 + size
     out: dict[str, Stored] = {}
+    spans: list[tuple[int, int]] = []
     for key, entry in sorted(header.items()):  # in safetensors' own order: by name
         if key == "__metadata__":
             continue
@@ -200,7 +201,20 @@ def _safetensors(buffer: mmap.mmap) -> dict[str, Stored]:
         if end - begin != count * np.dtype(_NUMPY[dtype]).itemsize:
             raise _Unknown(key)
         out[key] = Stored(dtype, _view(buffer, dtype, base + begin, count).reshape(shape))
+        spans.append((begin, end))
+    if not _tiled(spans, len(buffer) - base):
+        raise _Unknown("offsets")  # overlapping or gapped: the library refuses it; let it
     return out
+
+
+def _tiled(spans: list[tuple[int, int]], length: int) -> bool:
+    """The data spans cover [0, length) end to end, as the safetensors library requires."""
+    at = 0
+    for begin, end in sorted(spans):
+        if begin != at:
+            return False
+        at = end
+    return at == length
 
 
 def _ints(value: Any, most: int, exactly: bool = False) -> bool:

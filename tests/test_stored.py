@@ -204,6 +204,26 @@ def test_hostile_torch_files_go_to_torch_and_end_as_read_errors(tmp_path: Path) 
     assert deflated.value.code == "EC002" and "compressed" in deflated.value.message
 
 
+def test_a_zip_torch_refuses_is_declined(tmp_path: Path) -> None:
+    """No version record, or one torch does not read: torch.load refuses the file, so the
+    mapped reader declines it and the verdict is torch's read error."""
+    good = tmp_path / "good.pt"
+    torch.save({"x": torch.arange(4.0)}, good)
+    for name, version in (("none", None), ("garbage", b"x9"), ("future", b"99")):
+        path = tmp_path / f"{name}.pt"
+        with zipfile.ZipFile(good) as src, zipfile.ZipFile(path, "w") as out:
+            for info in src.infolist():
+                blob = src.read(info)
+                if info.filename.endswith("/version"):
+                    if version is None:
+                        continue
+                    blob = version
+                out.writestr(info.filename, blob)
+        assert read_stored(path) is None, name
+        with pytest.raises(ShardReadError):
+            read_sample(path)
+
+
 def test_files_torch_must_read_still_read(tmp_path: Path) -> None:
     """float8, a tensor that requires grad, the legacy format and gzip: torch reads them."""
     f8 = tmp_path / "f8.pt"

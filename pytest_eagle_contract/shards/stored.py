@@ -265,6 +265,13 @@ def _torch_zip(file: BinaryIO, buffer: mmap.mmap) -> Any:
     if len(pickles) != 1 or pickles[0].file_size > MAX_PICKLE_BYTES:
         raise _Unknown("data.pkl")
     prefix = pickles[0].filename.removesuffix("data.pkl")
+    if not infos[0].filename.startswith(prefix):
+        raise _Unknown("archive name")  # torch names the archive by its first entry
+    version = next(
+        (i for i in infos if i.filename in (prefix + "version", prefix + ".data/version")), None
+    )
+    if version is None or version.file_size > 16 or not _supported(archive.read(version)):
+        raise _Unknown("version")  # torch refuses a file without a version it reads
     data_dir = prefix + "data/"
     entries = {i.filename[len(data_dir) :]: i for i in infos if i.filename.startswith(data_dir)}
     order = next((i for i in infos if i.filename == prefix + "byteorder"), None)
@@ -274,6 +281,12 @@ def _torch_zip(file: BinaryIO, buffer: mmap.mmap) -> Any:
     data = _Unpickler(io.BytesIO(archive.read(pickles[0])), storages).load()
     views = {key: _entry(buffer, entries.get(key), s.dtype, s.numel) for key, s in storages.items()}
     return _rebuild(data, views, 0)
+
+
+def _supported(version: bytes) -> bool:
+    """A format version torch.save writes (1 to 10; torch 2.x writes 3)."""
+    text = version.strip()
+    return text.isdigit() and 1 <= int(text) <= 10
 
 
 def _small_directory(buffer: mmap.mmap) -> None:

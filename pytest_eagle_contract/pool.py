@@ -45,13 +45,11 @@ def workers_option(value: int | None) -> int:
 
 
 def one_thread() -> None:
-    """A worker's initializer: torch with one intra-op thread, now or when it is imported
-    (most shard checks never import it: see shards/stored.py)."""
+    """torch, when it is in use, on one intra-op thread (most shard checks never import it:
+    see shards/stored.py)."""
     torch = sys.modules.get("torch")
     if torch is not None:
         torch.set_num_threads(1)
-    else:
-        os.environ["OMP_NUM_THREADS"] = "1"  # what torch starts with when it is imported
 
 
 @contextmanager
@@ -75,6 +73,7 @@ def _worker_init() -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.environ["OMP_NUM_THREADS"] = "1"  # what torch starts with, if this worker imports it
     one_thread()
 
 

@@ -69,30 +69,24 @@ Row64 = Callable[[int], Any]  # one row as float64
 
 def _reader(x: Array) -> tuple[Squares, Row64]:
     """How to sum the squares of ``x``'s rows a chunk at a time, and to read one row in
-    float64. numpy reads bfloat16, float16/32/64 and integers; other torch dtypes (float8,
+    float64. numpy reads the dtypes it holds (bfloat16 as bits); the others (float8,
     complex) are widened by torch a chunk at a time."""
     import numpy as np
 
-    from .shards.stored import Stored, widen_bf16
+    from .shards.stored import Stored
 
     width = x.shape[-1]
     buffer = np.empty((max(1, min(x.shape[0], CHUNK_ELEMENTS // max(1, width))), width), np.float32)
-    if isinstance(x, Stored):
-        raw, dtype = x.raw, x.dtype
-    else:
-        tensor = x
-        dtype, raw = str(x.dtype).removeprefix("torch."), None
-        if dtype == "bfloat16":
-            import torch
-
-            raw = tensor.detach().view(torch.int16).numpy().view(np.uint16)
-        elif not tensor.is_complex() and not dtype.startswith("float8"):
-            raw = tensor.detach().numpy()
 
     def reduce(into: Any, out: Any) -> None:
         np.vecdot(into, into, out=out)  # a BLAS dot per row: faster than einsum
 
-    if raw is None:  # torch dtypes numpy lacks
+    if isinstance(x, Stored):
+        stored: Stored | None = x
+    else:
+        tensor = x
+        stored = Stored.of(tensor)
+    if stored is None:  # a torch dtype numpy lacks
         import torch
 
         def by_torch(start: int, stop: int, out: Any) -> None:
@@ -101,21 +95,18 @@ def _reader(x: Array) -> tuple[Squares, Row64]:
             reduce(into, out)
 
         return by_torch, lambda r: _real(tensor[r], torch.float64).numpy()
-    if dtype == "bfloat16":
-        if width % 2 == 0 and raw.strides[-1] == 2:
-            return _bf16_pairs(raw, buffer, reduce), lambda r: widen_bf16(raw[r]).astype(np.float64)
 
-        def by_bf16(start: int, stop: int, out: Any) -> None:
-            reduce(widen_bf16(raw[start:stop], buffer[: stop - start]), out)
+    def row64(r: int) -> Any:
+        return stored[r].values().astype(np.float64)
 
-        return by_bf16, lambda r: widen_bf16(raw[r]).astype(np.float64)
+    raw = stored.raw
+    if stored.dtype == "bfloat16" and width % 2 == 0 and raw.strides[-1] == 2:
+        return _bf16_pairs(raw, buffer, reduce), row64
 
     def by_numpy(start: int, stop: int, out: Any) -> None:
-        into = buffer[: stop - start]
-        np.copyto(into, raw[start:stop], casting="unsafe")
-        reduce(into, out)
+        reduce(stored[start:stop].values(buffer[: stop - start]), out)
 
-    return by_numpy, lambda r: raw[r].astype(np.float64)
+    return by_numpy, row64
 
 
 def _bf16_pairs(raw: Any, buffer: Any, reduce: Callable[[Any, Any], None]) -> Squares:

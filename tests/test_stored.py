@@ -288,9 +288,9 @@ def test_token_norms_match_float64(dtype: torch.dtype, width: int) -> None:
 
 
 def _raw(x: torch.Tensor) -> np.ndarray:
-    if x.dtype == torch.bfloat16:
-        return x.view(torch.int16).numpy().view(np.uint16)
-    return x.numpy()
+    stored = Stored.of(x)
+    assert stored is not None
+    return stored.raw
 
 
 def test_norms_of_float8_complex_and_overflowing_rows() -> None:

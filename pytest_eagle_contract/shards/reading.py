@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ShardReadError
 from .formats import FORMATS, Format, Slot, detect, dtype_name
-from .stored import Array, Stored, read_stored, to_torch
+from .stored import Array, Stored, is_array, read_stored, to_torch
 
 if TYPE_CHECKING:
     import numpy as np
@@ -103,7 +103,7 @@ def _describe(value: Any) -> dict[str, Any]:
 
 
 def _flat_1d(t: Any) -> Array | None:
-    if t is None or not hasattr(t, "dim"):
+    if not is_array(t):
         return None
     out: Array = t[0] if t.dim() == 2 and t.shape[0] == 1 else t
     return out

@@ -82,6 +82,11 @@ Array = Union["torch.Tensor", "Stored"]
 needed to read it. Both have ``dtype``, ``shape``, ``dim()``, ``numel()`` and indexing."""
 
 
+def is_array(value: Any) -> bool:
+    """A tensor, torch or :class:`Stored` (not a number, string or list)."""
+    return hasattr(value, "dim") and hasattr(value, "shape")
+
+
 def to_torch(t: Array) -> torch.Tensor:
     """``t`` as a torch tensor (a :class:`Stored` over the same bytes)."""
     return t.torch() if isinstance(t, Stored) else t
@@ -117,11 +122,29 @@ class Stored:
     def __repr__(self) -> str:
         return f"Stored({self.dtype}, {list(self.shape)})"
 
-    def values(self) -> np.ndarray[Any, Any]:
-        """The numbers: bfloat16 widened to float32 (a copy), other dtypes the view itself."""
+    @classmethod
+    def of(cls, tensor: torch.Tensor) -> Stored | None:
+        """A torch tensor's elements as numpy holds them (no copy); None for a dtype numpy
+        lacks (float8, complex, the wider unsigned ints)."""
+        dtype = str(tensor.dtype).removeprefix("torch.")
+        if dtype not in _NUMPY:
+            return None
+        plain = tensor.detach()
+        if dtype == "bfloat16":
+            import torch
+
+            return cls(dtype, plain.view(torch.int16).numpy().view(np.uint16))
+        return cls(dtype, plain.numpy())
+
+    def values(self, out: np.ndarray[Any, Any] | None = None) -> np.ndarray[Any, Any]:
+        """The numbers: bfloat16 widened to float32, other dtypes the view itself; into
+        ``out`` (cast to its dtype) when given."""
         if self.dtype == "bfloat16":
-            return widen_bf16(self.raw)
-        return self.raw
+            return widen_bf16(self.raw, out)
+        if out is None:
+            return self.raw
+        np.copyto(out, self.raw, casting="unsafe")
+        return out
 
     def torch(self) -> torch.Tensor:
         """A torch tensor over the same bytes (no copy)."""

@@ -90,6 +90,8 @@ class Format(ABC):
         """The state keys as [T, H] slots in stored order, and for any key that cannot be
         split a message saying why. Without ``hidden_size`` it is guessed from a ``single``
         key when the format has one."""
+        from ..stored import is_array
+
         hidden = hidden_size or self._guess_hidden_size(tensors)
         slots: list[Slot] = []
         problems: list[str] = []
@@ -107,13 +109,13 @@ class Format(ABC):
                     problems.append(f"{key} is {what}, not a list of up to {MAX_SLOTS} [T, H]")
                     continue
                 for j, item in enumerate(value):
-                    if not _is_array(item) or item.dim() == 0:
-                        what = "0-d" if _is_array(item) else type(item).__name__
+                    if not is_array(item) or item.dim() == 0:
+                        what = "0-d" if is_array(item) else type(item).__name__
                         problems.append(f"{key}[{j}] is {what}, not a [T, H] tensor")
                         continue
                     slots.append(Slot(len(slots), f"{key}[{j}]", _squeeze_batch(item)))
                 continue
-            if not _is_array(value):
+            if not is_array(value):
                 problems.append(f"{key} is {type(value).__name__}, not a tensor")
                 continue
             # a batch dimension of 1 leads [1, T, k, H] (stacked) or [1, T, W] (the others)
@@ -220,11 +222,6 @@ class Format(ABC):
         self, num_layers: int, metadata: dict[str, Any], arch: str | None = None
     ) -> list[Layer]:
         """The layers the trainer's own defaults capture (docs/layers.md), in stored order."""
-
-
-def _is_array(value: Any) -> bool:
-    """A tensor, torch or :class:`~..stored.Stored` (not a number, string or list)."""
-    return hasattr(value, "dim") and hasattr(value, "shape")
 
 
 def _squeeze_batch(t: Array, batched_dims: int = 3) -> Array:

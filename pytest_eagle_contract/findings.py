@@ -12,6 +12,7 @@ RuleCode = Literal[
     "EC001",
     "EC002",
     "EC003",
+    "EC009",
     "EC101",
     "EC102",
     "EC201",
@@ -76,6 +77,7 @@ _RULES: tuple[Rule, ...] = (
     Rule("EC001", "unreadable-file", "the shard cannot be opened or is not in a known format"),
     Rule("EC002", "truncated-file", "the shard is cut short or its container is corrupt"),
     Rule("EC003", "unsafe-file", "the shard needs arbitrary code to load and was refused"),
+    Rule("EC009", "check-not-run", "a check that applies did not run; the message says why"),
     Rule("EC101", "missing-key", "a key the format requires is absent"),
     Rule("EC102", "unexpected-key", "the shard holds a key the contract does not allow"),
     Rule("EC201", "dtype-mismatch", "a key or slot has another dtype than the contract says"),
@@ -278,4 +280,19 @@ def finding(
         details=details,
         severity=severity,
         extra=extra or {},
+    )
+
+
+NOT_RUN: RuleCode = "EC009"
+
+
+def not_run(check: str, reason: object, **where: Any) -> Finding:
+    """The warning that check family ``check`` did not run (on a shard, or at all) and why:
+    a verdict is "ok" only when every check that applies ran (render.summary)."""
+    return finding(
+        NOT_RUN,
+        f"{check} did not run: {reason}",
+        severity="warning",
+        hint=where.pop("hint", "") or "fix what the reason names; the shard's own checks report it",
+        **where,
     )

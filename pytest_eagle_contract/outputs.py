@@ -167,7 +167,9 @@ def _no_links(root: Path, top: Path, flag: str) -> None:
         raise _refuse(flag, root, f"{top} is a link; refusing to write through it")
     if not top.is_dir():
         return
-    for here, dirs, files in os.walk(top):
+    from .tree import walk
+
+    for here, dirs, files in walk(top):
         for name in dirs + files:
             if os.path.islink(os.path.join(here, name)):
                 link = Path(here, name)

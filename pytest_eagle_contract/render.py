@@ -80,14 +80,24 @@ def unique(findings: Iterable[Finding]) -> list[Finding]:
 
 
 def summary(findings: Sequence[Finding], units: int, shards: int) -> str:
+    """The run's last line. "ok" only when nothing failed and every check that applies ran:
+    checks that did not run (EC009) are counted, and their reasons are printed above."""
     errors = sum(f.severity == "error" for f in findings)
-    warnings = len(findings) - errors
+    skipped = sum(f.code == "EC009" for f in findings)
+    warnings = len(findings) - errors - skipped
     if not errors:
         tail = f", {warnings} warning(s)" if warnings else ""
+        if skipped:
+            return (
+                f"passed, incomplete: {units} checks on {shards} shard(s) passed{tail}; "
+                f"{skipped} check(s) did not run (EC009, the reasons above)"
+            )
         return f"ok: {units} checks on {shards} shard(s) passed{tail}"
     codes = sorted({f.code for f in findings if f.severity == "error"})
+    gap = f"; {skipped} check(s) did not run (EC009)" if skipped else ""
     return (
-        f"FAILED: {errors} finding(s) [{', '.join(codes)}] in {units} checks on {shards} shard(s)"
+        f"FAILED: {errors} finding(s) [{', '.join(codes)}] in {units} checks on {shards} "
+        f"shard(s){gap}"
     )
 
 

@@ -70,7 +70,7 @@ def test_identify_on_a_one_short_shard_exits_1_with_the_reason(demo_dir, tmp_pat
     _, path = _one_short(demo_dir, tmp_path)
     res = cli("identify", path, "--target-model", demo_dir / "target")
     no_traceback(res)
-    assert res.returncode == 1 and "rows beside" in res.stderr
+    assert res.returncode == 1 and "EC202" in res.stderr and "beside" in res.stderr
 
 
 def test_ec202_names_the_key_that_differs_from_the_majority(demo_dir, tmp_path, cli):

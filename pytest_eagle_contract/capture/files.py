@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import CaptureFileError
 from ..layers import Layer
+from ..tree import files_matching
 
 if TYPE_CHECKING:
     import torch
@@ -309,7 +310,7 @@ def load_captures(root: Path | str | Iterable[Path | str]) -> CaptureIndex:
         if not base.exists():
             raise CaptureFileError(f"capture path {base} does not exist")
         try:
-            files = sorted(base.rglob(f"*{SUFFIX}")) if base.is_dir() else [base]
+            files = sorted(files_matching(base, [f"*{SUFFIX}"])) if base.is_dir() else [base]
         except OSError as exc:
             index.problems.append(f"{base}: cannot list the capture files: {exc}")
             continue

@@ -14,9 +14,11 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..contract.model import Contract
-from ..findings import Finding, RuleCode, codes, finding
+from ..findings import Finding, RuleCode, codes, finding, not_run
 from ..layers import Layer
+from ..models.inputs import unfit
 from ..models.target import TargetModel
+from ..shards.stored import to_torch
 from .family import CheckFamily, needed_target, shard_input
 
 if TYPE_CHECKING:
@@ -75,8 +77,12 @@ def identify(
     Ranked by relative L2 error (scale-aware, so a post-norm state is told from its
     pre-norm input even where they point the same way); cosine is reported beside it.
     """
+    from ..errors import CodedError
     from ..models.tiny import capture_canonical
 
+    bad = unfit(input_ids, target, slots=slots)
+    if bad is not None:  # callers check first and say so; nothing unfit reaches the model
+        raise CodedError(bad.code, f"no reference capture: {bad.reason}")
     states = capture_canonical(target.module, input_ids.long())
     out = []
     for index, slot in enumerate(slots):
@@ -91,38 +97,6 @@ def identify(
         if len(matches) >= 2:
             out.append(Identification(index, matches[0], matches[1]))
     return out
-
-
-def vocabulary_problem(input_ids: torch.Tensor, target: TargetModel) -> str:
-    rows = int(target.embedding.shape[0])
-    if input_ids.numel() and (int(input_ids.min()) < 0 or int(input_ids.max()) >= rows):
-        return (
-            f"input ids span [{int(input_ids.min())}, {int(input_ids.max())}], the target "
-            f"model's embedding has {rows} rows"
-        )
-    return ""
-
-
-def length_problem(slots: list[Any], input_ids: torch.Tensor) -> str:
-    """Why the slots cannot be compared position by position with the ids, if they cannot."""
-    for slot in slots:
-        if slot.tensor.dim() < 1 or slot.tensor.shape[0] != input_ids.shape[0]:
-            rows = slot.tensor.shape[0] if slot.tensor.dim() else 0
-            return (
-                f"slot {slot.index} ({slot.source}) has {rows}"
-                f" rows beside {input_ids.shape[0]} input ids (EC202)"
-            )
-    return ""
-
-
-def width_problem(slots: list[Any], target: TargetModel) -> str:
-    for slot in slots:
-        if slot.tensor.shape[-1] != target.hidden_size:
-            return (
-                f"slot {slot.index} ({slot.source}) is {slot.tensor.shape[-1]} wide, the "
-                f"target model's hidden_size is {target.hidden_size}"
-            )
-    return ""
 
 
 # -- weight-based checks -----------------------------------------------------------------
@@ -193,22 +167,34 @@ def teacher_agreement(
 def check_evidence(
     contract: Contract, shard: Shard, target: TargetModel, reference: bool
 ) -> list[Finding]:
-    """EC601-EC605 on one shard."""
+    """EC601-EC605 on one shard; EC009 (not run) for a shard the target may not run on."""
     training, sample = shard_input(contract, shard)
     at = partial(finding, contract=contract, file=shard.label)  # where every finding is
     problems = check_target_config(contract, target)
     fix = "point target.model at the checkpoint the shards came from"
-    ids, mask = sample.input_ids, sample.loss_mask
-    if problems or ids is None or ids.is_floating_point() or ids.is_complex():
-        # without problems: the structure family's EC201 says what the ids are
+    if problems:
         return [at("EC605", p, key="target", hint=fix) for p in problems]
-    ids = ids.long()  # uint16 and kin compare as int64
-    slots = [s for s in shard.slots if s.tensor.dim() == 2]
-    if len(slots) != len(training.slots) or length_problem(slots, ids):
-        return []  # the structure family's findings (EC202, EC204) say why
-    problem = vocabulary_problem(ids, target) or width_problem(slots, target)
-    if problem:
-        return [at("EC605", problem, key="target", hint=_NOT_THIS_TARGET)]
+    slots = shard.slots
+    skip = partial(not_run, "evidence", contract=contract, key="target.model", file=shard.label)
+    if len(slots) != len(training.slots):
+        return [skip(f"the shard holds {len(slots)} slots, the contract {len(training.slots)}")]
+    bad = unfit(
+        sample.ids,
+        target,
+        slots=[s.array for s in slots],
+        mask=sample.mask,
+        vocab=contract.target.vocab_size,
+    )
+    if bad is not None and bad.code == "EC605":
+        return [at("EC605", bad.reason, key="target", hint=_NOT_THIS_TARGET)]
+    if bad is not None:
+        return [skip(bad)]
+    broken = [s.index for s in slots if shard.stats(s.index).nonfinite_tokens]
+    if broken:
+        return [skip(f"slot {broken[0]} holds NaN or Inf (EC304)")]
+    assert sample.ids is not None  # unfit() refuses a shard without ids
+    ids = to_torch(sample.ids).long()  # uint16 and kin compare as int64
+    mask = sample.loss_mask
     out: list[Finding] = []
     rows = target.embedding[ids.long()]
     for slot, spec in zip(slots, training.slots):

@@ -33,7 +33,7 @@ FAMILY = CheckFamily(
     "shards",
     "contract",
     "the shard files: found, readable, nothing unsafe",
-    codes=("EC001", "EC002", "EC003", "EC513"),
+    codes=("EC001", "EC002", "EC003", "EC009", "EC513"),
     keys=("training.shards",),
     run=_run,
     default=False,

@@ -18,7 +18,7 @@ from ..engines.matrix import matrix as serving_matrix
 from ..engines.matrix import summary
 from ..engines.resolve import Resolution, get_engine, resolve, serving_ids
 from ..errors import EagleContractError, Unservable
-from ..findings import Finding, codes
+from ..findings import Finding, codes, not_run
 from ..models.draft import DraftConfig, read_draft_config, read_draft_weights
 from .family import CheckFamily
 from .layout_compare import compare
@@ -186,6 +186,7 @@ def _run(runner: Runner, unit: Unit) -> list[Finding]:
     contract = unit.contract
     stats_of = None
     identified = None
+    notes: list[Finding] = []
     if unit.evidence is not None:
         shard = runner.shard(contract, unit.evidence, unit.evidence_label)
         if shard.sample is not None:
@@ -194,18 +195,27 @@ def _run(runner: Runner, unit: Unit) -> list[Finding]:
                 return shard.stats(i) if i < len(shard.slots) else None
 
             target = runner.target(contract)
-            ids = shard.sample.input_ids
-            from .evidence import identify, length_problem
+            if target is not None and runner.reference(contract):
+                from ..models.inputs import unfit
+                from .evidence import identify
 
-            if (
-                target is not None
-                and runner.reference(contract)
-                and ids is not None
-                and not length_problem(shard.slots, ids)
-            ):
-                found = identify([s.tensor for s in shard.slots], ids, target)
-                identified = {i.slot: i for i in found}
-    return check_layout(contract, runner.settings.serving_args, stats_of, identified)
+                slots = [s.array for s in shard.slots]
+                sample = shard.sample
+                bad = unfit(sample.ids, target, slots=slots, mask=sample.mask)
+                if bad is None and sample.input_ids is not None:
+                    found = identify([s.tensor for s in shard.slots], sample.input_ids, target)
+                    identified = {i.slot: i for i in found}
+                else:
+                    notes.append(
+                        not_run(
+                            "layout's reference capture",
+                            f"{bad} in {shard.label}; the layout is judged by the declared layers",
+                            contract=contract,
+                            key="target.model",
+                            file=shard.label,
+                        )
+                    )
+    return [*notes, *check_layout(contract, runner.settings.serving_args, stats_of, identified)]
 
 
 FAMILY = CheckFamily(

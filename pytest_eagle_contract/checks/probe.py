@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
     from ..contract.model import Contract, ServingSpec
     from ..models.draft_model import EagleDraft
+    from ..models.target import TargetModel
     from ..planner import Runner, Unit
 
 CONVENTION = (
@@ -212,14 +213,16 @@ def layouts_of(
 
 
 def prompts(
-    contract: Contract | None, paths: list[Path], n: int, size: int, vocab: int
+    contract: Contract | None, paths: list[Path], n: int, size: int, target: TargetModel
 ) -> list[torch.Tensor]:
-    """``n`` prompts of ``size`` tokens from the shards' input_ids, else random (seeded)."""
+    """``n`` prompts of ``size`` tokens from the shards' input_ids (those the target may run
+    on, :func:`..models.inputs.unfit`), else random ids of its vocabulary (seeded)."""
     import torch
 
     from ..errors import UsageError
     from ..shards.discovery import DEFAULT_SAMPLE, shard_paths
     from ..shards.shard import Shard
+    from ..tree import files_matching
 
     files: list[Path] = []
     if contract is not None and contract.training is not None:
@@ -232,17 +235,20 @@ def prompts(
         for path in paths:
             if not path.exists():
                 raise UsageError(f"no such shard path {path}")
-            files += sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+            files += sorted(files_matching(path, ["*"])) if path.is_dir() else [path]
+    from ..models.inputs import unfit
+    from ..shards.stored import to_torch
+
     out = []
     for path in files[:n]:
-        ids = Shard.load(path, path.name, "auto", None).input_ids
-        if (
-            ids is not None
-            and ids.numel() >= size
-            and 0 <= int(ids.min())
-            and int(ids.max()) < vocab
-        ):
-            out.append(ids[:size].long())
+        sample = Shard.load(path, path.name, "auto", None).sample
+        ids = None if sample is None else sample.ids
+        if ids is None or ids.dim() != 1 or ids.shape[0] < size:
+            continue
+        head = ids[:size]
+        if unfit(head, target) is None:
+            out.append(to_torch(head).long())
+    vocab = min(target.vocab_size or target.embedding_rows, target.embedding_rows)
     g = torch.Generator().manual_seed(0)
     while len(out) < n:
         out.append(torch.randint(0, vocab, (size,), generator=g))
@@ -257,7 +263,7 @@ def probe_contract(contract: Contract, target: Any) -> list[Estimate]:
     folder = draft_dir(contract.serving.draft_config)
     layouts = layouts_of(contract, folder, target.num_layers, target.arch, [], "sglang")
     sequences = greedy_sequences(
-        target.module, prompts(contract, [], SEQUENCES, PROMPT, target.vocab_size or 2), LENGTH
+        target.module, prompts(contract, [], SEQUENCES, PROMPT, target), LENGTH
     )
     return estimate(EagleDraft.load(folder), target.module, sequences, layouts, STEPS, PROMPT - 2)
 

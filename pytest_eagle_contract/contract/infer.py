@@ -172,8 +172,10 @@ def _identified(obs: Observed, target: TargetModel | None) -> dict[int, tuple[La
             f"the shards' states are {obs.hidden_size} wide, {target.path} has hidden_size "
             f"{target.hidden_size}: not this target's shards"
         )
-    if ids.numel() and int(ids.max()) >= int(target.embedding.shape[0]):
-        return {}
+    from ..models.inputs import unfit
+
+    if unfit(ids, target, slots=states) is not None:
+        return {}  # the slots are named by the other means; the shard's checks say why
     return {
         i.slot: (
             i.best.layer,

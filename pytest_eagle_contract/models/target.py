@@ -73,6 +73,17 @@ class TargetModel:
         return None if value is None else int(value)
 
     @property
+    def max_positions(self) -> int | None:
+        """``max_position_embeddings`` when config.json gives a whole number above 0."""
+        value = self.text_config.get("max_position_embeddings")
+        return value if type(value) is int and value > 0 else None
+
+    @property
+    def embedding_rows(self) -> int:
+        """Rows of the input embedding: one per token id the model takes."""
+        return int(self.embedding.shape[0])
+
+    @property
     def eps(self) -> float:
         return float(self.text_config.get("rms_norm_eps", 1e-6))
 

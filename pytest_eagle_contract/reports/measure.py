@@ -106,6 +106,10 @@ def _curve(run: CheckRun, runner: Runner, shard: Shard) -> TargetCurve | None:
     ids = shard.input_ids
     if target is None or spec is None or ids is None:
         return None
+    from ..models.inputs import unfit
+
+    if unfit(ids, target) is not None:
+        return None  # the shard's own checks say why the target may not run on it
     states = capture_canonical(target.module, ids.long())
     order = [Layer(k) for k in range(target.num_layers + 1)] + [Layer(-1)]
     x_of = {layer: x for x, layer in enumerate(order)}

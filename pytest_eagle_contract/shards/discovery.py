@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..contract.model import Contract
 from ..errors import UsageError
+from ..tree import files_matching
 from .formats import FORMATS, SHARD_GLOBS
 
 DEFAULT_SAMPLE = 10
@@ -28,8 +29,7 @@ def discover(root: Path, format: str = "auto") -> list[Path]:
     if not root.is_dir():  # a FIFO or a device: never opened (a FIFO would block)
         raise UsageError(f"shard path {root} is not a regular file or a folder")
     globs = FORMATS[format].globs if format != "auto" else SHARD_GLOBS
-    found = {p for pattern in globs for p in root.rglob(pattern) if p.is_file()}
-    return sorted(found, key=_natural_key)
+    return sorted(set(files_matching(root, globs)), key=_natural_key)
 
 
 def choose(paths: Sequence[Path], sample: Sampling, seed: int) -> list[Path]:

@@ -9,6 +9,7 @@ crash.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import io
 import os
@@ -320,6 +321,19 @@ def read_sample(path: str | Path, format: str = "auto", *, arrays: bool = False)
     return Sample(path, fmt, tensors, fmt.read_extras(path, tensors))
 
 
+@functools.cache
+def _widens(dtype: Any) -> bool:
+    """Whether torch can widen ``dtype`` to float64 (not the packed sub-byte dtypes, such as
+    float4_e2m1fn_x2 or uint4, which it stores but cannot convert)."""
+    import torch
+
+    try:
+        torch.zeros(1, dtype=dtype).to(torch.float64)
+    except (RuntimeError, NotImplementedError, TypeError):
+        return False
+    return True
+
+
 _DENSE_HINT = "a shard holds dense CPU tensors: save them with .to_dense() / .dequantize()"
 
 
@@ -346,6 +360,13 @@ def _screened(tensors: dict[Any, Any]) -> dict[str, Any]:
         )
         if kind:
             raise ShardReadError("EC001", f"{key} holds {kind} tensor", _DENSE_HINT)
+        if not _widens(value.dtype):
+            raise ShardReadError(
+                "EC001",
+                f"{key} holds {dtype_name(value.dtype)}, a packed dtype that cannot be read "
+                "as numbers",
+                "store hidden states as bfloat16, float16 or float32, and ids as integers",
+            )
         return value.detach()
 
     bad = [k for k in tensors if not isinstance(k, str)]

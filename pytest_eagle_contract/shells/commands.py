@@ -175,23 +175,14 @@ def identify(args: argparse.Namespace) -> int:
     except ShardReadError as exc:
         print(f"{args.path}: {exc.code} {exc.message}", file=sys.stderr)
         return EXIT_FINDINGS
-    from ..checks.evidence import length_problem, vocabulary_problem, width_problem
+    from ..models.inputs import unfit
 
     slots, problems = sample.slots(target.hidden_size)
-    if sample.input_ids is None:
-        problems.append("no input ids")
-    else:
-        problems += [
-            p
-            for p in (
-                length_problem(slots, sample.input_ids),
-                vocabulary_problem(sample.input_ids, target),
-                width_problem(slots, target),
-            )
-            if p
-        ]
-    if problems:
-        print(f"{args.path}: EC605 " + "; ".join(problems), file=sys.stderr)
+    bad = unfit(sample.ids, target, slots=[s.array for s in slots], mask=sample.mask)
+    if problems or bad is not None:
+        reasons = [*problems, *([bad.reason] if bad is not None else [])]
+        code = bad.code if bad is not None else "EC203"
+        print(f"{args.path}: {code} no reference capture: " + "; ".join(reasons), file=sys.stderr)
         return EXIT_FINDINGS
     assert sample.input_ids is not None
     start = time.perf_counter()

@@ -79,7 +79,7 @@ def probe(args: argparse.Namespace) -> int:
     layouts = layouts_of(
         contract, folder, target.num_layers, target.arch, args.layout or [], args.engine
     )
-    starts = prompts(contract, paths, args.sequences, args.prompt, target.vocab_size or 2)
+    starts = prompts(contract, paths, args.sequences, args.prompt, target)
     sequences = greedy_sequences(model, starts, args.length)
     draft = EagleDraft.load(folder)
     estimates = estimate(draft, model, sequences, layouts, args.steps, args.prompt - 2)

@@ -92,6 +92,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.fixture
 def eagle_shard(request: pytest.FixtureRequest) -> Any:
     """One sampled shard of the test's contract, read: an :class:`EagleShard`."""
+    from ..errors import EagleContractError
     from ..shards.shard import EagleShard
 
     contract, path = request.param
@@ -99,7 +100,20 @@ def eagle_shard(request: pytest.FixtureRequest) -> Any:
         pytest.skip(path)
     if contract == "fail":
         pytest.fail(path, pytrace=False)
-    return EagleShard.read(contract, path)
+    try:
+        return EagleShard.read(contract, path)
+    except (EagleContractError, ValueError) as exc:  # the file's coded problem, not a bug
+        problem = _coded(exc)
+    pytest.fail(f"eagle_shard: {path}: {problem}", pytrace=False)
+
+
+def _coded(exc: Exception) -> str:
+    """An error as one line of text, with its rule code first when it has one."""
+    from ..errors import CodedError
+
+    if isinstance(exc, CodedError) and not str(exc).startswith(exc.code):
+        return f"{exc.code} {exc.message}"
+    return str(exc)
 
 
 @pytest.fixture
@@ -107,7 +121,7 @@ def eagle_capture(request: pytest.FixtureRequest, eagle_shard: Any) -> Any:
     """The server's aux states [T, n_aux * H] for this test's ``eagle_shard``: live when
     --eagle-sglang-url is given, else from --eagle-captures, else skipped with the reason."""
     from ..capture.fixture import aux_for_shard
-    from ..errors import CaptureError, NoCapture
+    from ..errors import CaptureError, EagleContractError, NoCapture
 
     config = request.config
     dirs = [Path(d) for d in (config.getoption("eagle_captures") or [])]
@@ -124,4 +138,7 @@ def eagle_capture(request: pytest.FixtureRequest, eagle_shard: Any) -> Any:
     except CaptureError as exc:
         if exc.code == "EC705" and config.getoption("eagle_sglang_skip"):
             pytest.skip(f"eagle_capture: {exc.message}")
-        raise
+        problem = _coded(exc)
+    except EagleContractError as exc:  # a capture file or option that cannot be used
+        problem = _coded(exc)
+    pytest.fail(f"eagle_capture: {problem}", pytrace=False)

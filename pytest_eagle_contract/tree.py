@@ -33,21 +33,24 @@ def walk(root: Path) -> Iterator[tuple[Path, list[str], list[str]]]:
         files: list[str] = []
         for entry in listed:
             try:
-                (dirs if entry.is_dir() else files).append(entry.name)
-            except OSError:
-                continue
+                folder = entry.is_dir()
+            except OSError:  # a link to itself, a name that vanished: not a folder
+                folder = False
+            (dirs if folder else files).append(entry.name)
         yield here, dirs, files
         stack.extend(here / d for d in sorted(dirs, reverse=True))
 
 
-def files_matching(root: Path, patterns: Iterable[str]) -> list[Path]:
-    """Regular files under ``root`` whose names match one of ``patterns`` (``*.ckpt``)."""
+def files_matching(root: Path, patterns: Iterable[str], regular: bool = True) -> list[Path]:
+    """Files under ``root`` whose names match one of ``patterns`` (``*.ckpt``): regular
+    files only, or with ``regular=False`` everything so named (folders, FIFOs, devices,
+    dangling links), for a caller that reports them."""
     wanted = tuple(patterns)
     out = []
-    for here, _dirs, files in walk(root):
-        for name in files:
+    for here, dirs, files in walk(root):
+        for name in files if regular else [*dirs, *files]:
             if any(fnmatch.fnmatchcase(name, p) for p in wanted):
                 path = here / name
-                if path.is_file():
+                if not regular or path.is_file():
                     out.append(path)
     return out

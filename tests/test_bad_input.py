@@ -110,7 +110,9 @@ def test_infer_refuses_bad_layer_names_and_invalid_drafts(demo_dir, tmp_path, cl
     assert str(out) in res.stderr and not out.exists()
 
 
-def test_evidence_on_a_shard_of_another_vocabulary_is_ec605(demo_dir, tmp_path, cli):
+def test_evidence_on_a_shard_of_another_vocabulary_is_ec301_and_the_model_does_not_run(
+    demo_dir, tmp_path, cli
+):
     import torch
 
     from pytest_eagle_contract.shards.writing import save
@@ -124,11 +126,10 @@ def test_evidence_on_a_shard_of_another_vocabulary_is_ec605(demo_dir, tmp_path, 
         tmp_path / "big",
         "--target-model",
         demo_dir / "target",
-        "--checks",
-        "evidence",
     )
     no_traceback(res)
-    assert res.returncode == 1 and "EC605" in res.stdout and "embedding has 512 rows" in res.stdout
+    assert res.returncode == 1 and "EC301" in res.stdout  # the finding it gets without a model
+    assert "EC009 check-not-run: evidence did not run: input ids span" in res.stdout
     res = cli("identify", tmp_path / "big" / "data_0.ckpt", "--target-model", demo_dir / "target")
     no_traceback(res)
     assert res.returncode == 1 and "EC605" in res.stderr

@@ -6,7 +6,7 @@ from collections import Counter
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from ..findings import Finding, finding
+from ..findings import Finding, finding, not_run
 from ..shards.reading import dtype_name, numbers
 from .family import CheckFamily, shard_input
 
@@ -130,6 +130,18 @@ def check_structure(contract: Contract, shard: Shard) -> list[Finding]:
                 hint="a generator truncated one and not the others "
                 "(e.g. prompts cut to max_model_len - 1, mask left whole): "
                 f"regenerate {name} with {majority} entries",
+            )
+        )
+    unread = sample.metadata.get("unread")
+    if unread:  # a dataset beside the shard that this installation cannot read
+        add(
+            not_run(
+                "structure's match of the shard with its dataset row (EC206, EC202)",
+                unread,
+                contract=contract,
+                key="training.format",
+                file=shard.label,
+                hint="install what the reason names, or the rows stay unchecked",
             )
         )
     if reference is not None:

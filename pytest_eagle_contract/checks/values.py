@@ -6,7 +6,7 @@ import math
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from ..findings import Finding, codes, finding
+from ..findings import Finding, codes, finding, not_run
 from ..shards.reading import Array, numbers
 from .family import CheckFamily, shard_input
 
@@ -41,6 +41,20 @@ def check_values(contract: Contract, shard: Shard) -> list[Finding]:
                     hint="the shard was tokenized with another tokenizer, or vocab_size is wrong",
                 )
             )
+    fmt = sample.format
+    if sample.mask is None and fmt.mask_key in fmt.optional_keys:
+        reason = sample.metadata.get("unread") or (
+            f"the shard holds no {fmt.mask_key} and no dataset row beside it gives one"
+        )
+        out.append(
+            not_run(
+                "values' loss-mask checks (EC302, EC303)",
+                reason,
+                contract=contract,
+                key="training.loss_mask",
+                file=shard.label,
+            )
+        )
     if mask is not None and mask.size:
         not_binary = (mask != 0) & (mask != 1)
         if bool(not_binary.any()):

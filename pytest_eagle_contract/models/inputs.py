@@ -55,8 +55,8 @@ def unfit(
 
     ``ids`` and ``mask`` are ``[T]`` arrays as stored (torch or the mapped reader's views),
     ``slots`` the arrays a capture is compared with; ``vocab`` the contract's vocabulary
-    size, which decides whether an id past the model's embedding is the shard's problem
-    (EC301) or the model's (EC605).
+    size: an id past it is the shard's problem (EC301); an id inside it, or with no
+    contract, past the model's embedding is the model's (EC605: not this target's shard).
     """
     if ids is None:
         return Unfit("EC101", "the shard has no input ids")
@@ -85,12 +85,12 @@ def unfit(
     if kind.startswith("uint") and low < 0:  # read as int64, a value past 2**63 wraps
         return Unfit("EC301", f"input ids of {kind} hold values past 2**63")
     rows = target.embedding_rows
-    if low < 0 or high >= (vocab or rows):
+    if low < 0 or (vocab is not None and high >= vocab):
         return Unfit(
             "EC301",
             f"input ids span [{low}, {high}], outside the vocabulary [0, {vocab or rows})",
         )
-    if high >= rows:
+    if high >= rows:  # inside the contract's vocabulary (or none given): another model
         return Unfit(
             "EC605",
             f"input ids span [{low}, {high}], the target model's embedding has {rows} rows",

@@ -2,7 +2,8 @@
 last the pre-norm target) and ``token_ids``; ``input_ids`` and ``loss_mask`` in an Arrow
 dataset beside ``hidden_states/`` (HF ``datasets.save_to_disk`` layout, IPC stream files
 ``data-XXXXX-of-NNNNN.arrow``), row i for ``hs_{i}``. Reading the rows needs pyarrow
-(``pip install pytest-eagle-contract[arrow]``); without it the mask is simply not there.
+(``pip install pytest-eagle-contract[arrow]``); without it the shard's metadata says which
+checks could not run and why (``unread``), and the checks report it (EC009).
 """
 
 from __future__ import annotations
@@ -31,7 +32,14 @@ class Speculators(Format):
         if "loss_mask" in tensors:
             return {}
         row = dataset_row(path)
-        return {} if row is None else {"dataset_row": row}
+        if row is not None:
+            return {"dataset_row": row}
+        if _dataset_files(path):  # there is a dataset, and no pyarrow to read it
+            return {
+                "unread": f"the Arrow dataset in {path.parent.parent} needs pyarrow "
+                "(pip install pytest-eagle-contract[arrow])"
+            }
+        return {}
 
     def shard_name(self, index: int, compress: bool = False) -> str:
         return f"hidden_states/hs_{index}.safetensors"
@@ -123,16 +131,21 @@ def _column(table: Any, name: str, index: int) -> torch.Tensor | None:
     return torch.from_numpy(values.to_numpy(zero_copy_only=False).astype("int64"))
 
 
+def _dataset_files(shard: Path) -> list[Path]:
+    """The Arrow files of the dataset above ``.../hidden_states/hs_{i}.safetensors``."""
+    if _HS.match(shard.name) is None:
+        return []
+    return sorted(f for f in shard.parent.parent.glob("data-*.arrow") if f.is_file())
+
+
 def dataset_row(shard: Path) -> dict[str, Any] | None:
     """``{"input_ids", "loss_mask", "row", "dataset"}`` for ``.../hidden_states/hs_{i}`` when
     an Arrow dataset sits above it and pyarrow is installed; else None. A dataset that
     cannot be read is a :class:`ShardReadError` (EC001)."""
     match = _HS.match(shard.name)
     root = shard.parent.parent
-    if match is None:
-        return None
-    files = sorted(f for f in root.glob("data-*.arrow") if f.is_file())
-    if not files:
+    files = _dataset_files(shard)
+    if match is None or not files:
         return None
     try:
         import pyarrow as pa

@@ -1,0 +1,128 @@
+"""Issue 22, item 4: where a check cannot run, the verdict says which and why (EC009) in the
+text, the JSON report and pytest; "ok" means every check that applies ran.
+
+Current speculators files keep input_ids and loss_mask in an Arrow dataset beside
+``hidden_states/``: without pyarrow (hidden here by a stand-in module on PYTHONPATH that
+refuses to import, as on a machine without the ``arrow`` extra), or with no dataset and no
+mask in the files, the mask and dataset-row checks cannot run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("pyarrow")
+
+from pytest_eagle_contract.shards.synthetic import states_with_norms
+from pytest_eagle_contract.shards.writing import save, write_speculators_dataset
+
+H, T = 32, 30
+CONTRACT = f"""\
+contract: speculators-current
+version: 1
+target: {{num_hidden_layers: 8, hidden_size: {H}, vocab_size: 100}}
+training:
+  format: speculators
+  shards: data/hidden_states
+  slots:
+    - {{layer: residual:2, norm: {{min: 0.5, max: 1.5}}}}
+    - {{layer: residual:4, norm: {{min: 1.5, max: 2.5}}}}
+    - {{layer: residual:5, norm: {{min: 2.5, max: 3.5}}}}
+    - {{layer: residual:8, norm: {{min: 3.5, max: 4.5}}}}
+"""
+
+
+def _project(tmp_path: Path, dataset: bool) -> Path:
+    g = torch.Generator().manual_seed(0)
+    rows = []
+    for i in range(2):
+        ids = torch.randint(0, 100, (T,), generator=g)
+        states = torch.stack(
+            [states_with_norms(T, H, m, 0.1, g, torch.bfloat16) for m in (1.0, 2.0, 3.0, 4.0)],
+            dim=1,
+        )
+        save(
+            tmp_path / "data" / "hidden_states" / f"hs_{i}.safetensors",
+            {"hidden_states": states, "token_ids": ids},
+        )
+        rows.append((ids, torch.ones(T, dtype=torch.long)))
+    if dataset:
+        write_speculators_dataset(tmp_path / "data", rows)
+    (tmp_path / "c.yaml").write_text(CONTRACT)
+    return tmp_path / "c.yaml"
+
+
+def _without_pyarrow(tmp_path: Path) -> dict[str, str]:
+    shim = tmp_path / "no-pyarrow" / "pyarrow"
+    shim.mkdir(parents=True)
+    (shim / "__init__.py").write_text("raise ImportError('pyarrow hidden by the test')\n")
+    path = os.pathsep.join([str(shim.parent), os.environ.get("PYTHONPATH", "")])
+    return {**os.environ, "PYTHONPATH": path, "PYTHONWARNINGS": "ignore"}
+
+
+def _check(tmp_path: Path, env: dict[str, str]) -> tuple[subprocess.CompletedProcess[str], list]:
+    report = tmp_path / "r.json"
+    res = subprocess.run(
+        [sys.executable, "-m", "pytest_eagle_contract", "check", "c.yaml", "--no-sharpness"]
+        + ["--json", str(report)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert "Traceback" not in res.stdout + res.stderr, res.stderr
+    return res, json.loads(report.read_text())["findings"]
+
+
+def test_without_pyarrow_the_dataset_checks_say_they_did_not_run(tmp_path):
+    _project(tmp_path, dataset=True)
+    res, findings = _check(tmp_path, _without_pyarrow(tmp_path))
+    assert res.returncode == 0, res.stdout
+    gaps = [f for f in findings if f["code"] == "EC009"]
+    assert {f["severity"] for f in gaps} == {"warning"}
+    messages = " ".join(f["message"] for f in gaps)
+    assert "dataset row (EC206" in messages and "loss-mask checks" in messages
+    assert "needs pyarrow" in messages
+    last = res.stdout.strip().splitlines()[-1]
+    assert last.startswith("passed, incomplete") and "did not run (EC009" in last, last
+
+
+def test_with_pyarrow_every_check_runs_and_the_verdict_is_ok(tmp_path):
+    _project(tmp_path, dataset=True)
+    res, findings = _check(tmp_path, {**os.environ, "PYTHONWARNINGS": "ignore"})
+    assert res.returncode == 0 and findings == [], res.stdout
+    assert res.stdout.strip().splitlines()[-1].startswith("ok:")
+
+
+def test_no_mask_anywhere_says_the_mask_checks_did_not_run(tmp_path):
+    _project(tmp_path, dataset=False)
+    res, findings = _check(tmp_path, {**os.environ, "PYTHONWARNINGS": "ignore"})
+    gaps = [f["message"] for f in findings if f["code"] == "EC009"]
+    assert gaps and all("no loss_mask" in m for m in gaps), gaps
+    assert not res.stdout.strip().splitlines()[-1].startswith("ok")
+
+
+def test_pytest_shows_the_check_that_did_not_run_as_a_skip(tmp_path, pytester):
+    contract = _project(pytester.path, dataset=True)
+    env = _without_pyarrow(tmp_path)
+    res = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rs"]
+        + ["--eagle-contract", str(contract), "--eagle-no-sharpness"],
+        cwd=pytester.path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    out = res.stdout + res.stderr
+    assert "Traceback" not in out and "INTERNALERROR" not in out, out
+    assert res.returncode == 0, out
+    assert "SKIPPED" in out and "EC009" in out and "needs pyarrow" in out, out

@@ -23,6 +23,8 @@ pytest.importorskip("pyarrow")
 from pytest_eagle_contract.shards.synthetic import states_with_norms
 from pytest_eagle_contract.shards.writing import save, write_speculators_dataset
 
+CLI = (sys.executable, "-m", "pytest_eagle_contract")
+PYTEST = (sys.executable, "-m", "pytest", "-p", "no:cacheprovider")
 H, T = 32, 30
 CONTRACT = f"""\
 contract: speculators-current
@@ -70,8 +72,7 @@ def _without_pyarrow(tmp_path: Path) -> dict[str, str]:
 def _check(tmp_path: Path, env: dict[str, str]) -> tuple[subprocess.CompletedProcess[str], list]:
     report = tmp_path / "r.json"
     res = subprocess.run(
-        [sys.executable, "-m", "pytest_eagle_contract", "check", "c.yaml", "--no-sharpness"]
-        + ["--json", str(report)],
+        [*CLI, "check", "c.yaml", "--no-sharpness", "--json", str(report)],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -114,8 +115,7 @@ def test_pytest_shows_the_check_that_did_not_run_as_a_skip(tmp_path, pytester):
     contract = _project(pytester.path, dataset=True)
     env = _without_pyarrow(tmp_path)
     res = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rs"]
-        + ["--eagle-contract", str(contract), "--eagle-no-sharpness"],
+        [*PYTEST, "-rs", "--eagle-contract", str(contract), "--eagle-no-sharpness"],
         cwd=pytester.path,
         env=env,
         capture_output=True,

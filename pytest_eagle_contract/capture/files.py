@@ -310,7 +310,8 @@ def load_captures(root: Path | str | Iterable[Path | str]) -> CaptureIndex:
         if not base.exists():
             raise CaptureFileError(f"capture path {base} does not exist")
         try:
-            files = sorted(files_matching(base, [f"*{SUFFIX}"], regular=False)) if base.is_dir() else [base]
+            named = files_matching(base, [f"*{SUFFIX}"], regular=False)
+            files = sorted(named) if base.is_dir() else [base]
         except OSError as exc:
             index.problems.append(f"{base}: cannot list the capture files: {exc}")
             continue

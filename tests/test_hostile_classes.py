@@ -113,3 +113,22 @@ def test_a_folder_tree_past_the_recursion_limit_is_walked(world, tmp_path, cli, 
     ):
         res = cli(*args)
         _clean(res)
+
+
+@pytest.mark.parametrize("name", ["model.norm.weight", "model.layers.0.mlp.up_proj.weight"])
+def test_a_packed_dtype_in_the_target_model_is_a_usage_error(world, tmp_path, cli, name):
+    from safetensors.torch import load_file, save_file
+
+    target = tmp_path / "target"
+    shutil.copytree(world / "target", target)
+    weights = load_file(target / "model.safetensors")
+    weights[name] = _packed(weights[name])
+    save_file(weights, target / "model.safetensors", metadata={"format": "pt"})
+    shard = world / "good" / "rows_0-2000" / "data_0.ckpt"
+    for args in (
+        ("check", CONTRACT, shard, "--target-model", target, "--reference-capture"),
+        ("identify", shard, "--target-model", target),
+    ):
+        res = cli(*args)
+        _clean(res)
+        assert res.returncode == 2 and f"target model {target}" in res.stderr, res.stderr

@@ -105,7 +105,9 @@ class TargetModel:
                     out: torch.Tensor = f.get_tensor(name)
             except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
                 raise self._error(f"cannot read {name} from {file.name}: {exc}") from None
-            if not out.is_floating_point():
+            from ..shards.reading import widens
+
+            if not out.is_floating_point() or not widens(out.dtype):
                 raise self._error(f"{name} holds {out.dtype}, not floating-point weights")
             return out
         raise self._error(f"none of {list(names)} in its safetensors files")

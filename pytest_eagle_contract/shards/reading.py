@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     import numpy as np
     import torch
 
-__all__ = ["Array", "Sample", "Slot", "dtype_name", "numbers", "read_sample"]
+__all__ = ["Array", "Sample", "Slot", "dtype_name", "numbers", "read_sample", "widens"]
 
 GUNZIP_CAP_ENV = "EAGLE_SHARD_MAX_GUNZIP_BYTES"
 GUNZIP_CAP = 1 << 30  # a .ckpt.gz shard expands to at most 1 GiB unless the env var says more
@@ -322,7 +322,7 @@ def read_sample(path: str | Path, format: str = "auto", *, arrays: bool = False)
 
 
 @functools.cache
-def _widens(dtype: Any) -> bool:
+def widens(dtype: Any) -> bool:
     """Whether torch can widen ``dtype`` to float64 (not the packed sub-byte dtypes, such as
     float4_e2m1fn_x2 or uint4, which it stores but cannot convert)."""
     import torch
@@ -360,7 +360,7 @@ def _screened(tensors: dict[Any, Any]) -> dict[str, Any]:
         )
         if kind:
             raise ShardReadError("EC001", f"{key} holds {kind} tensor", _DENSE_HINT)
-        if not _widens(value.dtype):
+        if not widens(value.dtype):
             raise ShardReadError(
                 "EC001",
                 f"{key} holds {dtype_name(value.dtype)}, a packed dtype that cannot be read "

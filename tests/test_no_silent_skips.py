@@ -80,7 +80,10 @@ def _check(tmp_path: Path, env: dict[str, str]) -> tuple[subprocess.CompletedPro
         timeout=240,
     )
     assert "Traceback" not in res.stdout + res.stderr, res.stderr
-    return res, json.loads(report.read_text())["findings"]
+    data = json.loads(report.read_text())
+    assert data["complete"] == (not data["not_run"])  # the report's own verdict of gaps
+    assert data["complete"] == all(f["code"] != "EC009" for f in data["findings"])
+    return res, data["findings"]
 
 
 def test_without_pyarrow_the_dataset_checks_say_they_did_not_run(tmp_path):

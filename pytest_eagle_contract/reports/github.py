@@ -187,7 +187,7 @@ def step_summary(runs: Sequence[CheckRun], shown: int = 5) -> str:
 
     parts: list[str] = []
     for run in runs:
-        verdict = "passed" if run.ok else "FAILED"
+        verdict = run.verdict
         parts += [
             f"## eagle-contract {verdict}: {run.contract.name}",
             "",

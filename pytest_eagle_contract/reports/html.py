@@ -22,7 +22,7 @@ h1 .ok{color:#1a7f37} h1 .bad{color:#cf222e} code,pre{font:12px ui-monospace,mon
 table{border-collapse:collapse;margin:.5em 0} td,th{border:1px solid #ccc;padding:3px 8px;
 text-align:left} pre{overflow-x:auto} .differs{color:#cf222e;font-weight:bold}
 .finding{border-left:4px solid #cf222e;padding:2px 10px;margin:8px 0}
-.warning{border-color:#bf8700} .hint{color:#555}
+.warning{border-color:#bf8700} span.warning{color:#9a6700} .hint{color:#555}
 .note{background:#fff8c5;padding:6px 10px} figure{margin:1em 0} svg{max-width:100%;height:auto}
 """
 
@@ -30,7 +30,14 @@ text-align:left} pre{overflow-x:auto} .differs{color:#cf222e;font-weight:bold}
 def render(runs: Sequence[CheckRun], measured: Sequence[Measurements]) -> str:
     """The page; ``measured[i]`` holds what ``runs[i]``'s plots show."""
     ok = all(run.ok for run in runs)
-    verdict = '<span class="ok">passed</span>' if ok else '<span class="bad">FAILED</span>'
+    complete = all(not run.not_run for run in runs)
+    verdict = (
+        '<span class="bad">FAILED</span>'
+        if not ok
+        else '<span class="ok">passed</span>'
+        if complete
+        else '<span class="warning">passed, incomplete</span>'
+    )
     body = [f"<h1>eagle-contract: {verdict}</h1>"]
     if not plots.available():
         body.append(
@@ -50,7 +57,7 @@ def render(runs: Sequence[CheckRun], measured: Sequence[Measurements]) -> str:
 def _contract(run: CheckRun, m: Measurements) -> list[str]:
     from ..render import display_path
 
-    state = "passed" if run.ok else "FAILED"
+    state = run.verdict
     out = [
         f"<h2>{escape(run.contract.name)}: {state}</h2>",
         f"<p><code>{escape(display_path(str(run.contract.path)))}</code>: "

@@ -31,6 +31,8 @@ def check_report(run: CheckRun) -> dict[str, Any]:
         "name": contract.name,
         "contract_sha256": content_sha256(contract.path),
         "ok": run.ok,
+        "complete": not run.not_run,
+        "not_run": run.not_run,
         "summary": run.summary,
         "engine": None if serving is None else {"name": serving.engine, "version": serving.version},
         "layout": [span.to_dict() for span in layout_spans(contract)],

@@ -50,6 +50,22 @@ class CheckRun:
     def ok(self) -> bool:
         return not any(f.severity == "error" for f in self.findings)
 
+    @property
+    def not_run(self) -> list[str]:
+        """Why checks that apply did not run (EC009): empty when the verdict is complete."""
+        return [
+            f"{f.file}: {f.message}" if f.file else f.message
+            for f in self.findings
+            if f.code == "EC009"
+        ]
+
+    @property
+    def verdict(self) -> str:
+        """passed, "passed, incomplete" (a check that applies did not run) or FAILED."""
+        if not self.ok:
+            return "FAILED"
+        return "passed, incomplete" if self.not_run else "passed"
+
     @classmethod
     def of(cls, contract: Contract, outcome: Outcome, summary: str) -> CheckRun:
         units = [

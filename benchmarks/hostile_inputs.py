@@ -34,6 +34,14 @@ class Case:
     argv: list[str]
     server: Callable[[], contextlib.AbstractContextManager[str]] | None = None  # {url}
     verify: Callable[[Path], str] | None = None  # what is missing afterwards ("" for nothing)
+    # the matrix (benchmarks/hostile_matrix.py): the row's family and shell, the families
+    # the run executes, folders outside ``folder`` it reads (checked unchanged too), and a
+    # timeout of its own
+    family: str = ""
+    shell: str = "cli"
+    covers: frozenset[str] = frozenset()
+    watch: tuple[Path, ...] = ()
+    timeout: float | None = None
 
 
 class _Payload:

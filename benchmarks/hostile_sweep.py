@@ -19,6 +19,7 @@ an address-space limit and a timeout, and ends in one class, the first that appl
 
     python benchmarks/hostile_sweep.py [--jobs 2] [--timeout 90] [--surfaces shards,http]
         [--fresh] [--keep]
+    python benchmarks/hostile_sweep.py --matrix [--quick] ...   (benchmarks/hostile_matrix.py)
 
 By default the children are forked from this process once it has imported the package and
 torch (the same ``main(argv)`` the ``eagle-contract`` script calls, at a fraction of the
@@ -65,6 +66,10 @@ RSS_LIMIT = 4 * GIB
 MARKERS = ("PAYLOAD_RAN", "eagle-payload-ran")
 CLASSES = ("payload ran", "overwrote", "hang", ">4GB", "traceback", "no finding", "ok")
 MEMORY_WORDS = ("MemoryError", "not enough memory", "Cannot allocate memory", "can't allocate")
+CRASH_WORDS = ("INTERNALERROR", "crashed while running", "node down:", "Segmentation fault")
+CLI_CODES = (0, 1, 2)  # passed, findings, usage error
+PYTEST_CODES = (0, 1, 4)  # passed, failed items, usage error (pytest.UsageError); not
+# 2 (interrupted: a collection error), 3 (internal error) or 5 (no items at all)
 
 
 @dataclass
@@ -107,23 +112,35 @@ def _digest(folder: Path) -> dict[str, str]:
 
 def _child(argv: list[str], folder: Path, log: Path, fresh: bool) -> None:
     """In the forked child: run the CLI's main() as the eagle-contract script does, or with
-    ``fresh`` exec a new interpreter on it."""
+    ``fresh`` exec a new interpreter on it. ``argv`` starting with ``pytest`` runs pytest
+    (``pytest.main``, or ``python -m pytest`` with ``fresh``) instead."""
     code = 1
     try:
+        os.setpgid(0, 0)  # a group of its own: a hang is killed with its xdist workers
         os.chdir(folder)
         resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
         fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(fd, 1)
         os.dup2(fd, 2)
+        here = str(Path(__file__).resolve().parent)  # the guard plugin, for xdist workers too
+        path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
+        os.environ.update(PYTHONPATH=path, PYTHONWARNINGS="ignore")
+        is_pytest = bool(argv) and argv[0] == "pytest"
         if fresh:
-            python = [sys.executable, "-m", "pytest_eagle_contract"]
-            os.execve(sys.executable, [*python, *argv], {**os.environ, "PYTHONWARNINGS": "ignore"})
-        from pytest_eagle_contract.shells.cli import main
+            python = [sys.executable, "-m", "pytest" if is_pytest else "pytest_eagle_contract"]
+            rest = argv[1:] if is_pytest else argv
+            os.execve(sys.executable, [*python, *rest], dict(os.environ))
+        if is_pytest:
+            import pytest
 
-        try:
-            code = main(argv)
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+            code = int(pytest.main(argv[1:]))
+        else:
+            from pytest_eagle_contract.shells.cli import main
+
+            try:
+                code = main(argv)
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
     except BaseException:
         traceback.print_exc()
         code = 1
@@ -134,8 +151,15 @@ def _child(argv: list[str], folder: Path, log: Path, fresh: bool) -> None:
         os._exit(code)
 
 
+def _digests(case: Case) -> dict[str, str]:
+    out = _digest(case.folder)
+    for folder in case.watch:
+        out.update(_digest(folder))
+    return out
+
+
 def _start(case: Case, log: Path, fresh: bool) -> tuple[int, _Running]:
-    running = _Running(case, time.monotonic(), log, _digest(case.folder))
+    running = _Running(case, time.monotonic(), log, _digests(case))
     argv = list(case.argv)
     if case.server is not None:
         url = running.server.enter_context(case.server())
@@ -148,35 +172,76 @@ def _start(case: Case, log: Path, fresh: bool) -> tuple[int, _Running]:
     return pid, running
 
 
+def _out_of_memory(text: str, pytest_output: bool) -> bool:
+    """A memory word in the output; in pytest's, not in the source lines of a traceback
+    (indented, or marked ``>``), only in its own lines and the ``E`` lines."""
+    if not pytest_output:
+        return any(w in text for w in MEMORY_WORDS)
+    lines = [x for x in text.splitlines() if x.startswith("E ") or not x[:1].isspace()]
+    return any(w in x for x in lines if not x.startswith(">") for w in MEMORY_WORDS)
+
+
 def _verdict(run: _Running, status: int, rss: int) -> Result:
     case = run.case
     code = os.waitstatus_to_exitcode(status)
     text = run.log.read_text("utf-8", "replace") if run.log.exists() else ""
     markers = [p for m in MARKERS for p in case.folder.rglob(m)]
-    changed = _digest(case.folder) != run.before
+    markers += [p for m in MARKERS for w in case.watch for p in w.rglob(m)]
+    after = _digests(case)
+    changed = after != run.before
+    guard = case.folder / "out" / "hostile-guard.txt"
+    raw = guard.read_text("utf-8", "replace") if guard.exists() else ""
+    allowed = PYTEST_CODES if case.shell.startswith("pytest") else CLI_CODES
     if markers:
         verdict = "payload ran"
     elif changed:
         verdict = "overwrote"
     elif run.killed:
         verdict = "hang"
-    elif rss > RSS_LIMIT or any(w in text for w in MEMORY_WORDS):
+    elif rss > RSS_LIMIT or _out_of_memory(text, case.shell.startswith("pytest")):
         verdict = ">4GB"
-    elif "Traceback (most recent call last)" in text or code not in (0, 1, 2):
+    elif (
+        "Traceback (most recent call last)" in text
+        or code not in allowed
+        or raw
+        or any(w in text for w in CRASH_WORDS)
+    ):
         verdict = "traceback"
+        if raw:
+            text = f"{text}\n[guard] {raw}"
     elif case.verify is not None and (missing := case.verify(case.folder)):
         verdict, text = "no finding", f"{missing}\n{text}"
     else:
         verdict = "ok"
+    if changed:
+        moved = sorted(k for k in {*after, *run.before} if after.get(k) != run.before.get(k))
+        text = f"{text}\n[changed] {' '.join(moved[:5])}"
     took = time.monotonic() - run.start
-    return Result(case, verdict, code, took, rss, text[-1500:])
+    return Result(case, verdict, code, took, rss, text[-3000:])
 
 
-def run_all(cases: list[Case], jobs: int, timeout: float, fresh: bool, logs: Path) -> list[Result]:
+def run_all(
+    cases: list[Case],
+    jobs: int,
+    timeout: float,
+    fresh: bool,
+    logs: Path,
+    budget: float | None = None,
+    record: Path | None = None,
+) -> list[Result]:
+    """Run every case, ``jobs`` at a time. Past ``budget`` seconds no new case starts (the
+    running ones finish); with ``record`` each result is also appended there as a JSON line
+    as it comes, so a run cut short keeps what it measured."""
     results: list[Result] = []
     queue = list(enumerate(cases))
     running: dict[int, _Running] = {}
+    began = time.monotonic()
     while queue or running:
+        if budget is not None and time.monotonic() - began > budget and queue:
+            print(f"\nbudget of {budget:.0f} s spent: {len(queue)} runs not started", flush=True)
+            queue = []
+            if not running:
+                break
         while queue and len(running) < jobs:
             i, case = queue.pop(0)
             pid, run = _start(case, logs / f"{i:04d}.log", fresh)
@@ -185,8 +250,10 @@ def run_all(cases: list[Case], jobs: int, timeout: float, fresh: bool, logs: Pat
         if pid == 0:
             now = time.monotonic()
             for child, run in running.items():
-                if not run.killed and now - run.start > timeout:
+                if not run.killed and now - run.start > (run.case.timeout or timeout):
                     run.killed = True
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(child, signal.SIGKILL)  # xdist workers too
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(child, signal.SIGKILL)
             time.sleep(0.02)
@@ -195,10 +262,33 @@ def run_all(cases: list[Case], jobs: int, timeout: float, fresh: bool, logs: Pat
         run.server.close()
         result = _verdict(run, status, usage.ru_maxrss * 1024)
         results.append(result)
+        if record is not None:
+            _record(record, result)
         mark = "." if result.verdict == "ok" else "!"
         print(mark, end="" if len(results) % 80 else "\n", flush=True)
     print()
     return results
+
+
+def _record(path: Path, r: Result) -> None:
+    import json
+
+    line = {
+        "surface": r.case.surface,
+        "name": r.case.name,
+        "family": r.case.family,
+        "shell": r.case.shell,
+        "covers": sorted(r.case.covers),
+        "argv": r.case.argv,
+        "folder": str(r.case.folder),
+        "verdict": r.verdict,
+        "code": r.code,
+        "seconds": round(r.seconds, 2),
+        "rss": r.rss,
+        "tail": r.tail,
+    }
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(line) + "\n")
 
 
 def report(results: list[Result]) -> None:
@@ -224,6 +314,11 @@ def report(results: list[Result]) -> None:
 
 
 def main() -> None:
+    if "--matrix" in sys.argv[1:]:  # issue 22: input class x check family x shell
+        import hostile_matrix
+
+        hostile_matrix.main(sys.argv[1:])
+        return
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=90.0, help="seconds before a run is a hang")

@@ -30,8 +30,12 @@ def read_json_object(path: Path, cannot: str) -> dict[str, Any]:
     """The JSON object in ``path``, read no further than ``EAGLE_TARGET_JSON_MAX_BYTES``
     (a link to /dev/zero or a huge file is refused, not read). Raises UsageError, whose
     message starts with ``cannot``."""
+    import stat
+
     limit = env_bytes(JSON_MAX_BYTES_ENV, DEFAULT_JSON_MAX_BYTES)
     try:
+        if not stat.S_ISREG(path.stat().st_mode):  # a FIFO would block, a device never end
+            raise UsageError(f"{cannot}: not a regular file")
         with path.open("rb") as f:
             data = f.read(limit + 1)
         value = None if len(data) > limit else json.loads(data.decode("utf-8"))

@@ -24,24 +24,35 @@ KEY = "serving.draft_config"
 
 def _shapes(directory: Path) -> dict[str, tuple[Path, str, tuple[int, ...]]]:
     """Normalised tensor name -> (file, stored name, shape), from the headers."""
-    from safetensors import safe_open
+    from safetensors import SafetensorError, safe_open
+
+    from ..errors import UsageError
+    from ..models.draft import weight_files
 
     out: dict[str, tuple[Path, str, tuple[int, ...]]] = {}
-    for file in sorted(directory.glob("*.safetensors")):
-        with safe_open(str(file), framework="pt") as f:
-            for key in f.keys():
-                name = key.removeprefix("model.")
-                if name.startswith("layers.0."):
-                    name = "midlayer." + name[len("layers.0.") :]
-                out[name] = (file, key, tuple(f.get_slice(key).get_shape()))
+    for file in weight_files(directory):
+        try:
+            with safe_open(str(file), framework="pt") as f:
+                for key in f.keys():
+                    name = key.removeprefix("model.")
+                    if name.startswith("layers.0."):
+                        name = "midlayer." + name[len("layers.0.") :]
+                    out[name] = (file, key, tuple(f.get_slice(key).get_shape()))
+        except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
+            raise UsageError(f"draft {directory}: cannot read {file.name}: {exc}") from None
     return out
 
 
 def _read(entry: tuple[Path, str, tuple[int, ...]]) -> torch.Tensor:
-    from safetensors import safe_open
+    from safetensors import SafetensorError, safe_open
 
-    with safe_open(str(entry[0]), framework="pt") as f:
-        out: torch.Tensor = f.get_tensor(entry[1])
+    from ..errors import UsageError
+
+    try:
+        with safe_open(str(entry[0]), framework="pt") as f:
+            out: torch.Tensor = f.get_tensor(entry[1])
+    except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
+        raise UsageError(f"draft {entry[0].parent}: cannot read {entry[0].name}: {exc}") from None
     return out
 
 

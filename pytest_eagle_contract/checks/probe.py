@@ -67,7 +67,9 @@ def estimate(
     The aux states come from one forward over ``batch`` sequences of a length at a time."""
     import torch
 
+    from ..errors import UsageError
     from ..models.draft_model import accepted
+    from ..models.draft_shapes import refuse
 
     device = next(model.parameters()).device
     draft = draft.to(device)
@@ -80,7 +82,10 @@ def estimate(
         states = _states(model, ids, needed)
         for b, row in enumerate(ids):
             for name, layers in layouts:
+                if not layers:
+                    raise UsageError(f"draft {draft.path}: layout {name} feeds no aux states")
                 aux = torch.cat([states[layer][b] for layer in layers], -1)
+                refuse(draft.path, draft.run_problems(embedding, head, int(aux.shape[-1])))
                 drafts = draft.chain(aux, row, embedding, steps, lm_head=head, first=first)
                 counts[name].append(accepted(drafts, row, first).cpu())
     out = []

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import EagleContractError
+from ..errors import EagleContractError, UsageError
 
 _IDS_SUFFIX = "aux_hidden_state_layer_ids"
 
@@ -51,6 +51,16 @@ def _aux_ids(data: dict[str, Any], path: Path, prefix: str = "") -> dict[str, tu
     return found
 
 
+def weight_files(directory: Path) -> list[Path]:
+    """The draft's ``*.safetensors`` files; one that is not a regular file (a FIFO would
+    block the reader, a device never ends) is a usage error."""
+    files = sorted(directory.glob("*.safetensors"))
+    for file in files:
+        if not file.is_file():
+            raise UsageError(f"draft {directory}: {file.name} is not a regular file")
+    return files
+
+
 def read_draft_json(path: Path) -> dict[str, Any]:
     """A draft's config.json, a JSON object of bounded size. Raises UsageError."""
     from ..limits import read_json_object
@@ -58,21 +68,36 @@ def read_draft_json(path: Path) -> dict[str, Any]:
     return read_json_object(path, f"cannot read draft config {path}")
 
 
+def _size(data: dict[str, Any], key: str, path: Path, *inner: Any) -> int | None:
+    """A size field: a whole number >= 0 at the top level or in ``inner`` objects, or None."""
+    for where in (data, *(i for i in inner if isinstance(i, dict))):
+        value = where.get(key)
+        if value is None:
+            continue
+        if type(value) is not int or value < 0:
+            raise EagleContractError(
+                f"{path}: {key} must be a whole number, not {str(value)[:40]!r}"
+            )
+        if value:
+            return value
+    return None
+
+
 def read_draft_config(path: str | Path) -> DraftConfig:
     path = Path(path)
     if path.is_dir():
         path = path / "config.json"
     data = read_draft_json(path)
-    speculators = data.get("speculators_config") or {}
-    transformer = data.get("transformer_layer_config") or {}
+    speculators = data.get("speculators_config")
+    transformer = data.get("transformer_layer_config")
     return DraftConfig(
         path=path,
         aux_ids=_aux_ids(data, path),
-        num_aux_hidden_states=data.get("num_aux_hidden_states"),
-        target_hidden_size=data.get("target_hidden_size") or speculators.get("target_hidden_size"),
-        hidden_size=data.get("hidden_size") or transformer.get("hidden_size"),
-        draft_vocab_size=data.get("draft_vocab_size"),
-        vocab_size=data.get("vocab_size") or transformer.get("vocab_size"),
+        num_aux_hidden_states=_size(data, "num_aux_hidden_states", path),
+        target_hidden_size=_size(data, "target_hidden_size", path, speculators),
+        hidden_size=_size(data, "hidden_size", path, transformer),
+        draft_vocab_size=_size(data, "draft_vocab_size", path),
+        vocab_size=_size(data, "vocab_size", path, transformer),
     )
 
 
@@ -87,23 +112,26 @@ def read_draft_weights(
     directory: Path, vocab_size: int | None, draft_vocab_size: int | None
 ) -> DraftWeights | None:
     """fc.weight's shape and d2t/t2d consistency from the draft's safetensors files."""
-    files = sorted(directory.glob("*.safetensors"))
+    files = weight_files(directory)
     if not files:
         return None
-    from safetensors import safe_open
+    from safetensors import SafetensorError, safe_open
 
     fc_shape: tuple[int, ...] | None = None
     d2t = t2d = None
     for file in files:
-        with safe_open(str(file), framework="pt") as f:
-            for key in f.keys():
-                name = key.removeprefix("model.")
-                if name == "fc.weight":
-                    fc_shape = tuple(f.get_slice(key).get_shape())
-                elif name == "d2t":
-                    d2t = f.get_tensor(key)
-                elif name == "t2d":
-                    t2d = f.get_tensor(key)
+        try:
+            with safe_open(str(file), framework="pt") as f:
+                for key in f.keys():
+                    name = key.removeprefix("model.")
+                    if name == "fc.weight":
+                        fc_shape = tuple(f.get_slice(key).get_shape())
+                    elif name == "d2t":
+                        d2t = f.get_tensor(key)
+                    elif name == "t2d":
+                        t2d = f.get_tensor(key)
+        except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
+            raise UsageError(f"draft {directory}: cannot read {file.name}: {exc}") from None
     return DraftWeights(
         files[0].parent, fc_shape, _vocab_problem(d2t, t2d, vocab_size, draft_vocab_size)
     )

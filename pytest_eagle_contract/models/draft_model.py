@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
-from .draft import read_draft_json
+from .draft import read_draft_json, weight_files
+from .draft_shapes import config_problems, refuse, run_problems, weight_problems
 
 if TYPE_CHECKING:
     import torch
@@ -37,14 +38,19 @@ _NORMS = ("input_layernorm", "hidden_norm", "post_attention_layernorm")
 def draft_tensors(directory: Path) -> dict[str, torch.Tensor]:
     """Every tensor of the draft's safetensors files, under normalised names
     (``model.`` dropped, ``layers.0.`` read as ``midlayer.``)."""
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    files = sorted(directory.glob("*.safetensors"))
+    files = weight_files(directory)
     if not files:
         raise UsageError(f"draft {directory}: no safetensors files")
     out: dict[str, torch.Tensor] = {}
     for file in files:
-        for key, value in load_file(str(file)).items():
+        try:
+            tensors = load_file(str(file))
+        except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
+            raise UsageError(f"draft {directory}: cannot read {file.name}: {exc}") from None
+        for key, value in tensors.items():
             name = key.removeprefix("model.")
             out[LAYER + name[len("layers.0.") :] if name.startswith("layers.0.") else name] = value
     return out
@@ -71,16 +77,28 @@ class EagleDraft:
 
         directory = Path(directory)
         config = draft_json(directory)
-        if int(config.get("num_hidden_layers", 1)) != 1:
+        if config.get("num_hidden_layers", 1) != 1:
             raise UsageError(f"draft {directory}: only one-layer drafts are supported")
-        weights = {
-            k: v.to(dtype or torch.float32) if v.is_floating_point() else v
-            for k, v in draft_tensors(directory).items()
-        }
-        missing = [n for n in _required() if n not in weights]
+        stored = draft_tensors(directory)
+        missing = [n for n in _required() if n not in stored]
         if missing:
             raise UsageError(f"draft {directory}: missing tensors {missing}")
+        refuse(directory, config_problems(config) + weight_problems(config, stored))
+        weights = {
+            k: v.to(dtype or torch.float32) if v.is_floating_point() else v
+            for k, v in stored.items()
+        }
         return cls(directory, config, weights)
+
+    def run_problems(
+        self, embedding: torch.Tensor, lm_head: torch.Tensor | None, aux_width: int
+    ) -> list[str]:
+        """What does not fit between this draft and the target beside it (for aux states
+        ``aux_width`` wide); nothing runs until it is empty."""
+        fc = self.weights["fc.weight"]
+        return run_problems(
+            int(fc.shape[0]), int(fc.shape[1]), self.weights, embedding, lm_head, aux_width
+        )
 
     def to(self, device: torch.device | str) -> EagleDraft:
         """The same draft with its tensors on ``device``."""

@@ -31,7 +31,8 @@ def check_report(run: CheckRun) -> dict[str, Any]:
         "name": contract.name,
         "contract_sha256": content_sha256(contract.path),
         "ok": run.ok,
-        "complete": not run.not_run,
+        "complete": run.complete,
+        "interrupted": run.interrupted,
         "not_run": run.not_run,
         "summary": run.summary,
         "engine": None if serving is None else {"name": serving.engine, "version": serving.version},
@@ -50,6 +51,8 @@ def session_report(runs: list[CheckRun]) -> dict[str, Any]:
         "schema_version": SCHEMA_VERSION,
         "kind": "session",
         "ok": all(run.ok for run in runs),
+        "complete": all(run.complete for run in runs),
+        "interrupted": any(run.interrupted for run in runs),
         "reports": [check_report(r) for r in runs],
     }
 

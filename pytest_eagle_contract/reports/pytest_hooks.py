@@ -36,6 +36,10 @@ class ReportHooks:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.seen: list[dict[str, Any]] = []
+        self.session: pytest.Session | None = None
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self.session = session
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(
@@ -67,14 +71,17 @@ class ReportHooks:
         if isinstance(data, dict) and not hasattr(self.config, "workerinput"):
             self.seen.append(data)
 
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+    def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int) -> None:
         if hasattr(self.config, "workerinput") or not self.seen:
             return
         from .publish import publish
 
         path = self.config.getoption("eagle_report")
         report = Path(path) if path else None
-        runs = _runs(self.seen)
+        stopped = self.session is not None and bool(
+            self.session.shouldstop or self.session.shouldfail  # -x, --maxfail
+        )
+        runs = _runs(self.seen, interrupted=stopped or exitstatus == pytest.ExitCode.INTERRUPTED)
         from ..errors import EagleContractError
 
         try:
@@ -117,8 +124,9 @@ def _runner(config: pytest.Config) -> Any:
     return Runner(Settings(target_model=options.target_model(config)))
 
 
-def _runs(seen: list[dict[str, Any]]) -> list[Any]:
-    """One CheckRun per contract, from the items' reports (xdist: in any order)."""
+def _runs(seen: list[dict[str, Any]], interrupted: bool = False) -> list[Any]:
+    """One CheckRun per contract, from the items' reports (xdist: in any order);
+    ``interrupted``: the session stopped (Ctrl-C) before every item ran."""
     from ..contract.model import load_contract
     from ..findings import Finding
     from ..render import summary, unique
@@ -140,13 +148,15 @@ def _runs(seen: list[dict[str, Any]]) -> list[Any]:
         ]
         findings = unique(f for u in units for f in u.findings)
         shards = list(dict.fromkeys((u.path, u.shard) for u in units if u.path is not None))
+        line = summary(findings, len(units), len(shards))
         runs.append(
             CheckRun(
                 load_contract(Path(path)),
                 units,
                 findings,
-                summary(findings, len(units), len(shards)),
+                f"INTERRUPTED after {len(units)} checks: {line}" if interrupted else line,
                 shard_paths=shards,
+                interrupted=interrupted,
             )
         )
     return runs

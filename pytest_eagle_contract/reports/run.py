@@ -45,6 +45,7 @@ class CheckRun:
     findings: list[Finding]
     summary: str
     shard_paths: list[tuple[Path, str]] = field(default_factory=list)
+    interrupted: bool = False  # the run was stopped (Ctrl-C) before every unit ran
 
     @property
     def ok(self) -> bool:
@@ -60,10 +61,18 @@ class CheckRun:
         ]
 
     @property
+    def complete(self) -> bool:
+        """Every unit ran, and every check that applies ran in it."""
+        return not self.interrupted and not self.not_run
+
+    @property
     def verdict(self) -> str:
-        """passed, "passed, incomplete" (a check that applies did not run) or FAILED."""
+        """passed, "passed, incomplete" (a check that applies did not run), INTERRUPTED or
+        FAILED."""
         if not self.ok:
             return "FAILED"
+        if self.interrupted:
+            return "INTERRUPTED"
         return "passed, incomplete" if self.not_run else "passed"
 
     @classmethod

@@ -16,9 +16,7 @@ from typing import Any
 
 from ..errors import UsageError
 from .args import add_quiet, add_report_json, add_shards, add_workers
-from .exit_codes import EXIT_FINDINGS, EXIT_OK
-
-EXIT_INTERRUPTED = 130
+from .exit_codes import EXIT_FINDINGS, EXIT_INTERRUPTED, EXIT_OK
 
 
 @contextmanager

@@ -25,7 +25,7 @@ from .args import (
     add_target_model,
     add_workers,
 )
-from .exit_codes import EXIT_USAGE
+from .exit_codes import EXIT_INTERRUPTED, EXIT_USAGE
 from .terminal import QuietPipe
 
 
@@ -252,6 +252,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except EagleContractError as exc:
         print(f"eagle-contract: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt:  # Ctrl-C outside a loop that handles it: every write is atomic
+        print("eagle-contract: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     finally:
         sys.stdout.flush()
         sys.stdout = stdout

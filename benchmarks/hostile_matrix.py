@@ -1,0 +1,1791 @@
+"""The hostile-input sweep as a matrix (issue 22): input class x check family x shell.
+
+Every input class of benchmarks/hostile_sweep.py -- shards, speculators Arrow datasets,
+contracts, target model folders, draft folders, capture files, answers of the SGLang
+stand-in, output paths -- is run through every check family that reads it, in every shell:
+
+    cli           eagle-contract check ... --checks FAMILY (or the command: audit, identify,
+                  inspect, infer, probe, record)
+    pytest        pytest --eagle-contract CONTRACT --eagle-shards DIR ...
+    pytest -n 2   the same under pytest-xdist
+
+The contract is part of the input: the variant that switches a family on goes with it (a
+contract naming the tiny target with ``target.reference_capture`` for ``evidence``, one
+with ``serving.draft_config`` for ``draft``, a floor, a draft and a target for ``probe``,
+``--captures`` for ``capture``). The pytest plugin has no ``--checks``: a pytest run runs
+every default family the variant switches on (``draft`` is never one: it is on request only,
+and the plugin has no way to ask for it), and the table names the variant.
+
+Each run ends in one class, the first that applies (benchmarks/hostile_sweep.py):
+
+    payload ran   a marker file a payload would create exists
+    overwrote     a file of the input (its folder, or the shared world it reads) changed
+    hang          still running at the timeout (killed, with its xdist workers)
+    >4GB          peak RSS over 4 GiB, or the run ran out of memory
+    traceback     a Python traceback in the output; an exit code outside 0/1/2 (CLI) or
+                  0/1/4 (pytest: 4 is a usage error, pytest.UsageError; 2 = interrupted by
+                  a collection error, 3 = INTERNALERROR, 5 = no items); in pytest also an
+                  item that failed with a raw exception rather than a finding, a collection
+                  error, an INTERNALERROR or a crashed xdist worker (benchmarks/
+                  hostile_matrix_guard.py)
+    no finding    a shard's default ``check`` has no finding for the bad file, or skipped
+                  the good one beside it
+    ok            none of the above
+
+    python benchmarks/hostile_sweep.py --matrix [--quick] [--classes shards,drafts]
+        [--families evidence,probe] [--shells cli,pytest] [--only SUBSTRING] [--jobs 2]
+        [--keep] [--fresh]
+
+``--quick`` runs one input per (class, family, shell) cell, a different input in each cell
+(under three minutes on 2 cores); the full form runs every input in every cell, the xdist
+shell on every ``--n2-every``-th input (default 4).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import shutil
+import struct
+import sys
+import tempfile
+import time
+import warnings
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tests"))
+sys.path.insert(0, str(HERE))
+
+import torch  # noqa: E402
+from hostile_inputs import (  # noqa: E402
+    Case,
+    _each_shard_judged,
+    _mutated,
+    _Payload,
+    _shard_inputs,
+    demo_world,
+    output_cases,
+)
+
+SHELLS = ("cli", "pytest", "pytest -n 2")
+CLASSES = ("shards", "datasets", "contracts", "models", "drafts", "captures", "http", "outputs")
+EXTRA_FAMILIES = ("audit",)  # not a registry family: eagle-contract audit
+T, H, V = 12, 64, 512  # test_hostile_shards.good(): the demo's widths
+GUARD = ["-p", "hostile_matrix_guard"]
+USER_TEST = """\
+def test_user_fixture(eagle_shard, eagle_capture):
+    assert eagle_shard is not None
+"""
+USER_SHARD_TEST = """\
+def test_user_fixture(eagle_shard, eagle_contract):
+    assert eagle_shard is not None
+"""
+
+
+# -- the shared world: a tiny target, a draft of its widths, a capture of good()'s ids -----
+
+
+@dataclass
+class World:
+    root: Path
+    model: Path
+    draft: Path
+    captures: Path
+    capture_data: dict[str, Any]
+    demo: tuple[Path, Path, dict[str, Any]] | None = None
+
+    @property
+    def watch(self) -> tuple[Path, ...]:
+        return (self.model, self.draft, self.captures)
+
+
+def write_draft(folder: Path, hidden: int = H, vocab: int = V, n_aux: int = 3) -> Path:
+    """A random-weight EAGLE-3 draft of the target's widths (models.trained's layout)."""
+    from safetensors.torch import save_file
+
+    from pytest_eagle_contract.models.trained import _draft_shapes
+
+    g = torch.Generator().manual_seed(0)
+    weights = {
+        k: (torch.ones(s) if len(s) == 1 else torch.randn(s, generator=g) / s[1] ** 0.5)
+        for k, s in _draft_shapes(hidden, vocab, n_aux).items()
+    }
+    config = {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "hidden_size": hidden,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "num_hidden_layers": 1,
+        "intermediate_size": 2 * hidden,
+        "rms_norm_eps": 1e-6,
+        "vocab_size": vocab,
+        "draft_vocab_size": vocab,
+        "target_hidden_size": hidden,
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 3, 4]},
+    }
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in weights.items()}, str(folder / "model.safetensors"))
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def build_world(root: Path, http: bool) -> World:
+    import test_hostile_captures as hcap
+    import test_hostile_shards as hs
+
+    from pytest_eagle_contract.capture.files import CaptureMeta, write_capture
+    from pytest_eagle_contract.models.tiny import tiny_target
+    from pytest_eagle_contract.shells.demo import SPEC
+
+    w = root / "world"
+    tiny_target(SPEC).save_pretrained(w / "model")
+    write_draft(w / "draft")
+    good = hs.good()
+    aux = good["aux_hidden_state"][0]
+    meta = CaptureMeta(layer_ids=(1, 3, 4), arch="LlamaForCausalLM", version="0.5.23")
+    valid = write_capture(w / "captures", good["input_ids"], aux, meta)
+    data = {
+        "bytes": valid.read_bytes(),
+        "aux": aux,
+        "ids": good["input_ids"],
+        "meta": json.loads(CaptureMeta.from_json(hcap._meta_of(valid)).to_json()),
+    }
+    demo = demo_world(w) if http else None
+    return World(w, w / "model", w / "draft", w / "captures", data, demo)
+
+
+# -- contracts: the variants that switch families on ---------------------------------------
+
+
+def variant(
+    base: str,
+    *,
+    model: Path | None = None,
+    reference: bool = False,
+    draft: Path | None = None,
+    floor: bool = False,
+) -> str:
+    """``base`` with ``target.model``, ``target.reference_capture``, ``serving.draft_config``
+    and ``serving.min_accept_length`` added (each key's section must open a line)."""
+    out = []
+    for line in base.splitlines(keepends=True):
+        out.append(line)
+        if line.startswith("target:"):
+            if model is not None:
+                out.append(f"  model: {model}\n")
+            if reference:
+                out.append("  reference_capture: true\n")
+        elif line.startswith("serving:"):
+            if draft is not None:
+                out.append(f"  draft_config: {draft}\n")
+            if floor:
+                out.append("  min_accept_length: 1.0\n")
+    return "".join(out)
+
+
+SPECULATORS = f"""\
+contract: speculators-hostile
+version: 1
+target:
+  arch: LlamaForCausalLM
+  num_hidden_layers: 8
+  hidden_size: {H}
+  vocab_size: {V}
+  dtype: bfloat16
+training:
+  format: speculators
+  shards: shards/hidden_states
+  slots:
+    - {{layer: residual:2, norm: {{min: 0.5, max: 50}}}}
+    - {{layer: residual:4, norm: {{min: 0.5, max: 50}}}}
+    - {{layer: residual:5, norm: {{min: 0.5, max: 50}}}}
+    - {{layer: residual:8, norm: {{min: 0.5, max: 50}}}}
+  fc_input: [0, 1, 2]
+  target_slot: 3
+serving:
+  engine: sglang
+  version: ">=0.5.13"
+  arch: LlamaForCausalLM
+  aux_layer_ids: [1, 3, 4]
+"""
+
+
+def _base_text() -> str:
+    import test_hostile_shards as hs
+
+    return hs.CONTRACT_TEXT
+
+
+def write_variants(folder: Path, world: World, base: str, model: Path | None = None) -> None:
+    """c-base.yaml, c-target.yaml (the tiny target, reference capture), c-draft.yaml (a
+    draft folder) and c-probe.yaml (target, draft, floor) in ``folder``."""
+    model = model or world.model
+    draft = folder / "draft" if (folder / "draft").exists() else world.draft
+    (folder / "c-base.yaml").write_text(base, "utf-8")
+    (folder / "c-target.yaml").write_text(variant(base, model=model, reference=True), "utf-8")
+    (folder / "c-draft.yaml").write_text(variant(base, draft=draft), "utf-8")
+    probe = variant(base, model=model, reference=True, draft=draft, floor=True)
+    (folder / "c-probe.yaml").write_text(probe, "utf-8")
+
+
+# -- cells: a family in a shell, and the argv that runs it ---------------------------------
+
+
+@dataclass(frozen=True)
+class Cell:
+    family: str  # the row's label: a family, a command, or (pytest) the variant's families
+    shell: str
+    argv: Callable[[Path, World], list[str]]
+    covers: Callable[[], frozenset[str]]  # the families the run executes
+    verify: bool = False  # a shard's default check: the bad file has a finding
+    user_test: str = ""  # a user's test file using the plugin's fixtures (pytest)
+    heavy: bool = False  # slow (xdist): the full form runs it on every --n2-every-th input
+    timeout: float | None = None
+
+
+def _families(
+    text: str,
+    checks: Iterable[str] | None = None,
+    *,
+    target: bool = False,
+    capture: bool = False,
+    no_sharpness: bool = False,
+) -> frozenset[str]:
+    """The families ``planner.families`` runs for a valid contract ``text`` and options, with
+    ``shards`` (the files family: read errors) when a per-shard family runs."""
+    from pytest_eagle_contract.checks.registry import BY_NAME
+    from pytest_eagle_contract.contract.model import parse_contract
+    from pytest_eagle_contract.planner import families
+
+    with tempfile.TemporaryDirectory() as tmp:
+        contract = parse_contract(text, Path(tmp, "c.yaml"))
+        chosen = families(
+            contract,
+            checks,
+            without=("sharpness",) if no_sharpness else (),
+            target_model=Path(tmp) if target else None,
+            capture=capture,
+        )
+    names = {f.name for f in chosen}
+    if any(BY_NAME[n].scope == "shard" for n in names):
+        names.add("shards")
+    return frozenset(names)
+
+
+def _ref(base: str = "") -> Callable[..., str]:
+    """A contract text for ``_families``: the variant of ``base`` (the demo's by default)."""
+
+    def text(**kw: Any) -> str:
+        return variant(base or _base_text(), **kw)
+
+    return text
+
+
+def _fam(
+    checks: Iterable[str] | None = None,
+    *,
+    base: str = "",
+    contract: dict[str, Any] | None = None,
+    **options: Any,
+) -> Callable[[], frozenset[str]]:
+    def covers() -> frozenset[str]:
+        kw = dict(contract or {})
+        kw = {
+            k: (Path("/x") if v is True and k in ("model", "draft") else v) for k, v in kw.items()
+        }
+        return _families(_ref(base)(**kw), checks, **options)
+
+    return covers
+
+
+def _only(*names: str) -> Callable[[], frozenset[str]]:
+    return lambda: frozenset(names)
+
+
+def _check(contract: str, *paths: str, extra: Iterable[str] = ()) -> list[str]:
+    return ["check", contract, *paths, "--sample", "all", *extra, "--json", "out/r.json"]
+
+
+def _pytest(
+    contract: str, shards: Iterable[str], *extra: str, n2: bool = False, tests: bool = False
+) -> list[str]:
+    argv = ["pytest", "-c", "out/pytest.ini", "--rootdir", ".", "-p", "no:cacheprovider"]
+    # a basetemp of its own: pytest's clean-up of old ones in /tmp/pytest-of-USER is not
+    # the plugin's (a 1,100-level tree left there by a killed run crashes every session)
+    argv += ["--basetemp", "out/basetemp", *GUARD, "-q", "-rfE", "--eagle-contract", contract]
+    for s in shards:
+        argv += ["--eagle-shards", s]
+    argv += ["--eagle-sample", "all", *extra, "out/tests"]
+    if n2:
+        argv += ["-n", "2"]
+    return argv
+
+
+def _audit(contract: str, *paths: str) -> list[str]:
+    return ["audit", contract, *paths, "--json", "out/a.json", "--cache", "out/cache"]
+
+
+TARGET_ON = {"model": True, "reference": True}
+PROBE_ON = {"model": True, "reference": True, "draft": True, "floor": True}
+
+
+def shard_cells(shard: str, base: str = "") -> list[Cell]:
+    """The cells of a class whose input is shard files under ``shards/`` (``shard``: the bad
+    file, for the commands that take one)."""
+    fam = lambda *a, **k: _fam(*a, base=base, **k)  # noqa: E731
+    caps = ["--captures", "{captures}"]
+    cells = [
+        Cell(
+            "default",
+            "cli",
+            lambda f, w: _check("c-base.yaml", extra=["--no-sharpness"]),
+            fam(no_sharpness=True),
+            verify=True,
+        ),
+        *(
+            Cell(
+                name,
+                "cli",
+                lambda f, w, n=name: _check("c-base.yaml", extra=["--checks", n]),
+                fam([name]),
+            )
+            for name in ("structure", "values", "norms", "layout")
+        ),
+        Cell(
+            "evidence",
+            "cli",
+            lambda f, w: _check("c-target.yaml", extra=["--checks", "evidence"]),
+            fam(["evidence"], contract=TARGET_ON),
+        ),
+        Cell(
+            "evidence --target-model",
+            "cli",
+            lambda f, w: _check(
+                "c-base.yaml",
+                extra=[
+                    "--target-model",
+                    str(w.model),
+                    "--reference-capture",
+                    "--checks",
+                    "evidence",
+                ],
+            ),
+            fam(["evidence"], target=True),
+        ),
+        Cell(
+            "capture",
+            "cli",
+            lambda f, w: _check("c-base.yaml", extra=[*caps, "--checks", "capture"]),
+            fam(["capture"], capture=True),
+        ),
+        Cell("audit", "cli", lambda f, w: _audit("c-base.yaml", "shards"), _only("audit")),
+        Cell("inspect", "cli", lambda f, w: ["inspect", shard], _only()),
+        Cell(
+            "identify",
+            "cli",
+            lambda f, w: ["identify", shard, "--target-model", str(w.model)],
+            _only(),
+        ),
+        Cell(
+            "shard families+evidence+capture",
+            "pytest",
+            lambda f, w: _pytest(
+                "c-target.yaml",
+                ["shards"],
+                "--eagle-captures",
+                "{captures}",
+                "--eagle-no-sharpness",
+            ),
+            fam(contract=TARGET_ON, capture=True, no_sharpness=True),
+        ),
+        Cell(
+            "fixtures eagle_shard",
+            "pytest",
+            lambda f, w: _pytest("c-base.yaml", ["shards"], "--eagle-no-sharpness"),
+            fam(no_sharpness=True),
+            user_test=USER_SHARD_TEST,
+        ),
+        Cell(
+            "shard families+evidence+capture",
+            "pytest -n 2",
+            lambda f, w: _pytest(
+                "c-base.yaml",
+                ["shards"],
+                "--eagle-target-model",
+                str(w.model),
+                "--eagle-reference-capture",
+                "--eagle-captures",
+                "{captures}",
+                "--eagle-no-sharpness",
+                n2=True,
+            ),
+            fam(target=True, capture=True, no_sharpness=True),
+            heavy=True,
+            timeout=180,
+        ),
+    ]
+    return cells
+
+
+def _with_captures(argv: list[str], world: World) -> list[str]:
+    return [str(world.captures) if a == "{captures}" else a for a in argv]
+
+
+# -- the inputs of each class: (name, make(folder, world)) ---------------------------------
+
+Make = Callable[[Path, World], None]
+
+
+def _prepare(folder: Path, user_test: str = "") -> None:
+    (folder / "out" / "tests").mkdir(parents=True, exist_ok=True)
+    (folder / "out" / "pytest.ini").write_text("[pytest]\n")
+    if user_test:
+        (folder / "out" / "tests" / "test_user.py").write_text(user_test)
+
+
+def shard_inputs(rng: random.Random) -> list[tuple[str, Make]]:
+    import test_hostile_shards as hs
+
+    def saved(obj: Any) -> bytes:
+        with tempfile.TemporaryFile() as f:
+            torch.save(obj, f)
+            f.seek(0)
+            return f.read()
+
+    ckpt = "rows_0-2000/data_0.ckpt"
+    full = lambda v, dtype=torch.int64: torch.full((T,), v, dtype=dtype)  # noqa: E731
+    extra = {  # ids a target-model contract runs the target on (the reference capture)
+        "ids past the vocabulary (600)": hs.good(input_ids=full(600)),
+        "ids -1": hs.good(input_ids=full(-1)),
+        "ids int64 max": hs.good(input_ids=full(2**63 - 1)),
+        "ids int32 2**31-1": hs.good(input_ids=full(2**31 - 1, torch.int32)),
+        "ids 1.0 floats": hs.good(input_ids=torch.ones(T)),
+        "bf16 states of Inf": hs.good(hidden_state=torch.full((1, T, H), float("inf")).bfloat16()),
+        "states 1e38 float32": hs.good(aux_hidden_state=torch.full((1, T, 3 * H), 1e38)),
+        "states float64": hs.good(aux_hidden_state=torch.randn(1, T, 3 * H, dtype=torch.float64)),
+        "states float8_e5m2": hs.good(
+            aux_hidden_state=torch.randn(1, T, 3 * H).to(torch.float8_e5m2)
+        ),
+        "one token": {k: v[..., :1, :] if v.dim() == 3 else v[:1] for k, v in hs.good().items()},
+    }
+    inputs = [(n, ckpt, saved(d)) for n, d in extra.items()]
+    out: list[tuple[str, Make]] = []
+    for name, rel, data in [*_shard_inputs(rng), *inputs]:
+
+        def make(folder: Path, world: World, rel: str = rel, data: bytes = data) -> None:
+            shard = folder / "shards" / rel
+            shard.parent.mkdir(parents=True, exist_ok=True)
+            shard.write_bytes(data)
+            torch.save(hs.good(), shard.parent / "data_1.ckpt")  # checked after the bad one
+            write_variants(folder, world, _base_text())
+
+        out.append((f"{name} [{Path(rel).name}]", make))
+    return out
+
+
+def _shard_rel(name: str) -> str:
+    return "shards/" + {
+        "data_0.ckpt.gz": "rows_0-2000/data_0.ckpt.gz",
+        "data_0.pt": "data_0.pt",
+        "hs_0.safetensors": "hidden_states/hs_0.safetensors",
+    }.get(name.rsplit("[", 1)[-1].rstrip("]"), "rows_0-2000/data_0.ckpt")
+
+
+# speculators Arrow datasets ---------------------------------------------------------------
+
+ARROW = "data-00000-of-00001.arrow"
+
+
+def _arrow_bytes(table: Any, stream: bool = True) -> bytes:
+    import pyarrow as pa
+
+    sink = pa.BufferOutputStream()
+    writer = pa.ipc.new_stream if stream else pa.ipc.new_file
+    with writer(sink, table.schema) as w:
+        w.write_table(table)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def _speculators_shards(folder: Path, n: int = 2) -> tuple[list[int], list[int]]:
+    """hidden_states/hs_{i}.safetensors of good()'s ids and states; (ids, mask) of a row."""
+    import test_hostile_shards as hs
+    from safetensors.torch import save_file
+
+    good = hs.good()
+    states = torch.cat(
+        [good["aux_hidden_state"][0].reshape(T, 3, H), good["hidden_state"][0].reshape(T, 1, H)],
+        dim=1,
+    ).contiguous()
+    (folder / "shards" / "hidden_states").mkdir(parents=True, exist_ok=True)
+    for i in range(n):
+        save_file(
+            {"hidden_states": states, "token_ids": good["input_ids"]},
+            str(folder / "shards" / "hidden_states" / f"hs_{i}.safetensors"),
+        )
+    mask = [0] * 4 + [1] * (T - 4)
+    return [int(x) for x in good["input_ids"]], mask
+
+
+class _Evil:
+    """An Arrow extension type as PyExtensionType writes it (CVE-2023-47248): its
+    serialized form is a pickle that creates PAYLOAD_RAN."""
+
+    @staticmethod
+    def table(marker_how: str = "open") -> Any:
+        import pickle
+
+        import pyarrow as pa
+
+        payload = pickle.dumps(_Payload(marker_how))
+
+        class Evil(pa.ExtensionType):
+            def __init__(self) -> None:
+                super().__init__(pa.list_(pa.int64()), "arrow.py_extension_type")
+
+            def __arrow_ext_serialize__(self) -> bytes:
+                return payload
+
+            @classmethod
+            def __arrow_ext_deserialize__(cls, storage_type: Any, serialized: bytes) -> Any:
+                return cls()
+
+        evil = Evil()
+        ids = pa.ExtensionArray.from_storage(evil, pa.array([[1, 2]] * 2))
+        return pa.table({"input_ids": ids, "loss_mask": pa.array([[1, 1]] * 2)})
+
+
+def dataset_inputs(rng: random.Random) -> list[tuple[str, Make]]:
+    import pyarrow as pa
+
+    ids0 = list(range(T))
+    mask0 = [0] * 4 + [1] * (T - 4)
+    L = pa.list_
+
+    def tbl(ids: Any = None, mask: Any = None, **more: Any) -> Any:
+        cols: dict[str, Any] = {}
+        if ids is not None:
+            cols["input_ids"] = ids
+        if mask is not None:
+            cols["loss_mask"] = mask
+        cols.update(more)
+        return pa.table(cols)
+
+    def good_table(ids: list[int]) -> Any:
+        return tbl([ids] * 2, [mask0] * 2, seq_len=[T, T])
+
+    # name -> table (or bytes, or a function of the good ids giving one)
+    tables: dict[str, Any] = {
+        "valid": lambda ids: good_table(ids),
+        "ids strings": tbl([["a"] * T] * 2, [mask0] * 2),
+        "ids floats": tbl([[0.5] * T] * 2, [mask0] * 2),
+        "ids NaN floats": tbl([[float("nan")] * T] * 2, [mask0] * 2),
+        "ids nested lists": tbl([[[1]] * T] * 2, [mask0] * 2),
+        "ids nulls inside": tbl([[None] * T, ids0], [mask0] * 2),
+        "ids null row": tbl(pa.array([None, ids0], L(pa.int64())), [mask0] * 2),
+        "ids negative": tbl([[-5] * T] * 2, [mask0] * 2),
+        "ids out of vocab 2**40": tbl([[2**40] * T] * 2, [mask0] * 2),
+        "ids int64 max": tbl([[2**63 - 1] * T] * 2, [mask0] * 2),
+        "ids 600 (past vocab 512)": tbl([[600] * T] * 2, [mask0] * 2),
+        "ids uint64 max": tbl(pa.array([[2**64 - 1] * T] * 2, L(pa.uint64())), [mask0] * 2),
+        "ids int8": tbl(pa.array([ids0] * 2, L(pa.int8())), [mask0] * 2),
+        "ids bool": tbl(pa.array([[True] * T] * 2, L(pa.bool_())), [mask0] * 2),
+        "ids large_list": tbl(pa.array([ids0] * 2, pa.large_list(pa.int64())), [mask0] * 2),
+        "ids fixed_size_list": tbl(pa.array([ids0] * 2, L(pa.int64(), T)), [mask0] * 2),
+        "ids list_view": tbl(pa.array([ids0] * 2, pa.list_view(pa.int64())), [mask0] * 2)
+        if hasattr(pa, "list_view")
+        else b"",
+        "ids struct": tbl(pa.array([{"a": 1}] * 2), [mask0] * 2),
+        "ids int column": tbl([1, 2], [mask0] * 2),
+        "ids dictionary": tbl(pa.array(["x", "y"]).dictionary_encode(), [mask0] * 2),
+        "ids T + 5": tbl([list(range(T + 5))] * 2, [mask0] * 2),
+        "ids empty rows": tbl([[]] * 2, [[]] * 2),
+        "mask 2 and -1": tbl([ids0] * 2, [[2, -1] + [1] * (T - 2)] * 2),
+        "mask floats": tbl([ids0] * 2, [[0.5] * T] * 2),
+        "mask uint64 max": tbl([ids0] * 2, pa.array([[2**64 - 1] * T] * 2, L(pa.uint64()))),
+        "mask all zero": tbl([ids0] * 2, [[0] * T] * 2),
+        "mask shorter": tbl([ids0] * 2, [[1] * 3] * 2),
+        "no loss_mask": tbl([ids0] * 2),
+        "no input_ids": tbl(None, [mask0] * 2),
+        "no columns": pa.table({"x": [1, 2]}),
+        "one row for two files": tbl([ids0], [mask0]),
+        "zero rows": pa.table(
+            {"input_ids": pa.array([], L(pa.int64())), "loss_mask": pa.array([], L(pa.int64()))}
+        ),
+        "100000 rows": tbl([ids0] * 100_000, [mask0] * 100_000),
+        "500 columns": pa.table(
+            {
+                "input_ids": [ids0] * 2,
+                "loss_mask": [mask0] * 2,
+                **{f"c{i}": [i, i] for i in range(500)},
+            }
+        ),
+        "seq_len 10**12": tbl([ids0] * 2, [mask0] * 2, seq_len=[10**12, -1]),
+        "schema metadata 2 MiB": pa.table(
+            {"input_ids": [ids0] * 2, "loss_mask": [mask0] * 2}
+        ).replace_schema_metadata({"pad": "x" * (2 << 20)}),
+        "schema metadata 900 KiB": pa.table(
+            {"input_ids": [ids0] * 2, "loss_mask": [mask0] * 2}
+        ).replace_schema_metadata({"pad": "x" * (900 << 10)}),
+        "extension type with a pickle": "evil",
+        "extension name metadata only": pa.table(
+            {
+                "input_ids": pa.array([ids0] * 2),
+                "loss_mask": pa.array([mask0] * 2),
+            }
+        ).cast(
+            pa.schema(
+                [
+                    pa.field(
+                        "input_ids", L(pa.int64()), metadata={"ARROW:extension:name": "my.ext"}
+                    ),
+                    pa.field("loss_mask", L(pa.int64())),
+                ]
+            )
+        ),
+    }
+    raw: dict[str, bytes] = {
+        "empty file": b"",
+        "text": b"not an arrow file\n",
+        "continuation, size -1": b"\xff\xff\xff\xff" + struct.pack("<i", -1) + bytes(64),
+        "continuation, size 2**31-1": b"\xff\xff\xff\xff" + struct.pack("<i", 2**31 - 1),
+        "old format, size 1 MiB": struct.pack("<i", 1 << 20) + bytes(16),
+        "schema only, no batches": b"",  # filled below
+        "zeros 1 MiB": bytes(1 << 20),
+    }
+    good_bytes = _arrow_bytes(good_table(ids0))
+    raw["schema only, no batches"] = good_bytes[: good_bytes.find(b"\xff\xff\xff\xff", 8)]
+    raw["file format (ARROW1), not a stream"] = _arrow_bytes(good_table(ids0), stream=False)
+    for i in range(6):
+        raw[f"truncated {i}"] = good_bytes[: rng.randrange(1, len(good_bytes))]
+    for i in range(8):
+        data = bytearray(good_bytes)
+        for _ in range(rng.randint(1, 8)):
+            data[rng.randrange(len(data))] = rng.randrange(256)
+        raw[f"flipped bytes {i}"] = bytes(data)
+    for i in range(8):
+        kind = rng.choice(
+            [pa.int64(), pa.int32(), pa.uint32(), pa.float32(), pa.string(), pa.bool_()]
+        )
+        n = rng.choice([0, 1, 2, 3])
+        length = rng.choice([0, 1, T, T + 1])
+        values: Any = [[rng.randint(-3, 700) for _ in range(length)] for _ in range(n)]
+        if kind == pa.string():
+            values = [[str(x) for x in row] for row in values]
+        elif kind == pa.bool_():
+            values = [[bool(x % 2) for x in row] for row in values]
+        with contextlib.suppress(Exception):
+            mask = [[rng.choice([0, 1, 2]) for _ in range(length)] for _ in range(n)]
+            tables[f"random table {i}"] = pa.table(
+                {
+                    "input_ids": pa.array(values, L(kind)),
+                    "loss_mask": pa.array(mask, L(pa.int64())),
+                }
+            )
+
+    out: list[tuple[str, Make]] = []
+
+    def add(name: str, write: Callable[[Path, list[int]], None]) -> None:
+        def make(folder: Path, world: World) -> None:
+            ids, _ = _speculators_shards(folder)
+            write(folder / "shards", ids)
+            write_variants(folder, world, SPECULATORS)
+
+        out.append((name, make))
+
+    for name, table in tables.items():
+        if isinstance(table, bytes):
+            continue
+
+        def write(root: Path, ids: list[int], table: Any = table) -> None:
+            if table == "evil":
+                (root / ARROW).write_bytes(_arrow_bytes(_Evil.table()))
+                return
+            t = table(ids) if callable(table) else table
+            (root / ARROW).write_bytes(_arrow_bytes(t))
+
+        add(name, write)
+    for name, data in raw.items():
+        add(name, lambda root, ids, data=data: (root / ARROW).write_bytes(data))
+
+    def two_schemas(root: Path, ids: list[int]) -> None:
+        (root / "data-00000-of-00002.arrow").write_bytes(_arrow_bytes(tbl([ids], [mask0])))
+        (root / "data-00001-of-00002.arrow").write_bytes(
+            _arrow_bytes(tbl([["a"] * T], [[1.5] * T]))
+        )
+
+    add("two files, schemas differ", two_schemas)
+    add(
+        "one of two files",
+        lambda root, ids: (root / "data-00000-of-00002.arrow").write_bytes(
+            _arrow_bytes(tbl([ids], [mask0]))
+        ),
+    )
+    add("a folder named like it", lambda root, ids: (root / ARROW).mkdir())
+    add("a FIFO named like it", lambda root, ids: os.mkfifo(root / ARROW))
+    add("a link to /dev/zero", lambda root, ids: (root / ARROW).symlink_to("/dev/zero"))
+    add("a link to /etc/passwd", lambda root, ids: (root / ARROW).symlink_to("/etc/passwd"))
+    add("a link loop", lambda root, ids: (root / ARROW).symlink_to(root / ARROW))
+    add(
+        "state.json garbage",
+        lambda root, ids: (
+            (
+                (root / ARROW).write_bytes(_arrow_bytes(good_table(ids))),
+                (root / "state.json").write_text("{"),
+            )
+            and None
+        ),
+    )
+    add(
+        "sparse 8 GiB after a valid stream",
+        lambda root, ids: _sparse(root / ARROW, _arrow_bytes(good_table(ids)), 8 << 30),
+    )
+    return out
+
+
+def _sparse(path: Path, head: bytes, size: int) -> None:
+    with open(path, "wb") as f:
+        f.write(head)
+        f.truncate(size)
+
+
+# contracts ----------------------------------------------------------------------------
+
+
+def contract_inputs(rng: random.Random, world_paths: tuple[Path, Path]) -> list[tuple[str, Make]]:
+    import test_hostile_contracts as hc
+
+    model, draft = world_paths
+    base = _base_text()
+    full = variant(base, model=model, reference=True, draft=draft, floor=True)
+    texts: list[tuple[str, bytes]] = [(n, d) for n, (d, _) in hc.CASES.items()]
+    texts += [(f"edited {i}", _mutated(rng, hc.VALID)) for i in range(20)]
+    texts += [(f"edited demo {i}", _mutated(rng, base)) for i in range(20)]
+    texts += [(f"edited full {i}", _mutated(rng, full)) for i in range(40)]
+    # the keys that switch families on, given hostile values
+    for key, section in (
+        ("model", "target"),
+        ("reference_capture", "target"),
+        ("draft_config", "serving"),
+        ("min_accept_length", "serving"),
+        ("max_accept_drop", "serving"),
+    ):
+        for value in (
+            "/dev/zero",
+            "/etc/passwd",
+            ".",
+            "..",
+            "''",
+            "-1",
+            "1e308",
+            ".nan",
+            "[1]",
+            "{a: 1}",
+            "/nonexistent",
+            "x" * 300,
+            "c.yaml",
+            "shards",
+        ):
+            lines = []
+            for line in full.splitlines(keepends=True):
+                if line.startswith(f"  {key}:"):
+                    continue
+                lines.append(line)
+                if line.startswith(f"{section}:"):
+                    lines.append(f"  {key}: {value}\n")
+            texts.append((f"{section}.{key}: {value[:20]}", "".join(lines).encode()))
+
+    out: list[tuple[str, Make]] = []
+    for name, data in texts:
+
+        def make(folder: Path, world: World, data: bytes = data) -> None:
+            import test_hostile_shards as hs
+
+            (folder / "shards" / "rows_0-2000").mkdir(parents=True)
+            torch.save(hs.good(), folder / "shards" / "rows_0-2000" / "data_0.ckpt")
+            (folder / "c.yaml").write_bytes(data)
+
+        out.append((name, make))
+    return out
+
+
+def contract_cells() -> list[Cell]:
+    full = PROBE_ON
+    return [
+        Cell(
+            "every default family",
+            "cli",
+            lambda f, w: _check("c.yaml", "shards", extra=["--captures", "{captures}"]),
+            _fam(contract=full, capture=True),
+        ),
+        Cell(
+            "draft",
+            "cli",
+            lambda f, w: _check("c.yaml", extra=["--checks", "draft"]),
+            _fam(["draft"], contract=full),
+        ),
+        Cell(
+            "sharpness", "cli", lambda f, w: ["check", "c.yaml", "--sharpness"], _fam(["sharpness"])
+        ),
+        Cell("audit", "cli", lambda f, w: _audit("c.yaml", "shards"), _only("audit")),
+        Cell(
+            "every default family",
+            "pytest",
+            lambda f, w: _pytest("c.yaml", ["shards"], "--eagle-captures", "{captures}"),
+            _fam(contract=full, capture=True),
+        ),
+        Cell(
+            "every default family",
+            "pytest -n 2",
+            lambda f, w: _pytest("c.yaml", ["shards"], "--eagle-captures", "{captures}", n2=True),
+            _fam(contract=full, capture=True),
+            heavy=True,
+            timeout=180,
+        ),
+    ]
+
+
+# target model folders ---------------------------------------------------------------------
+
+
+def model_inputs() -> list[tuple[str, Make]]:
+    import test_hostile_models as hm
+    import test_hostile_shards as hs
+
+    changes = {
+        **{k: v[0] for k, v in hm.CASES.items()},
+        **{k: v[0] for k, v in hm.OPEN_CASES.items()},
+    }
+    out: list[tuple[str, Make]] = []
+    for name, change in changes.items():
+
+        def make(folder: Path, world: World, change: Any = change) -> None:
+            shutil.copytree(world.model, folder / "model", symlinks=True)
+            change(folder / "model")
+            (folder / "shards" / "rows_0-2000").mkdir(parents=True)
+            torch.save(hs.good(), folder / "shards" / "rows_0-2000" / "data_0.ckpt")
+            write_variants(folder, world, _base_text(), model=folder / "model")
+
+        out.append((name, make))
+    return out
+
+
+SHARD = "shards/rows_0-2000/data_0.ckpt"
+
+
+def _probe_cmd(draft: str, model: str) -> list[str]:
+    return [
+        "probe",
+        "c-probe.yaml",
+        "--draft",
+        draft,
+        "--target-model",
+        model,
+        "--sequences",
+        "2",
+        "--length",
+        "24",
+        "--prompt",
+        "8",
+    ]
+
+
+def model_cells() -> list[Cell]:
+    return [
+        Cell(
+            "evidence --target-model",
+            "cli",
+            lambda f, w: _check(
+                "c-base.yaml",
+                "shards",
+                extra=["--target-model", "model", "--reference-capture", "--checks", "evidence"],
+            ),
+            _fam(["evidence"], target=True),
+        ),
+        Cell(
+            "evidence",
+            "cli",
+            lambda f, w: _check("c-target.yaml", extra=["--checks", "evidence"]),
+            _fam(["evidence"], contract=TARGET_ON),
+        ),
+        Cell(
+            "probe",
+            "cli",
+            lambda f, w: _check("c-probe.yaml", extra=["--checks", "probe"]),
+            _fam(["probe"], contract=PROBE_ON),
+        ),
+        Cell(
+            "draft",
+            "cli",
+            lambda f, w: _check("c-probe.yaml", extra=["--checks", "draft"]),
+            _fam(["draft"], contract=PROBE_ON),
+        ),
+        Cell(
+            "identify", "cli", lambda f, w: ["identify", SHARD, "--target-model", "model"], _only()
+        ),
+        Cell("probe (command)", "cli", lambda f, w: _probe_cmd(str(w.draft), "model"), _only()),
+        Cell(
+            "shard families+evidence+probe",
+            "pytest",
+            lambda f, w: _pytest("c-probe.yaml", ["shards"], "--eagle-no-sharpness"),
+            _fam(contract=PROBE_ON, no_sharpness=True),
+        ),
+        Cell(
+            "--eagle-target-model",
+            "pytest -n 2",
+            lambda f, w: _pytest(
+                "c-base.yaml",
+                ["shards"],
+                "--eagle-target-model",
+                "model",
+                "--eagle-reference-capture",
+                "--eagle-no-sharpness",
+                n2=True,
+            ),
+            _fam(target=True, no_sharpness=True),
+            heavy=True,
+            timeout=180,
+        ),
+    ]
+
+
+# draft folders ----------------------------------------------------------------------------
+
+
+def _cfg(**changes: Any) -> Callable[[Path], None]:
+    def change(d: Path) -> None:
+        config = json.loads((d / "config.json").read_text())
+        for k, v in changes.items():
+            if v is None:
+                config.pop(k, None)
+            else:
+                config[k] = v
+        (d / "config.json").write_text(json.dumps(config))
+
+    return change
+
+
+def _tensors(**changes: Any) -> Callable[[Path], None]:
+    def change(d: Path) -> None:
+        from safetensors.torch import load_file, save_file
+
+        weights = load_file(str(d / "model.safetensors"))
+        for k, v in changes.items():
+            if v is None:
+                weights.pop(k, None)
+            else:
+                weights[k] = v
+        save_file({k: v.contiguous() for k, v in weights.items()}, str(d / "model.safetensors"))
+
+    return change
+
+
+def _weights_bytes(f: Callable[[bytes], bytes]) -> Callable[[Path], None]:
+    def change(d: Path) -> None:
+        p = d / "model.safetensors"
+        p.write_bytes(f(p.read_bytes()))
+
+    return change
+
+
+def _pickled_draft(d: Path) -> None:
+    (d / "model.safetensors").unlink()
+    torch.save({"fc.weight": _Payload("exec")}, d / "pytorch_model.bin")
+
+
+def _sparse_config(d: Path) -> None:
+    with open(d / "config.json", "r+b") as f:
+        f.truncate(65 << 20)
+
+
+def draft_inputs() -> list[tuple[str, Make]]:
+    ids_key = "eagle_config"
+    f32 = torch.float32
+    changes: dict[str, Callable[[Path], None]] = {
+        "config-list": lambda d: (d / "config.json").write_text("[1, 2]"),
+        "config-not-json": lambda d: (d / "config.json").write_text("{"),
+        "config-utf16": lambda d: (d / "config.json").write_bytes(
+            (d / "config.json").read_text().encode("utf-16")
+        ),
+        "config-deep": lambda d: (d / "config.json").write_text("[" * 100_000 + "]" * 100_000),
+        "config-sparse-65MiB": _sparse_config,
+        "config-missing": lambda d: (d / "config.json").unlink(),
+        "config-link-dev-zero": lambda d: (
+            (
+                (d / "config.json").unlink(),
+                (d / "config.json").symlink_to("/dev/zero"),
+            )
+            and None
+        ),
+        "config-fifo": lambda d: (
+            ((d / "config.json").unlink(), os.mkfifo(d / "config.json")) and None
+        ),
+        "config-a-folder": lambda d: (
+            ((d / "config.json").unlink(), (d / "config.json").mkdir()) and None
+        ),
+        "hidden-size-float": _cfg(hidden_size=64.0),
+        "hidden-size-string": _cfg(hidden_size="64"),
+        "hidden-size-zero": _cfg(hidden_size=0),
+        "hidden-size-2**40": _cfg(hidden_size=2**40),
+        "hidden-size-missing": _cfg(hidden_size=None),
+        "heads-zero": _cfg(num_attention_heads=0),
+        "heads-3": _cfg(num_attention_heads=3),
+        "kv-heads-zero": _cfg(num_key_value_heads=0),
+        "kv-heads-3": _cfg(num_key_value_heads=3),
+        "layers-zero": _cfg(num_hidden_layers=0),
+        "layers-2": _cfg(num_hidden_layers=2),
+        "vocab-zero": _cfg(vocab_size=0),
+        "vocab-2**40": _cfg(vocab_size=2**40),
+        "draft-vocab-zero": _cfg(draft_vocab_size=0),
+        "draft-vocab-string": _cfg(draft_vocab_size="x"),
+        "draft-vocab-1e9": _cfg(draft_vocab_size=10**9),
+        "target-hidden-zero": _cfg(target_hidden_size=0),
+        "intermediate-zero": _cfg(intermediate_size=0),
+        "eps-nan": lambda d: (d / "config.json").write_text(
+            (d / "config.json").read_text().replace('"rms_norm_eps": 1e-06', '"rms_norm_eps": NaN')
+        ),
+        "eps-string": _cfg(rms_norm_eps="tiny"),
+        "rope-theta-zero": _cfg(rope_theta=0),
+        "rope-theta-negative": _cfg(rope_theta=-1.0),
+        "rope-scaling-yarn-0": _cfg(rope_scaling={"rope_type": "yarn", "factor": 0}),
+        "rope-scaling-garbage": _cfg(rope_scaling="x"),
+        "head-dim-7": _cfg(head_dim=7),
+        "head-dim-zero": _cfg(head_dim=0),
+        "max-positions-zero": _cfg(max_position_embeddings=0),
+        "architectures-string": _cfg(architectures="Llama"),
+        "architectures-ints": _cfg(architectures=[5]),
+        "aux-ids-string": _cfg(**{ids_key: {"eagle_aux_hidden_state_layer_ids": "1,3,4"}}),
+        "aux-ids-floats": _cfg(**{ids_key: {"eagle_aux_hidden_state_layer_ids": [1.5, 3, 4]}}),
+        "aux-ids-negative": _cfg(**{ids_key: {"eagle_aux_hidden_state_layer_ids": [-1, 3, 4]}}),
+        "aux-ids-huge": _cfg(**{ids_key: {"eagle_aux_hidden_state_layer_ids": [2**62, 3, 4]}}),
+        "aux-ids-empty": _cfg(**{ids_key: {"eagle_aux_hidden_state_layer_ids": []}}),
+        "aux-ids-2000": _cfg(**{ids_key: {"eagle_aux_hidden_state_layer_ids": list(range(2000))}}),
+        "aux-ids-bools": _cfg(**{ids_key: {"eagle_aux_hidden_state_layer_ids": [True, 3, 4]}}),
+        "eagle-config-list": _cfg(**{ids_key: [1, 3, 4]}),
+        "eagle-config-missing": _cfg(**{ids_key: None}),
+        "weights-garbage": lambda d: (d / "model.safetensors").write_bytes(b"garbage" * 9),
+        "weights-empty": lambda d: (d / "model.safetensors").write_bytes(b""),
+        "weights-truncated": _weights_bytes(lambda b: b[: len(b) // 2]),
+        "weights-huge-header": _weights_bytes(lambda b: struct.pack("<Q", 1 << 62) + b[8:]),
+        "weights-missing": lambda d: (d / "model.safetensors").unlink(),
+        "weights-a-folder": lambda d: (
+            (
+                (d / "model.safetensors").unlink(),
+                (d / "model.safetensors").mkdir(),
+            )
+            and None
+        ),
+        "weights-fifo": lambda d: (
+            (
+                (d / "model.safetensors").unlink(),
+                os.mkfifo(d / "model.safetensors"),
+            )
+            and None
+        ),
+        "weights-link-out": lambda d: (
+            (
+                (d / "model.safetensors").unlink(),
+                (d / "model.safetensors").symlink_to("/etc/passwd"),
+            )
+            and None
+        ),
+        "weights-link-dev-zero": lambda d: (
+            (
+                (d / "model.safetensors").unlink(),
+                (d / "model.safetensors").symlink_to("/dev/zero"),
+            )
+            and None
+        ),
+        "pickle-only": _pickled_draft,
+        "fc-1d": _tensors(**{"fc.weight": torch.zeros(7)}),
+        "fc-wrong-width": _tensors(**{"fc.weight": torch.zeros(H, 2 * H)}),
+        "fc-int64": _tensors(**{"fc.weight": torch.zeros(H, 3 * H, dtype=torch.int64)}),
+        "fc-nan": _tensors(**{"fc.weight": torch.full((H, 3 * H), float("nan"))}),
+        "fc-missing": _tensors(**{"fc.weight": None}),
+        "lm-head-0-rows": _tensors(**{"lm_head.weight": torch.zeros(0, H)}),
+        "lm-head-wrong-width": _tensors(**{"lm_head.weight": torch.zeros(V, 3)}),
+        "lm-head-bool": _tensors(**{"lm_head.weight": torch.zeros(V, H, dtype=torch.bool)}),
+        "lm-head-missing": _tensors(**{"lm_head.weight": None}),
+        "norm-0-d": _tensors(**{"norm.weight": torch.tensor(1.0)}),
+        "attention-wrong-shape": _tensors(
+            **{"midlayer.self_attn.q_proj.weight": torch.zeros(3, 5)}
+        ),
+        "d2t-out-of-range": _tensors(d2t=torch.full((V,), 10**9, dtype=torch.int64)),
+        "d2t-negative": _tensors(d2t=torch.full((V,), -(10**6), dtype=torch.int64)),
+        "d2t-float": _tensors(d2t=torch.zeros(V, dtype=f32)),
+        "d2t-2d": _tensors(d2t=torch.zeros(V, 2, dtype=torch.int64)),
+        "d2t-short": _tensors(d2t=torch.zeros(3, dtype=torch.int64)),
+        "t2d-wrong-length": _tensors(t2d=torch.ones(3, dtype=torch.bool)),
+        "t2d-int": _tensors(t2d=torch.ones(V, dtype=torch.int64) * 7),
+        "compressed-vocab, d2t out of range": lambda d: (
+            (
+                _cfg(draft_vocab_size=V // 2)(d),
+                _tensors(
+                    **{
+                        "lm_head.weight": torch.randn(V // 2, H),
+                        "d2t": torch.full((V // 2,), 10**9, dtype=torch.int64),
+                        "t2d": torch.ones(V, dtype=torch.bool),
+                    }
+                )(d),
+            )
+            and None
+        ),
+        "embed-wrong-shape": _tensors(**{"embed_tokens.weight": torch.zeros(3, 3)}),
+        "embed-int": _tensors(**{"embed_tokens.weight": torch.zeros(V, H, dtype=torch.int64)}),
+        "float8 weights": _tensors(**{"fc.weight": torch.zeros(H, 3 * H).to(torch.float8_e4m3fn)}),
+        "an index outside": lambda d: (d / "model.safetensors.index.json").write_text(
+            json.dumps({"weight_map": {"fc.weight": "../../world/model/model.safetensors"}})
+        ),
+        "an index of garbage": lambda d: (d / "model.safetensors.index.json").write_text("{"),
+    }
+    out: list[tuple[str, Make]] = []
+    for name, change in changes.items():
+
+        def make(folder: Path, world: World, change: Any = change) -> None:
+            import test_hostile_shards as hs
+
+            shutil.copytree(world.draft, folder / "draft")
+            change(folder / "draft")
+            (folder / "shards" / "rows_0-2000").mkdir(parents=True)
+            torch.save(hs.good(), folder / "shards" / "rows_0-2000" / "data_0.ckpt")
+            write_variants(folder, world, _base_text())
+
+        out.append((name, make))
+    return out
+
+
+def draft_cells() -> list[Cell]:
+    return [
+        Cell(
+            "draft",
+            "cli",
+            lambda f, w: _check("c-draft.yaml", extra=["--checks", "draft"]),
+            _fam(["draft"], contract={"draft": True}),
+        ),
+        Cell(
+            "draft+target",
+            "cli",
+            lambda f, w: _check("c-probe.yaml", extra=["--checks", "draft"]),
+            _fam(["draft"], contract=PROBE_ON),
+        ),
+        Cell(
+            "probe",
+            "cli",
+            lambda f, w: _check("c-probe.yaml", extra=["--checks", "probe"]),
+            _fam(["probe"], contract=PROBE_ON),
+        ),
+        Cell(
+            "layout",
+            "cli",
+            lambda f, w: _check("c-draft.yaml", extra=["--checks", "layout"]),
+            _fam(["layout"], contract={"draft": True}),
+        ),
+        Cell("probe (command)", "cli", lambda f, w: _probe_cmd("draft", str(w.model)), _only()),
+        Cell(
+            "layout+probe+shard families",
+            "pytest",
+            lambda f, w: _pytest("c-probe.yaml", ["shards"], "--eagle-no-sharpness"),
+            _fam(contract=PROBE_ON, no_sharpness=True),
+        ),
+        Cell(
+            "layout+probe+shard families",
+            "pytest -n 2",
+            lambda f, w: _pytest("c-probe.yaml", ["shards"], "--eagle-no-sharpness", n2=True),
+            _fam(contract=PROBE_ON, no_sharpness=True),
+            heavy=True,
+            timeout=180,
+        ),
+    ]
+
+
+# capture files ----------------------------------------------------------------------------
+
+
+def capture_inputs(world_data: Callable[[], dict[str, Any]]) -> list[tuple[str, Make]]:
+    import test_hostile_captures as hcap
+
+    data = world_data()
+    out: list[tuple[str, Make]] = []
+    for name, case in hcap._cases(data).items():
+
+        def make(folder: Path, world: World, name: str = name, case: Any = case) -> None:
+            import test_hostile_shards as hs
+
+            (folder / "captures").mkdir(parents=True)
+            hcap._write_case(world.capture_data, folder / "captures", f"capture_{name}", case)
+            (folder / "shards" / "rows_0-2000").mkdir(parents=True)
+            torch.save(hs.good(), folder / "shards" / "rows_0-2000" / "data_0.ckpt")
+            write_variants(folder, world, _base_text())
+
+        out.append((name, make))
+
+    def things(kind: str) -> Make:
+        def make(folder: Path, world: World) -> None:
+            import test_hostile_shards as hs
+
+            caps = folder / "captures"
+            caps.mkdir(parents=True)
+            target = caps / "capture_x.safetensors"
+            if kind == "fifo":
+                os.mkfifo(target)
+            elif kind == "dev-zero":
+                target.symlink_to("/dev/zero")
+            elif kind == "dangling":
+                target.symlink_to(folder / "nowhere")
+            elif kind == "folder":
+                target.mkdir()
+            elif kind == "loop":
+                (caps / "sub").symlink_to(caps)
+            (folder / "shards" / "rows_0-2000").mkdir(parents=True)
+            torch.save(hs.good(), folder / "shards" / "rows_0-2000" / "data_0.ckpt")
+            write_variants(folder, world, _base_text())
+
+        return make
+
+    for kind in ("fifo", "dev-zero", "dangling", "folder", "loop"):
+        out.append((f"not a file: {kind}", things(kind)))
+    return out
+
+
+def capture_cells() -> list[Cell]:
+    caps = ["--captures", "captures", "--checks", "capture"]
+    return [
+        Cell(
+            "capture",
+            "cli",
+            lambda f, w: _check("c-base.yaml", "shards", extra=caps),
+            _fam(["capture"], capture=True),
+        ),
+        Cell(
+            "shard families+capture",
+            "pytest",
+            lambda f, w: _pytest(
+                "c-base.yaml", ["shards"], "--eagle-captures", "captures", "--eagle-no-sharpness"
+            ),
+            _fam(capture=True, no_sharpness=True),
+        ),
+        Cell(
+            "fixtures eagle_capture",
+            "pytest",
+            lambda f, w: _pytest(
+                "c-base.yaml", ["shards"], "--eagle-captures", "captures", "--eagle-no-sharpness"
+            ),
+            _fam(capture=True, no_sharpness=True),
+            user_test=USER_TEST,
+        ),
+        Cell(
+            "shard families+capture",
+            "pytest -n 2",
+            lambda f, w: _pytest(
+                "c-base.yaml",
+                ["shards"],
+                "--eagle-captures",
+                "captures",
+                "--eagle-no-sharpness",
+                n2=True,
+            ),
+            _fam(capture=True, no_sharpness=True),
+            heavy=True,
+            timeout=180,
+        ),
+    ]
+
+
+# HTTP answers of the SGLang stand-in -----------------------------------------------------
+
+
+def http_faults() -> dict[str, tuple[str, Any]]:
+    import test_hostile_http as hh
+
+    return {
+        **{f"generate {k}": ("/generate", f) for k, (f, _) in hh.GENERATE.items()},
+        **{f"server_info {k}": ("/server_info", hh._answer(v)) for k, v in hh.SERVER_INFO.items()},
+        **{f"model_info {k}": ("/model_info", hh._answer(v)) for k, v in hh.MODEL_INFO.items()},
+        "server_info 5MB": (
+            "/server_info",
+            hh._answer({"version": "0.5.23", "pad": "x" * (5 << 20)}),
+        ),
+        "trickle": ("", hh._trickle),
+        "silent": ("", hh._hang),
+    }
+
+
+def http_inputs() -> list[tuple[str, Make]]:
+    out: list[tuple[str, Make]] = []
+    for name in http_faults():
+
+        def make(folder: Path, world: World) -> None:
+            assert world.demo is not None
+            shard, contract, _ = world.demo
+            for k in range(2):
+                shutil.copyfile(shard, folder / f"data_{k}.ckpt")
+            shutil.copyfile(contract, folder / "c.yaml")
+
+        out.append((name, make))
+    return out
+
+
+def _server(name: str) -> Callable[[], contextlib.AbstractContextManager[str]]:
+    import socketserver
+
+    import test_hostile_http as hh
+    from sglang_standin import Launch, SGLangStandin
+
+    # the stand-in's own errors (a client that hung up at its cap) are not the CLI's
+    socketserver.BaseServer.handle_error = lambda *_: None  # type: ignore[method-assign]
+    where, fault = http_faults()[name]
+
+    def server() -> Any:
+        if not where:
+            return SGLangStandin(Launch(fault=fault))
+        script = hh.Script({where: [fault]}, always=hh.LOOP)
+        return SGLangStandin(Launch(mode="aux", layer_ids=[1, 3, 4], fault=script))
+
+    return server
+
+
+def http_cells() -> list[Cell]:
+    url = ["--sglang-url", "{url}", "--sglang-timeout", "5"]
+    purl = ["--eagle-sglang-url", "{url}", "--eagle-sglang-timeout", "5", "--eagle-no-sharpness"]
+    shards = ["data_0.ckpt", "data_1.ckpt"]
+    return [
+        Cell(
+            "capture",
+            "cli",
+            lambda f, w: _check("c.yaml", *shards, extra=[*url, "--checks", "capture"]),
+            _fam(["capture"], capture=True),
+        ),
+        Cell(
+            "record",
+            "cli",
+            lambda f, w: [
+                "record",
+                "c.yaml",
+                *shards,
+                "--sglang-url",
+                "{url}",
+                "--timeout",
+                "5",
+                "-o",
+                "out/cap",
+            ],
+            _only(),
+        ),
+        Cell(
+            "shard families+capture",
+            "pytest",
+            lambda f, w: _pytest("c.yaml", shards, *purl),
+            _fam(capture=True, no_sharpness=True),
+        ),
+        Cell(
+            "fixtures eagle_capture",
+            "pytest",
+            lambda f, w: _pytest("c.yaml", shards, *purl),
+            _fam(capture=True, no_sharpness=True),
+            user_test=USER_TEST,
+        ),
+        Cell(
+            "shard families+capture",
+            "pytest -n 2",
+            lambda f, w: _pytest("c.yaml", shards, *purl, n2=True),
+            _fam(capture=True, no_sharpness=True),
+            heavy=True,
+            timeout=180,
+        ),
+    ]
+
+
+# -- the plan: every (class, input, cell) --------------------------------------------------
+
+
+@dataclass
+class Planned:
+    klass: str
+    name: str
+    make: Make
+    cell: Cell
+    server: Callable[[], contextlib.AbstractContextManager[str]] | None = None
+    covers: frozenset[str] = field(default_factory=frozenset)
+
+
+def _capture_data_stub() -> dict[str, Any]:
+    """What test_hostile_captures' cases are made from, without the world: good()'s ids and
+    aux states, their capture's bytes and metadata."""
+    import test_hostile_captures as hcap
+    import test_hostile_shards as hs
+
+    from pytest_eagle_contract.capture.files import CaptureMeta, write_capture
+
+    good = hs.good()
+    aux = good["aux_hidden_state"][0]
+    meta = CaptureMeta(layer_ids=(1, 3, 4), arch="LlamaForCausalLM", version="0.5.23")
+    with tempfile.TemporaryDirectory() as tmp:
+        valid = write_capture(Path(tmp), good["input_ids"], aux, meta)
+        return {
+            "bytes": valid.read_bytes(),
+            "aux": aux,
+            "ids": good["input_ids"],
+            "meta": json.loads(CaptureMeta.from_json(hcap._meta_of(valid)).to_json()),
+        }
+
+
+def plan_matrix(
+    seed: int = 22,
+    quick: bool = False,
+    classes: Iterable[str] = CLASSES,
+    n2_every: int = 4,
+    world_paths: tuple[Path, Path] = (Path("/world/model"), Path("/world/draft")),
+) -> list[Planned]:
+    """Every (class, input, cell) of the matrix, nothing written yet. ``quick``: one input
+    per cell, a different one in each cell of a class."""
+    rng = random.Random(seed)
+    out: list[Planned] = []
+    wanted = list(classes)
+    for klass in wanted:
+        if klass == "shards":
+            inputs = shard_inputs(rng)
+            cells_of: Callable[[str], list[Cell]] = lambda name: shard_cells(_shard_rel(name))  # noqa: E731
+        elif klass == "datasets":
+            inputs = dataset_inputs(rng)
+            cells_of = lambda name: shard_cells(  # noqa: E731
+                "shards/hidden_states/hs_0.safetensors", SPECULATORS
+            )
+        elif klass == "contracts":
+            inputs = contract_inputs(rng, world_paths)
+            cells_of = lambda name: contract_cells()  # noqa: E731
+        elif klass == "models":
+            inputs = model_inputs()
+            cells_of = lambda name: model_cells()  # noqa: E731
+        elif klass == "drafts":
+            inputs = draft_inputs()
+            cells_of = lambda name: draft_cells()  # noqa: E731
+        elif klass == "captures":
+            inputs = capture_inputs(_capture_data_stub)
+            cells_of = lambda name: capture_cells()  # noqa: E731
+        elif klass == "http":
+            inputs = http_inputs()
+            cells_of = lambda name: http_cells()  # noqa: E731
+        elif klass == "outputs":
+            continue  # made by hostile_inputs.output_cases at run time
+        else:
+            raise SystemExit(f"unknown class {klass}")
+        for i, (name, make) in enumerate(inputs):
+            cells = cells_of(name)
+            for k, cell in enumerate(cells):
+                if quick:
+                    # one input per cell: spread over the class, a different one per cell
+                    pick = (k * 7 + 3) % len(inputs) if len(inputs) > 1 else 0
+                    if i != pick:
+                        continue
+                elif cell.heavy and i % n2_every:
+                    continue
+                server = _server(name) if klass == "http" else None
+                out.append(Planned(klass, name, make, cell, server))
+    return out
+
+
+def covered(planned: Iterable[Planned]) -> dict[str, set[str]]:
+    """shell -> the families (registry names and audit) some planned run executes."""
+    out: dict[str, set[str]] = defaultdict(set)
+    for p in planned:
+        out[p.cell.shell] |= set(p.cell.covers())
+    return out
+
+
+def materialize(planned: list[Planned], root: Path, world: World) -> list[Case]:
+    cases = []
+    for i, p in enumerate(planned):
+        folder = root / p.klass / f"{i:04d}"
+        folder.mkdir(parents=True)
+        p.make(folder, world)
+        _prepare(folder, p.cell.user_test)
+        argv = _with_captures(p.cell.argv(folder, world), world)
+        judged = p.cell.verify and p.klass == "shards"  # a bad file beside a good one
+        verify = _each_shard_judged(*_bad_and_good(p)) if judged else None
+        watch = world.watch + ((world.demo[1],) if world.demo else ())
+        cases.append(
+            Case(
+                p.klass,
+                p.name,
+                folder,
+                argv,
+                p.server,
+                verify,
+                family=p.cell.family,
+                shell=p.cell.shell,
+                covers=p.cell.covers(),
+                watch=tuple(x for x in watch if x.is_dir()),
+                timeout=p.cell.timeout,
+            )
+        )
+    return cases
+
+
+def _interleaved(cases: list[Case]) -> list[Case]:
+    """Round robin over the classes (each in its own order: input by input, every cell of
+    one input, xdist on every --n2-every-th): a --budget cut samples every class."""
+    groups: dict[str, list[Case]] = defaultdict(list)
+    for c in cases:
+        groups[c.surface].append(c)
+    out: list[Case] = []
+    queues = list(groups.values())
+    while queues:
+        out += [q.pop(0) for q in queues]
+        queues = [q for q in queues if q]
+    return out
+
+
+def _bad_and_good(p: Planned) -> tuple[str, str]:
+    return Path(_shard_rel(p.name)).name, "data_1.ckpt"
+
+
+# -- the table -------------------------------------------------------------------------------
+
+
+def table(results: list[Any]) -> str:
+    from hostile_sweep import CLASSES as VERDICTS
+
+    defects = [v for v in VERDICTS if v != "ok"]
+    rows: dict[tuple[str, str, str], list[Any]] = defaultdict(list)
+    for r in results:
+        rows[(r.case.surface, r.case.family or "-", r.case.shell)].append(r)
+    head = ["class", "family", "shell", "inputs", *defects, "ok", "time s"]
+    body = []
+    for key in sorted(rows, key=lambda k: (_order(k[0]), k[1], SHELLS.index(k[2]))):
+        rs = rows[key]
+        counts = Counter(r.verdict for r in rs)
+        body.append(
+            [
+                *key,
+                str(len(rs)),
+                *(str(counts[d] or "") for d in defects),
+                str(counts["ok"]),
+                f"{sum(r.seconds for r in rs):.0f}",
+            ]
+        )
+    total = Counter(r.verdict for r in results)
+    body.append(
+        [
+            "total",
+            "",
+            "",
+            str(len(results)),
+            *(str(total[d]) for d in defects),
+            str(total["ok"]),
+            f"{sum(r.seconds for r in results):.0f}",
+        ]
+    )
+    widths = [max(len(row[i]) for row in [head, *body]) for i in range(len(head))]
+    lines = [
+        "  ".join(c.ljust(widths[i]) if i < 3 else c.rjust(widths[i]) for i, c in enumerate(row))
+        for row in [head, *body]
+    ]
+    return "\n".join(lines)
+
+
+def coverage(results: list[Any]) -> str:
+    """family x shell: how many runs executed it."""
+    from pytest_eagle_contract.checks.registry import FAMILIES
+
+    names = [f.name for f in FAMILIES] + list(EXTRA_FAMILIES)
+    count: dict[tuple[str, str], int] = Counter()
+    for r in results:
+        for f in r.case.covers:
+            count[(f, r.case.shell)] += 1
+    lines = ["family".ljust(12) + "".join(s.rjust(13) for s in SHELLS)]
+    for n in names:
+        lines.append(n.ljust(12) + "".join(str(count[(n, s)] or "-").rjust(13) for s in SHELLS))
+    return "\n".join(lines)
+
+
+def recorded(path: Path) -> list[Any]:
+    """The results of a ``--record`` file, as run_all's (covers from the plan when the
+    record has none)."""
+    from types import SimpleNamespace
+
+    rows = [json.loads(x) for x in path.read_text("utf-8").splitlines() if x.strip()]
+    cells: dict[tuple[str, str, str], frozenset[str]] = {}
+    if any("covers" not in r for r in rows):
+        for p in plan_matrix(quick=True, classes=[c for c in CLASSES if c != "outputs"]):
+            cells[(p.klass, p.cell.family, p.cell.shell)] = p.cell.covers()
+    out = []
+    for r in rows:
+        key = (r["surface"], r["family"], r["shell"])
+        case = SimpleNamespace(
+            surface=r["surface"],
+            name=r["name"],
+            family=r["family"],
+            shell=r["shell"],
+            argv=r["argv"],
+            folder=Path(r["folder"]),
+            covers=frozenset(r.get("covers", cells.get(key, ()))),
+        )
+        out.append(
+            SimpleNamespace(
+                case=case,
+                verdict=r["verdict"],
+                code=r["code"],
+                seconds=r["seconds"],
+                rss=r["rss"],
+                tail=r["tail"],
+            )
+        )
+    return out
+
+
+def _order(klass: str) -> int:
+    return CLASSES.index(klass) if klass in CLASSES else len(CLASSES)
+
+
+def _signature(r: Any) -> str:
+    lines = [x.strip() for x in r.tail.splitlines() if x.strip()]
+    for marker in ("[guard]", "Error", "Exception", "INTERNALERROR"):
+        hits = [x for x in lines if marker in x]
+        if hits:
+            return hits[-1][:200]
+    return (lines[-1] if lines else r.verdict)[:200]
+
+
+def _command(r: Any) -> str:
+    import shlex
+
+    argv = list(r.case.argv)
+    if argv and argv[0] == "pytest":
+        cmd = "python -m pytest " + " ".join(map(shlex.quote, argv[1:]))
+        cmd = f"PYTHONPATH={HERE} " + cmd
+    else:
+        cmd = "eagle-contract " + " ".join(map(shlex.quote, argv))
+    again = (
+        f"python benchmarks/hostile_sweep.py --matrix --classes {r.case.surface} "
+        f"--only {shlex.quote(r.case.name)} --shells {shlex.quote(r.case.shell)} --keep"
+    )
+    if r.case.family and r.case.surface != "outputs":
+        again += f" --families {shlex.quote(r.case.family)}"
+    return f"{again}\n      or, with the inputs kept: (cd {r.case.folder} && {cmd})"
+
+
+def defects(results: list[Any]) -> str:
+    bad = [r for r in results if r.verdict != "ok"]
+    if not bad:
+        return "no defects"
+    groups: dict[tuple[str, str, str, str], list[Any]] = defaultdict(list)
+    for r in bad:
+        groups[(r.case.surface, r.case.family, r.case.shell, r.verdict)].append(r)
+    out = []
+    for (klass, family, shell, verdict), rs in sorted(
+        groups.items(), key=lambda kv: (_order(kv[0][0]), kv[0][1], kv[0][2])
+    ):
+        out.append(f"\n=== {verdict}: {klass} x {family} x {shell}: {len(rs)} input(s)")
+        by_sig: dict[str, list[Any]] = defaultdict(list)
+        for r in rs:
+            by_sig[_signature(r)].append(r)
+        for sig, group in by_sig.items():
+            first = group[0]
+            names = ", ".join(r.case.name for r in group[:8]) + (" ..." if len(group) > 8 else "")
+            out.append(f"  - {sig}")
+            out.append(f"    inputs ({len(group)}): {names}")
+            out.append(f"    exit {first.code}; reproduce: {_command(first)}")
+            tail = [x for x in first.tail.splitlines() if x.strip()][-6:]
+            out.append("    | " + "\n    | ".join(tail))
+    return "\n".join(out)
+
+
+# -- main -------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> None:
+    import hostile_sweep as sweep
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--matrix", action="store_true", help="(hostile_sweep.py's switch)")
+    ap.add_argument("--quick", action="store_true", help="one input per cell (~3 min, 2 cores)")
+    ap.add_argument("--classes", default=",".join(CLASSES))
+    ap.add_argument("--families", default="", help="only rows whose family label has one of these")
+    ap.add_argument("--shells", default=",".join(SHELLS))
+    ap.add_argument("--only", default="", help="only inputs whose name holds this")
+    ap.add_argument("--n2-every", type=int, default=4, help="full form: xdist on every N-th input")
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--timeout", type=float, default=120.0, help="seconds before a run is a hang")
+    ap.add_argument("--seed", type=int, default=22)
+    ap.add_argument("--fresh", action="store_true", help="a new interpreter per run")
+    ap.add_argument("--keep", action="store_true", help="keep the inputs and logs")
+    ap.add_argument("--budget", type=float, help="seconds: start no run after this many")
+    ap.add_argument("--record", type=Path, help="append each result here (JSON lines)")
+    ap.add_argument("--table-from", type=Path, metavar="RECORD", help="print a --record's tables")
+    args = ap.parse_args(argv)
+    if args.table_from is not None:
+        results = recorded(args.table_from)
+        print(table(results), "\n\nruns that executed each family, per shell:", sep="")
+        print(coverage(results))
+        print(defects(results))
+        return
+    warnings.simplefilter("ignore")
+    torch.set_num_threads(1)  # forked children must not inherit a busy thread pool
+    import pytest  # noqa: F401  (imported once, forked many times)
+    import transformers  # noqa: F401
+
+    import pytest_eagle_contract.shells.cli
+    import pytest_eagle_contract.shells.plugin  # noqa: F401
+
+    root = Path(tempfile.mkdtemp(prefix="eagle-matrix-"))
+    logs = root / "logs"
+    logs.mkdir()
+    start = time.monotonic()
+    classes = [c for c in args.classes.split(",") if c]
+    shells = set(args.shells.split(","))
+    families = [f for f in args.families.split(",") if f]
+    world = build_world(root, http="http" in classes)
+    planned = plan_matrix(args.seed, args.quick, classes, args.n2_every, (world.model, world.draft))
+    planned = [p for p in planned if p.cell.shell in shells]
+    if families:  # a label exactly, else labels holding it
+        exact = [p for p in planned if p.cell.family in families]
+        planned = exact or [p for p in planned if any(f in p.cell.family for f in families)]
+    if args.only:  # an input's name exactly, else names holding it
+        exact = [p for p in planned if p.name == args.only]
+        planned = exact or [p for p in planned if args.only in p.name]
+    cases = materialize(planned, root / "inputs", world)
+    if "outputs" in classes and "cli" in shells and not families:
+        outs = output_cases(root / "inputs")
+        cases += [c for c in outs if args.only in c.name][: 3 if args.quick else None]
+        for c in cases:
+            if c.surface == "outputs":
+                c.family = "outputs"
+    cases = _interleaved(cases)  # a --budget cut samples every class
+    print(f"{len(cases)} runs made in {time.monotonic() - start:.0f} s under {root}")
+    if args.record is not None:
+        args.record.write_text("")
+    results = sweep.run_all(
+        cases, args.jobs, args.timeout, args.fresh, logs, args.budget, args.record
+    )
+    if len(results) < len(cases):
+        print(f"{len(cases) - len(results)} of {len(cases)} runs not started (--budget)")
+    took = time.monotonic() - start
+    print(f"ran in {took:.0f} s ({'fresh' if args.fresh else 'forked'}, {args.jobs} jobs)")
+    print(table(results))
+    print("\nruns that executed each family, per shell:")
+    print(coverage(results))
+    worst = max(results, key=lambda r: r.rss)
+    slowest = max(results, key=lambda r: r.seconds)
+    print(f"peak RSS {worst.rss / sweep.GIB:.2f} GiB ({worst.case.surface}: {worst.case.name})")
+    print(
+        f"slowest {slowest.seconds:.1f} s ({slowest.case.surface}: {slowest.case.name}, "
+        f"{slowest.case.family}, {slowest.case.shell})"
+    )
+    print("exit codes:", dict(sorted(Counter(r.code for r in results).items())))
+    print(defects(results))
+    if not args.keep:
+        shutil.rmtree(root, ignore_errors=True)
+    else:
+        print(f"\nkept under {root}")
+    raise SystemExit(1 if any(r.verdict != "ok" for r in results) else 0)
+
+
+if __name__ == "__main__":
+    main()

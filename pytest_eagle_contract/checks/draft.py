@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Unpack
 
-from ..findings import Finding, Parts, RuleCode, finding
+from ..findings import Finding, Parts, RuleCode, finding, not_run
 from .family import CheckFamily
 
 if TYPE_CHECKING:
@@ -74,8 +74,8 @@ def check_draft(contract: Contract, target_embedding: torch.Tensor | None) -> li
     try:
         draft = read_draft_config(serving.draft_config)
         config = draft_json(draft.path.parent)
-    except EagleContractError:
-        return []  # the layout family reports an unreadable draft config (EC510)
+    except EagleContractError as exc:  # the layout family reports it as EC510
+        return [not_run("draft", f"{exc} (EC510)", contract=contract, key=KEY)]
     shapes = _shapes(draft.path.parent)
     if not shapes:
         return []

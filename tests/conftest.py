@@ -6,6 +6,12 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch  # noqa: F401
+
+# torch is imported here, once per process (each xdist worker), before any in-process
+# pytester run: pytester restores sys.modules after each run, so a torch first imported
+# inside one would be dropped and imported again by the next, and torch cannot be
+# initialised twice in a process ("Only a single TORCH_LIBRARY ...", "bad call flags").
 
 pytest_plugins = ["pytester"]
 

@@ -10,14 +10,22 @@ import shutil
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from pytest_eagle_contract.shells import demo
 
 
-def test_a_session_stopped_by_x_says_so_in_its_report(pytester, tmp_path):
-    root = tmp_path / "demo"
-    demo.write_demo_shards(root, shards=4)
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    """Made before any test's pytester fixture: what pytester's sys.modules snapshot sees
+    imported (transformers, torch.distributed) stays imported."""
+    out = tmp_path_factory.mktemp("demo")
+    demo.write_demo_shards(out, shards=4)
+    return out
+
+
+def test_a_session_stopped_by_x_says_so_in_its_report(root, pytester):
     shards = pytester.path / "shards"
     shutil.copytree(root / "good", shards)
     bad = shards / "rows_0-2000" / "data_0.ckpt"
@@ -52,9 +60,7 @@ def test_a_session_stopped_by_x_says_so_in_its_report(pytester, tmp_path):
     assert "EC202" in codes  # what it found before stopping is kept
 
 
-def test_a_full_session_is_complete(pytester, tmp_path):
-    root = tmp_path / "demo"
-    demo.write_demo_shards(root, shards=2)
+def test_a_full_session_is_complete(root, pytester):
     report = pytester.path / "r.json"
     result = pytester.runpytest_subprocess(
         "-p",

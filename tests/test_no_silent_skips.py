@@ -114,12 +114,19 @@ def test_no_mask_anywhere_says_the_mask_checks_did_not_run(tmp_path):
     assert not res.stdout.strip().splitlines()[-1].startswith("ok")
 
 
-def test_pytest_shows_the_check_that_did_not_run_as_a_skip(tmp_path, pytester):
-    contract = _project(pytester.path, dataset=True)
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    """Made before any test's pytester fixture: what pytester's sys.modules snapshot sees
+    imported (safetensors, pyarrow) stays imported."""
+    return _project(tmp_path_factory.mktemp("project"), dataset=True)
+
+
+def test_pytest_shows_the_check_that_did_not_run_as_a_skip(project, tmp_path):
+    contract = project
     env = _without_pyarrow(tmp_path)
     res = subprocess.run(
         [*PYTEST, "-rs", "--eagle-contract", str(contract), "--eagle-no-sharpness"],
-        cwd=pytester.path,
+        cwd=project.parent,
         env=env,
         capture_output=True,
         text=True,

@@ -85,3 +85,25 @@ def add_flush_cache(add: Add, prefix: str = "") -> None:
         help="let the capture flush the server's prefix cache when it ignores "
         "the request's cache key (SGLang < 0.5.3)",
     )
+
+
+CHECKS_HELP = (
+    "comma-separated check families (default: every default family whose inputs are given; "
+    "docs/rules.md lists them)"
+)
+
+
+def add_checks(add: Add, prefix: str = "") -> None:
+    """``--checks`` / ``--eagle-checks``: the families to run, by name."""
+    add(
+        f"--{prefix}checks",
+        dest=f"{prefix.replace('-', '_')}checks",
+        default=None,
+        metavar="LIST",
+        help=CHECKS_HELP,
+    )
+
+
+def check_names(text: str | None) -> list[str] | None:
+    """``--checks a,b`` as names; None when not given (every default family)."""
+    return None if text is None else [c.strip() for c in text.split(",") if c.strip()]

@@ -14,6 +14,7 @@ from ..errors import EagleContractError
 from . import audit, commands, gate, matrix, probe
 from .args import (
     add_annotations,
+    add_checks,
     add_flush_cache,
     add_format,
     add_print_json,
@@ -100,13 +101,7 @@ def _parser() -> argparse.ArgumentParser:
     add_annotations(chk.add_argument)
     add_quiet(chk)
     add_workers(chk)
-    chk.add_argument(
-        "--checks",
-        default=None,
-        metavar="LIST",
-        help="comma-separated check families (default: every default family whose inputs "
-        "are given; docs/rules.md lists them)",
-    )
+    add_checks(chk.add_argument)
     chk.add_argument(
         "--serving-args",
         metavar="COMMAND",

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import UsageError
+from .args import check_names
 from .exit_codes import EXIT_FINDINGS, EXIT_OK
 
 if TYPE_CHECKING:
@@ -39,7 +40,7 @@ def _gate(
     from .terminal import progress
 
     contract = load_contract(contract_path)
-    named = [c.strip() for c in checks.split(",") if c.strip()] if checks is not None else None
+    named = check_names(checks)
     units = plan(
         contract,
         paths or None,

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from ..reports import pytest_hooks as report_hooks
-from .args import add_sglang
+from .args import add_checks, add_sglang
 
 if TYPE_CHECKING:
     from ..shards.discovery import Sampling
@@ -176,6 +176,7 @@ def add_options(parser: pytest.Parser) -> None:
         dest="eagle_sglang_skip",
         help="skip (with the reason), instead of fail, when the server is down",
     )
+    add_checks(group.addoption, "eagle-")
     group.addoption(
         "--eagle-no-sharpness",
         action="store_true",

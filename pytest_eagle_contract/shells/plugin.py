@@ -15,6 +15,7 @@ import pytest
 
 from ..reports import pytest_hooks as report_hooks
 from . import options
+from .args import check_names
 from .fixtures import eagle_capture, eagle_contract, eagle_shard, pytest_generate_tests
 
 if TYPE_CHECKING:
@@ -174,6 +175,7 @@ class ContractFile(pytest.File):
                 shards,
                 sample,
                 seed,
+                checks=check_names(self.config.getoption("eagle_checks")),
                 without=_without(self.config),
                 target_model=options.target_model(self.config),
                 capture=runner.captures_enabled,

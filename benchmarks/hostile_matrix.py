@@ -12,9 +12,9 @@ stand-in, output paths -- is run through every check family that reads it, in ev
 The contract is part of the input: the variant that switches a family on goes with it (a
 contract naming the tiny target with ``target.reference_capture`` for ``evidence``, one
 with ``serving.draft_config`` for ``draft``, a floor, a draft and a target for ``probe``,
-``--captures`` for ``capture``). The pytest plugin has no ``--checks``: a pytest run runs
-every default family the variant switches on (``draft`` is never one: it is on request only,
-and the plugin has no way to ask for it), and the table names the variant.
+``--captures`` for ``capture``). A pytest run runs every default family the variant
+switches on, and the table names the variant; the on-request ``draft`` family runs with
+``--eagle-checks draft``.
 
 Each run ends in one class, the first that applies (benchmarks/hostile_sweep.py):
 
@@ -1193,6 +1193,20 @@ def draft_cells() -> list[Cell]:
             "pytest",
             lambda f, w: _pytest("c-probe.yaml", ["shards"], "--eagle-no-sharpness"),
             _fam(contract=PROBE_ON, no_sharpness=True),
+        ),
+        Cell(
+            "draft",
+            "pytest",
+            lambda f, w: _pytest("c-draft.yaml", ["shards"], "--eagle-checks", "draft"),
+            _fam(["draft"], contract={"draft": True}),
+        ),
+        Cell(
+            "draft",
+            "pytest -n 2",
+            lambda f, w: _pytest("c-draft.yaml", ["shards"], "--eagle-checks", "draft", n2=True),
+            _fam(["draft"], contract={"draft": True}),
+            heavy=True,
+            timeout=180,
         ),
         Cell(
             "layout+probe+shard families",

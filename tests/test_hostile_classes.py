@@ -132,3 +132,23 @@ def test_a_packed_dtype_in_the_target_model_is_a_usage_error(world, tmp_path, cl
         res = cli(*args)
         _clean(res)
         assert res.returncode == 2 and f"target model {target}" in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize("key", ["target.model", "serving.draft_config", "training.shards"])
+def test_a_contract_path_no_file_system_holds_is_a_located_usage_error(tmp_path, cli, key):
+    section, name = key.split(".")
+    long = "x" * 300
+    lines = []
+    for line in CONTRACT.read_text().splitlines():
+        if name == "shards" and line.startswith("  shards:"):
+            line = f"  shards: {long}"
+        lines.append(line)
+        if name != "shards" and line.startswith(f"{section}:"):
+            lines.append(f"  {name}: {long}")
+    text = "\n".join(lines) + "\n"
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    for args in (("check", path), ("check", path, "--sharpness"), ("audit", path)):
+        res = cli(*args)
+        _clean(res)
+        assert res.returncode == 2 and f"{key}: not a path" in res.stderr, (args, res.stderr)

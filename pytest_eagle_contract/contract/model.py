@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -256,10 +257,19 @@ class _Reading:
         line = self.lines.get(key_path, 1)
         self.problems.append(ContractProblem(self.file, line, 1, key_path, message))
 
+    def path(self, key_path: str, value: str) -> Path:
+        """``value`` relative to the contract's folder; a name no file system holds (a part
+        past 255 bytes, the whole past 4,095, a NUL) is a problem, not an OSError later."""
+        out = self.base / value
+        raw = os.fsencode(str(out))
+        if b"\0" in raw or len(raw) > 4095 or any(len(part) > 255 for part in raw.split(b"/")):
+            self.problem(key_path, "not a path a file system can hold (a name past 255 bytes?)")
+        return out
+
 
 def _build(data: dict[str, Any], path: Path, lines: dict[str, int]) -> Contract:
     r = _Reading(str(path), path.parent, lines)
-    base, problem = r.base, r.problem
+    problem = r.problem
     t = data["target"]
     target = TargetSpec(
         arch=t.get("arch"),
@@ -267,7 +277,7 @@ def _build(data: dict[str, Any], path: Path, lines: dict[str, int]) -> Contract:
         hidden_size=t["hidden_size"],
         vocab_size=t.get("vocab_size"),
         dtype=t.get("dtype", _DTYPE_DEFAULT),
-        model=(base / t["model"]) if "model" in t else None,
+        model=r.path("target.model", t["model"]) if "model" in t else None,
         reference_capture=t.get("reference_capture", False),
     )
     if target.reference_capture and target.model is None:
@@ -286,7 +296,7 @@ def _build(data: dict[str, Any], path: Path, lines: dict[str, int]) -> Contract:
 
 def _training(tr: dict[str, Any], target: TargetSpec, r: _Reading) -> TrainingSpec:
     """The ``training`` section, typed; its problems go to ``r``."""
-    base, problem, lines = r.base, r.problem, r.lines
+    problem, lines = r.problem, r.lines
     slots = []
     for i, s in enumerate(tr["slots"]):
         key = f"training.slots[{i}]"
@@ -324,7 +334,7 @@ def _training(tr: dict[str, Any], target: TargetSpec, r: _Reading) -> TrainingSp
     shards = tr.get("shards")
     spec = TrainingSpec(
         format=tr.get("format", "auto"),
-        shards=(base / shards) if shards else None,
+        shards=r.path("training.shards", shards) if shards else None,
         slots=tuple(slots),
         fc_input=fc_input,
         target_slot=target_slot,
@@ -343,12 +353,14 @@ def _training(tr: dict[str, Any], target: TargetSpec, r: _Reading) -> TrainingSp
 
 def _serving(sv: dict[str, Any], training: TrainingSpec | None, r: _Reading) -> ServingSpec:
     """The ``serving`` section, typed; its problems go to ``r``."""
-    base, problem = r.base, r.problem
+    problem = r.problem
     spec = ServingSpec(
         engine=sv["engine"],
         version=sv.get("version"),
         arch=sv.get("arch"),
-        draft_config=(base / sv["draft_config"]) if "draft_config" in sv else None,
+        draft_config=(
+            r.path("serving.draft_config", sv["draft_config"]) if "draft_config" in sv else None
+        ),
         aux_layer_ids=tuple(sv["aux_layer_ids"]) if "aux_layer_ids" in sv else None,
         dtype=sv.get("dtype"),
         launch=sv.get("launch"),

@@ -98,6 +98,22 @@ def estimate(
     return out
 
 
+def refuse_unfit(
+    draft: EagleDraft, model: Any, layouts: list[tuple[str, tuple[Layer, ...]]], hidden: int
+) -> None:
+    """A usage error naming what does not fit between the draft and the target for any
+    layout (each layer ``hidden`` wide), before the target generates anything."""
+    from ..errors import UsageError
+    from ..models.draft_shapes import refuse
+
+    embedding = model.get_input_embeddings().weight.detach()
+    head = model.get_output_embeddings().weight.detach()
+    for name, layers in layouts:
+        if not layers:
+            raise UsageError(f"draft {draft.path}: layout {name} feeds no aux states")
+        refuse(draft.path, draft.run_problems(embedding, head, len(layers) * hidden))
+
+
 def _groups(sequences: list[torch.Tensor], size: int) -> list[list[torch.Tensor]]:
     """Runs of up to ``size`` consecutive sequences of one length."""
     out: list[list[torch.Tensor]] = []
@@ -267,10 +283,12 @@ def probe_contract(contract: Contract, target: Any) -> list[Estimate]:
     assert contract.serving is not None and contract.serving.draft_config is not None
     folder = draft_dir(contract.serving.draft_config)
     layouts = layouts_of(contract, folder, target.num_layers, target.arch, [], "sglang")
+    draft = EagleDraft.load(folder)  # a draft that cannot run is refused before the target runs
+    refuse_unfit(draft, target.module, layouts, target.hidden_size)
     sequences = greedy_sequences(
         target.module, prompts(contract, [], SEQUENCES, PROMPT, target), LENGTH
     )
-    return estimate(EagleDraft.load(folder), target.module, sequences, layouts, STEPS, PROMPT - 2)
+    return estimate(draft, target.module, sequences, layouts, STEPS, PROMPT - 2)
 
 
 def gate(contract: Contract, estimates: list[Estimate]) -> list[Finding]:

@@ -48,6 +48,7 @@ def probe(args: argparse.Namespace) -> int:
         greedy_sequences,
         layouts_of,
         prompts,
+        refuse_unfit,
     )
     from ..contract.model import load_contract
     from ..models.draft_model import EagleDraft
@@ -72,16 +73,17 @@ def probe(args: argparse.Namespace) -> int:
     if args.length < args.prompt + args.steps + 2:
         raise UsageError("--length must exceed --prompt by more than --steps + 1")
     target = TargetModel.open(target_dir)
+    folder = draft_dir(draft_path)
+    draft = EagleDraft.load(folder)  # a draft that cannot run is refused before the target
     model = target.module
     if torch.cuda.is_available():
         model = model.to("cuda")
-    folder = draft_dir(draft_path)
     layouts = layouts_of(
         contract, folder, target.num_layers, target.arch, args.layout or [], args.engine
     )
+    refuse_unfit(draft, model, layouts, target.hidden_size)
     starts = prompts(contract, paths, args.sequences, args.prompt, target)
     sequences = greedy_sequences(model, starts, args.length)
-    draft = EagleDraft.load(folder)
     estimates = estimate(draft, model, sequences, layouts, args.steps, args.prompt - 2)
     if args.json:
         print(to_json({"convention": CONVENTION, "layouts": [e.to_dict() for e in estimates]}))

@@ -166,9 +166,12 @@ def test_bad_runner_version_and_arch_are_usage_errors_or_refusals(cli, tmp_path,
     res = cli(*base[:-1], tmp_path / "bad.json")
     assert res.returncode == 2 and "cannot read draft config" in res.stderr
     assert all("Traceback" not in r.stderr for r in [res])
-    (tmp_path / "endless.json").symlink_to("/dev/zero")  # read no further than the cap
-    monkeypatch.setenv("EAGLE_TARGET_JSON_MAX_BYTES", "4096")
+    (tmp_path / "endless.json").symlink_to("/dev/zero")  # a device: never read
     res = cli(*base[:-1], tmp_path / "endless.json")
+    assert res.returncode == 2 and "not a regular file" in res.stderr
+    (tmp_path / "big.json").write_text("[" + "1, " * 2000 + "1]")  # read no further than the cap
+    monkeypatch.setenv("EAGLE_TARGET_JSON_MAX_BYTES", "4096")
+    res = cli(*base[:-1], tmp_path / "big.json")
     assert res.returncode == 2 and "larger than 4096 bytes" in res.stderr
 
 

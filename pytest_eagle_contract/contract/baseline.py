@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError
+from ..errors import EagleContractError, UsageError
 from ..shards.discovery import Sampling, shard_paths
 from .model import Contract, NormBounds, load_contract, parse_contract
-from .observed import bounds_from, observe
+from .observed import fit_bounds, observe
 
 
 @dataclass(frozen=True)
@@ -49,10 +49,24 @@ def measure(
             f"the shards hold {len(obs.medians)} slots, the contract "
             f"{len(training.slots)}: fix the contract's slots first"
         )
-    m = obs.medians
-    return [
-        NormBounds(*bounds_from(v, [o for j, o in enumerate(m) if j != i])) for i, v in enumerate(m)
-    ]
+    # drawn as infer draws them: as quiet as the contract's sharpness self-test allows, and
+    # not cut apart where a reference capture tells the slots apart
+    text = contract.path.read_text("utf-8") if contract.path.is_file() else None
+    reference = contract.target.reference_capture and contract.target.model is not None
+
+    def sharp(bounds: list[tuple[float, float]]) -> bool:
+        if text is None:
+            return True
+        from ..sharpness.selftest import sharpness
+
+        try:
+            edited = parse_contract(rewrite(text, [NormBounds(*b) for b in bounds]), contract.path)
+        except EagleContractError:
+            return False
+        return sharpness(edited).sharp
+
+    fit = fit_bounds(obs.medians, obs.rows, sharp, cut=not reference)
+    return [NormBounds(*b) for b in fit.bounds]
 
 
 def rewrite(text: str, new: list[NormBounds]) -> str:

@@ -1,11 +1,13 @@
 """``eagle-contract infer``: draft a contract from shards the user trusts.
 
-Bounds (docs/first-contract.md): each slot's norm bounds reach beyond the range of its
-per-shard medians by that range again (at least ``MIN_MARGIN``), and never past
-``GAP_SHARE`` of the gap to another slot's medians, so slots whose medians are apart get
-bounds that are apart. Slots whose medians overlap cannot be told apart by norms: the
-draft names the evidence that can (a reference capture of the target) and uses it when
-``--target-model`` is given. Every draft is run through the sharpness self-test.
+Bounds (docs/first-contract.md, :mod:`.observed`): each slot's norm bounds leave about
+``RATE`` of fresh good shards outside (a prediction from the trusted shards' medians and
+lengths, never narrower than their range widened by itself), narrowed only as far as the
+sharpness self-test needs. Where two slots' bounds would overlap they are cut apart, so a
+swap fails, at the cost of false alarms the draft states. With ``--target-model`` such a
+draft turns on ``reference_capture`` instead (a run of the target names every slot, so the
+bounds need no cut). Slots whose medians overlap cannot be told apart by norms at all: the
+draft names the evidence that can. Every draft is run through the sharpness self-test.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from ..layers import Layer
 from ..shards.discovery import Sampling, choose, discover
 from ..shards.formats import FORMATS
 from .model import schema_path
-from .observed import Observed, bounds_from, observe
+from .observed import ALARMING, RATE, Bounds, Fit, Observed, describe_rate, fit_bounds, observe
 
 if TYPE_CHECKING:
     from ..models.target import TargetModel
@@ -43,6 +45,7 @@ class Draft:
     text: str
     notes: tuple[str, ...] = ()
     sharp: bool = True
+    false_alarms: float | None = None  # estimated share of fresh good shards it fails
 
 
 def infer_contract(paths: Sequence[Path], *, name: str, **options: Any) -> str:
@@ -93,11 +96,22 @@ def draft_contract(
     serving = _serving(d, draft, draft_ref)
     model = None if target_model is None else (model_ref or str(target_model.resolve()))
     path = where or Path("drafted.yaml")
-    plain = _judge(d.text(model, False, serving), path)
-    if plain.sharp or model is None:
-        return Draft(plain.text, (*d.overlap_notes(model is not None), *plain.notes), plain.sharp)
-    evidence = _judge(d.text(model, True, serving), path)
-    return Draft(evidence.text, evidence.notes, evidence.sharp)
+    fit = d.fit(model, False, path)
+    if model is None or _quiet(fit):
+        plain = _judge(d.text(model, False, serving, fit), path)
+        if plain.sharp or model is None:
+            notes = (*d.overlap_notes(model is not None), *d.rate_notes(fit, model), *plain.notes)
+            return Draft(plain.text, notes, plain.sharp, fit.rate)
+    # norms alone give no sharp and quiet bounds: a reference capture names the slots
+    evidence_fit = d.fit(model, True, path)
+    evidence = _judge(d.text(model, True, serving, evidence_fit, fit), path)
+    notes = (*d.rate_notes(evidence_fit, model), *evidence.notes)
+    return Draft(evidence.text, notes, evidence.sharp, evidence_fit.rate)
+
+
+def _quiet(fit: Fit) -> bool:
+    """Bounds as quiet as drawn (nothing cut or narrowed), or about as quiet."""
+    return fit.quiet or (fit.rate is not None and fit.rate <= 2 * RATE)
 
 
 def _judge(text: str, path: Path) -> Draft:
@@ -203,9 +217,51 @@ class _Drafting:
     def fc(self) -> list[int]:
         return list(range(len(self.named) - 1))
 
-    def bounds(self, i: int) -> tuple[float, float]:
-        m = self.obs.medians
-        return bounds_from(m[i], [v for j, v in enumerate(m) if j != i])
+    def fit(self, model: str | None, reference: bool, path: Path) -> Fit:
+        """Bounds for every slot, as quiet as the sharpness self-test allows; with a
+        reference capture, pairs are not cut (the capture tells the slots apart)."""
+
+        def sharp(bounds: list[Bounds]) -> bool:  # serving left out: it moves no norm
+            return _judge(self.text(model, reference, [], Fit.of(bounds)), path).sharp
+
+        return fit_bounds(self.obs.medians, self.obs.rows, sharp, cut=not reference)
+
+    def rate_notes(self, fit: Fit, model: str | None) -> list[str]:
+        """What infer says about the bounds' false alarms; a warning when too many."""
+        n = self.obs.shards
+        rate = describe_rate(fit.rate, n)
+        said = f"norm bounds: estimated false alarms {rate} (from {n} shard(s))"
+        return [said, *self.rate_warnings(fit, model)]
+
+    def rate_warnings(self, fit: Fit, model: str | None) -> list[str]:
+        if fit.rate is not None and fit.rate <= ALARMING:
+            return []
+        n, named = self.obs.shards, self.named
+        why = [
+            f"slots {i} ({named[i]}) and {j} ({named[j]}) are cut close to their medians so "
+            "that a swap of the two fails"
+            for i, j in fit.cut
+        ]
+        narrowed = [str(k) for k, r in enumerate(fit.reach) if r < 1.0]
+        if narrowed:
+            why.append(
+                f"slot(s) {', '.join(narrowed)} are narrowed so that the sharpness self-test passes"
+            )
+        if n < 10:
+            why.append(f"from {n} shard(s) the shard-to-shard spread is not known well")
+        advice = "draft from more shards" + (
+            ""
+            if model is not None or not fit.cut
+            else ", or pass --target-model DIR (a reference capture tells the slots apart, "
+            "and the bounds need no cut)"
+        )
+        head = (
+            f"how often the norm bounds fail good shards is {describe_rate(None, n)}"
+            if fit.rate is None
+            else f"the norm bounds will fail about {describe_rate(fit.rate, n)} of this "
+            "pipeline that are good"
+        )
+        return [f"{head}: {'; '.join(why) or 'the spread is wide'}; {advice}"]
 
     def together(self) -> list[tuple[int, int]]:
         """Pairs of slots whose per-shard medians overlap: norms cannot tell them apart."""
@@ -233,13 +289,25 @@ class _Drafting:
             for i, j in self.together()
         ]
 
-    def text(self, model: str | None, reference: bool, serving: list[str]) -> str:
+    def text(
+        self,
+        model: str | None,
+        reference: bool,
+        serving: list[str],
+        fit: Fit,
+        plain: Fit | None = None,
+    ) -> str:
+        """The contract with ``fit``'s bounds; ``plain`` is the fit without a reference
+        capture, whose cut pairs say why the capture is on."""
         obs, n = self.obs, len(self.named)
         out = [
             f"# yaml-language-server: $schema={self.schema_ref or schema_path()}",
             f"# Drafted by `eagle-contract infer` from {obs.shards} shard(s). Review every line:",
-            "# each slot's layer says where it came from; the bounds are measured (the range of",
-            "# the per-shard medians, widened by itself, cut short of other slots' medians).",
+            "# each slot's layer says where it came from; the bounds are measured (a prediction of",
+            "# a fresh shard's median from these shards' medians and lengths, at least their range",
+            "# widened by itself, cut where two slots' would overlap: see docs/first-contract.md).",
+            f"# Estimated false alarms: {describe_rate(fit.rate, obs.shards)}"
+            + (" of this pipeline." if fit.rate is not None else "."),
             f"contract: {self.name}",
             "version: 1",
             "target:",
@@ -255,21 +323,25 @@ class _Drafting:
         if model is not None:
             out.append(f"  model: {model}")
         if reference:
-            pairs = ", ".join(f"{i} and {j}" for i, j in self.together()) or "some"
+            close = sorted({*self.together(), *(plain.cut if plain else ())})
+            pairs = ", ".join(f"{i} and {j}" for i, j in close) or "some"
             out.append(
                 f"  reference_capture: true  # slots {pairs}: norms alone cannot tell "
-                "them apart, a run of the target on each shard's tokens does"
+                "them apart without false alarms, a run of the target on each shard's "
+                "tokens does"
             )
         out += ["training:", f"  format: {obs.format}"]
         if self.shards_ref:
             out.append(f"  shards: {self.shards_ref}")
         out.append("  slots:  # stored order; norm = bounds on the median per-token L2 norm")
         for i, (layer, dtype, values) in enumerate(zip(self.named, obs.dtypes, obs.medians)):
-            lo, hi = self.bounds(i)
+            lo, hi = fit.bounds[i]
             dtype_part = "" if dtype == obs.dtypes[0] else f", dtype: {dtype}"
+            cut = [b if a == i else a for a, b in fit.cut if i in (a, b)]
             out.append(
                 f"    - {{layer: {layer}{dtype_part}, norm: {{min: {lo:.6g}, max: {hi:.6g}}}}}"
                 f"  # slot {i}: {self.why[i]}; medians {min(values):.6g}..{max(values):.6g}"
+                + (f"; cut against slot {', '.join(map(str, cut))}" if cut else "")
             )
         if n > 1:
             out += [
@@ -283,6 +355,7 @@ class _Drafting:
             ]
         if not reference:
             out += [f"# WARNING: {note}" for note in self.overlap_notes(model is not None)]
+        out += [f"# WARNING: {note}" for note in self.rate_warnings(fit, model)]
         return "\n".join(out + serving) + "\n"
 
 

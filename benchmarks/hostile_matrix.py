@@ -107,30 +107,13 @@ class World:
         return (self.model, self.draft, self.captures)
 
 
-def write_draft(folder: Path, hidden: int = H, vocab: int = V, n_aux: int = 3) -> Path:
-    """A random-weight EAGLE-3 draft of the target's widths (models.trained's layout)."""
+def write_draft(folder: Path, hidden: int = H, vocab: int = V) -> Path:
+    """A random-weight EAGLE-3 draft of the target's widths (models.trained's)."""
     from safetensors.torch import save_file
 
-    from pytest_eagle_contract.models.trained import _draft_shapes
+    from pytest_eagle_contract.models.trained import random_draft
 
-    g = torch.Generator().manual_seed(0)
-    weights = {
-        k: (torch.ones(s) if len(s) == 1 else torch.randn(s, generator=g) / s[1] ** 0.5)
-        for k, s in _draft_shapes(hidden, vocab, n_aux).items()
-    }
-    config = {
-        "architectures": ["LlamaForCausalLMEagle3"],
-        "hidden_size": hidden,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "num_hidden_layers": 1,
-        "intermediate_size": 2 * hidden,
-        "rms_norm_eps": 1e-6,
-        "vocab_size": vocab,
-        "draft_vocab_size": vocab,
-        "target_hidden_size": hidden,
-        "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 3, 4]},
-    }
+    config, weights = random_draft(hidden, vocab, [1, 3, 4], torch.Generator().manual_seed(0))
     folder.mkdir(parents=True, exist_ok=True)
     save_file({k: v.contiguous() for k, v in weights.items()}, str(folder / "model.safetensors"))
     (folder / "config.json").write_text(json.dumps(config))

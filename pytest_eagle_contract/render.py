@@ -7,7 +7,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .findings import Finding
+from .findings import NOT_RUN, Finding
 
 
 def format_finding(f: Finding) -> str:
@@ -83,7 +83,7 @@ def summary(findings: Sequence[Finding], units: int, shards: int) -> str:
     """The run's last line. "ok" only when nothing failed and every check that applies ran:
     checks that did not run (EC009) are counted, and their reasons are printed above."""
     errors = sum(f.severity == "error" for f in findings)
-    skipped = sum(f.code == "EC009" for f in findings)
+    skipped = sum(f.code == NOT_RUN for f in findings)
     warnings = len(findings) - errors - skipped
     if not errors:
         tail = f", {warnings} warning(s)" if warnings else ""

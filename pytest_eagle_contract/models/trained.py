@@ -93,25 +93,9 @@ def distill_draft(
     hidden = int(model.config.hidden_size)
     vocab = int(model.config.vocab_size)
     g = torch.Generator().manual_seed(0)
-    weights = {
-        k: (torch.ones(s) if len(s) == 1 else torch.randn(s, generator=g) / s[1] ** 0.5)
-        for k, s in _draft_shapes(hidden, vocab, len(layers)).items()
-    }
+    config, weights = random_draft(hidden, vocab, aux_ids, g, n_aux=len(layers))
     weights["midlayer.input_layernorm.weight"].zero_()
     trained = [w.requires_grad_(True) for k, w in weights.items() if "input_layernorm" not in k]
-    config = {
-        "architectures": ["LlamaForCausalLMEagle3"],
-        "hidden_size": hidden,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "num_hidden_layers": 1,
-        "intermediate_size": 2 * hidden,
-        "rms_norm_eps": 1e-6,
-        "vocab_size": vocab,
-        "draft_vocab_size": vocab,
-        "target_hidden_size": hidden,
-        "eagle_config": {"eagle_aux_hidden_state_layer_ids": aux_ids},
-    }
     draft = EagleDraft(out, config, weights)
     embedding = model.get_input_embeddings().weight.detach()
     prompts = torch.randint(0, vocab, (32, 8), generator=g)
@@ -157,3 +141,31 @@ def _draft_shapes(hidden: int, vocab: int, n_aux: int) -> dict[str, tuple[int, .
         "midlayer.hidden_norm.weight": (hidden,),
         "midlayer.post_attention_layernorm.weight": (hidden,),
     }
+
+
+def random_draft(
+    hidden: int, vocab: int, aux_ids: list[int], g: torch.Generator, n_aux: int | None = None
+) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """A one-layer EAGLE-3 draft's config.json and random weights (norms 1, matrices
+    scaled by 1/sqrt(fan-in)) for a target of ``hidden`` and ``vocab``; its fc takes
+    ``n_aux`` states (default: one per aux id)."""
+    import torch
+
+    weights = {
+        k: (torch.ones(s) if len(s) == 1 else torch.randn(s, generator=g) / s[1] ** 0.5)
+        for k, s in _draft_shapes(hidden, vocab, n_aux or len(aux_ids)).items()
+    }
+    config = {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "hidden_size": hidden,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "num_hidden_layers": 1,
+        "intermediate_size": 2 * hidden,
+        "rms_norm_eps": 1e-6,
+        "vocab_size": vocab,
+        "draft_vocab_size": vocab,
+        "target_hidden_size": hidden,
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": list(aux_ids)},
+    }
+    return config, weights

@@ -54,10 +54,12 @@ class CheckRun:
     @property
     def not_run(self) -> list[str]:
         """Why checks that apply did not run (EC009): empty when the verdict is complete."""
+        from ..findings import NOT_RUN
+
         return [
             f"{f.file}: {f.message}" if f.file else f.message
             for f in self.findings
-            if f.code == "EC009"
+            if f.code == NOT_RUN
         ]
 
     @property

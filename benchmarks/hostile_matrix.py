@@ -45,17 +45,19 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import json
 import os
 import random
 import shutil
 import struct
+import subprocess
 import sys
 import tempfile
 import time
 import warnings
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -316,6 +318,39 @@ def _audit(contract: str, *paths: str) -> list[str]:
     return ["audit", contract, *paths, "--json", "out/a.json", "--cache", "out/cache"]
 
 
+def audit_cells(contract: str) -> list[Cell]:
+    """``audit`` on both backends: the local pool, and (where Ray is installed: the ``ray``
+    extra, ``tox -e hostile-ray``) a local Ray cluster the sweep starts once
+    (:func:`ray_cluster`), which each run joins with ``--address auto``: one task per file."""
+    local = Cell("audit", "cli", lambda f, w: _audit(contract, "shards"), _only("audit"))
+    if importlib.util.find_spec("ray") is None:
+        return [local]
+    ray = Cell(
+        "audit --backend ray",
+        "cli",
+        lambda f, w: [*_audit(contract, "shards"), "--backend", "ray", "--address", "auto"],
+        _only("audit"),
+    )
+    return [local, ray]
+
+
+@contextlib.contextmanager
+def ray_cluster(wanted: bool) -> Iterator[None]:
+    """A local Ray cluster (2 CPUs, no dashboard) for the ``--backend ray`` cells, started
+    outside the sweep's address-space cap (Ray's own processes reserve more than the cap,
+    and the runs that join it run uncapped: hostile_sweep._child) and stopped after."""
+    if not wanted:
+        yield
+        return
+    ray = [sys.executable, "-m", "ray.scripts.scripts"]
+    start = [*ray, "start", "--head", "--num-cpus=2", "--include-dashboard=false"]
+    subprocess.run([*start, "--disable-usage-stats"], check=True, capture_output=True)
+    try:
+        yield
+    finally:
+        subprocess.run([*ray, "stop", "--force"], check=False, capture_output=True)
+
+
 TARGET_ON = {"model": True, "reference": True}
 PROBE_ON = {"model": True, "reference": True, "draft": True, "floor": True}
 
@@ -369,7 +404,7 @@ def shard_cells(shard: str, base: str = "") -> list[Cell]:
             lambda f, w: _check("c-base.yaml", extra=[*caps, "--checks", "capture"]),
             fam(["capture"], capture=True),
         ),
-        Cell("audit", "cli", lambda f, w: _audit("c-base.yaml", "shards"), _only("audit")),
+        *audit_cells("c-base.yaml"),
         Cell("inspect", "cli", lambda f, w: ["inspect", shard], _only()),
         Cell(
             "identify",
@@ -817,7 +852,7 @@ def contract_cells() -> list[Cell]:
         Cell(
             "sharpness", "cli", lambda f, w: ["check", "c.yaml", "--sharpness"], _fam(["sharpness"])
         ),
-        Cell("audit", "cli", lambda f, w: _audit("c.yaml", "shards"), _only("audit")),
+        *audit_cells("c.yaml"),
         Cell(
             "every default family",
             "pytest",
@@ -1758,9 +1793,10 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{len(cases)} runs made in {time.monotonic() - start:.0f} s under {root}")
     if args.record is not None:
         args.record.write_text("")
-    results = sweep.run_all(
-        cases, args.jobs, args.timeout, args.fresh, logs, args.budget, args.record
-    )
+    with ray_cluster(any("--backend ray" in c.family for c in cases)):
+        results = sweep.run_all(
+            cases, args.jobs, args.timeout, args.fresh, logs, args.budget, args.record
+        )
     if len(results) < len(cases):
         print(f"{len(cases) - len(results)} of {len(cases)} runs not started (--budget)")
     took = time.monotonic() - start

@@ -118,7 +118,8 @@ def _child(argv: list[str], folder: Path, log: Path, fresh: bool) -> None:
     try:
         os.setpgid(0, 0)  # a group of its own: a hang is killed with its xdist workers
         os.chdir(folder)
-        resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
+        if "ray" not in argv:  # --backend ray joins a cluster whose processes reserve more
+            resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
         fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(fd, 1)
         os.dup2(fd, 2)

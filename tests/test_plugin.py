@@ -149,6 +149,38 @@ def test_xdist(project):
     result.assert_outcomes(passed=14 + 1)
 
 
+def test_the_controller_keeps_one_copy_of_what_reports_share(project):
+    """pytest keeps every report to the end: a passing contract item's three reports share
+    their node id and location, items share equal JUnit properties, and the findings are
+    kept once (not also on the report); a failing item's reports stay whole, and the JUnit
+    file still gets every property."""
+    bad = str(project.path / "data" / "embed-in-front")
+    args = ["--eagle-contract", CONTRACT, "--eagle-sample", "all", "-n", "2"]
+    result = project.runpytest(*args, "--eagle-shards", bad, "--junitxml=report.xml")
+    reports = [
+        r
+        for r in result.reprec.getreports("pytest_runtest_logreport")  # type: ignore[attr-defined]
+        if r.nodeid.startswith(CONTRACT)
+    ]
+    by_item: dict[str, list[pytest.TestReport]] = {}
+    for r in reports:
+        by_item.setdefault(r.nodeid, []).append(r)
+    passing = [rs for rs in by_item.values() if all(r.passed for r in rs)]
+    failing = [rs for rs in by_item.values() if any(r.failed for r in rs)]
+    assert len(passing) >= 4 and failing
+    for setup, call, teardown in passing:
+        assert call.nodeid is setup.nodeid and teardown.location is setup.location
+        assert not hasattr(call, "eagle_contract")
+    shared = [rs[2].user_properties for rs in passing if "::structure[" in rs[0].nodeid]
+    assert len(shared) >= 2 and all(p is shared[0] for p in shared)
+    assert any(name == "eagle_contract_sha256" for name, _ in shared[0])
+    for setup, call, teardown in failing:
+        assert call.failed and call.user_properties is not teardown.user_properties
+    props = ET.parse(project.path / "report.xml").getroot().iter("property")
+    names = {p.get("name") for p in props}
+    assert {"eagle_contract", "eagle_contract_sha256", "eagle_rules"} <= names
+
+
 def test_last_failed(project):
     bad = str(project.path / "data" / "embed-in-front")
     project.runpytest(

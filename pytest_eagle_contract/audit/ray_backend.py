@@ -38,8 +38,13 @@ def run_ray(tasks: Sequence[Task], address: str | None) -> Generator[FileSummary
         try:
             extra = {} if address else {"include_dashboard": False}  # a local one: no dashboard
             ray.init(address=address, log_to_driver=False, configure_logging=False, **extra)
-        except (ConnectionError, ValueError, RuntimeError) as exc:
-            raise UsageError(f"--address {address}: cannot join the Ray cluster: {exc}") from None
+        except Exception as exc:  # Ray raises bare Exception when its node cannot start
+            what = (
+                f"--address {address}: cannot join the Ray cluster"
+                if address
+                else ("--backend ray: cannot start a local Ray cluster")
+            )
+            raise UsageError(f"{what}: {_first_line(exc)}") from None
     remote = ray.remote(num_cpus=1, max_retries=2)(_one_thread_summary)
     cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
     todo = deque(tasks)
@@ -49,10 +54,22 @@ def run_ray(tasks: Sequence[Task], address: str | None) -> Generator[FileSummary
             while todo and len(pending) < IN_FLIGHT * cpus:
                 pending.append(remote.remote(todo.popleft()))
             done, pending = ray.wait(pending, num_returns=1)
-            yield ray.get(done[0])
+            try:
+                yield ray.get(done[0])
+            except ray.exceptions.RayError as exc:  # a worker died (memory, a node lost)
+                raise UsageError(
+                    f"--backend ray: a task failed on the cluster after retries: "
+                    f"{_first_line(exc)}; the files done so far are in the cache, run the "
+                    "same command again to resume"
+                ) from None
     finally:
         for ref in pending:
             ray.cancel(ref)
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:300]
 
 
 def _one_thread_summary(task: Task) -> FileSummary:

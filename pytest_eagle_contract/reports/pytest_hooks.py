@@ -3,19 +3,44 @@ session (on the xdist controller) GitHub annotations and the ``--eagle-report`` 
 
 Each contract item's report carries ``eagle_contract`` (its unit and findings, plain JSON),
 which xdist sends to the controller with the rest of the report.
+
+pytest's terminal reporter keeps every report to the end of the session. On the controller,
+the reports of a passing contract item share what its three reports (setup, call, teardown)
+and the other items of its contract hold alike, once the other plugins have read them
+(:meth:`ReportHooks.pytest_runtest_logreport`); the findings the
+``--eagle-report`` needs are kept compact (:class:`_Seen`).
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Generator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
 from ..shells.args import add_annotations
 
 _ATTR = "eagle_contract"
+_NO_FINDINGS: tuple[dict[str, Any], ...] = ()
+
+
+class _Seen(NamedTuple):
+    """One contract item's result, as the controller keeps it (strings interned)."""
+
+    contract: str
+    check: str
+    label: str
+    shard: str
+    findings: tuple[dict[str, Any], ...]
+
+    @classmethod
+    def of(cls, data: dict[str, Any]) -> _Seen:
+        contract, check, label, shard = (
+            sys.intern(str(data[k])) for k in ("contract", "check", "label", "shard")
+        )
+        return cls(contract, check, label, shard, tuple(data["findings"]) or _NO_FINDINGS)
 
 
 def addoption(group: Any) -> None:
@@ -35,8 +60,11 @@ class ReportHooks:
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
-        self.seen: list[dict[str, Any]] = []
+        self.seen: list[_Seen] = []
         self.session: pytest.Session | None = None
+        self._controller = not hasattr(config, "workerinput")
+        self._open: dict[str, pytest.TestReport] = {}  # nodeid -> its setup report
+        self._shared: dict[Any, Any] = {}  # a value -> the one copy the reports share
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self.session = session
@@ -66,10 +94,41 @@ class ReportHooks:
             },
         )
 
+    @pytest.hookimpl(trylast=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """On the controller, after every other plugin has read it: the item's result into
+        :attr:`seen`; a contract item's report shares its node id, location and keywords
+        with the item's setup report and its JUnit properties with the other items' equal
+        ones, and drops ``eagle_contract`` (kept in :attr:`seen`)."""
+        if not self._controller:
+            return
         data = getattr(report, _ATTR, None)
-        if isinstance(data, dict) and not hasattr(self.config, "workerinput"):
-            self.seen.append(data)
+        if isinstance(data, dict):
+            self.seen.append(_Seen.of(data))
+        if report.when == "setup":
+            if report.passed and _is_contract_item(report):
+                self._open[report.nodeid] = report
+                report.nodeid = sys.intern(report.nodeid)
+                report.outcome, report.when = "passed", "setup"  # the code's own (one) strings
+                fspath, line, domain = report.location
+                report.location = (sys.intern(fspath), line, domain)
+            return
+        first = self._open.get(report.nodeid)
+        if report.when == "teardown":
+            self._open.pop(report.nodeid, None)
+        if first is None:
+            return
+        if hasattr(report, _ATTR):
+            delattr(report, _ATTR)
+        if not report.passed:  # a failure's report stays as pytest made it
+            return
+        report.nodeid, report.location = first.nodeid, first.location
+        report.keywords, report.outcome = first.keywords, first.outcome
+        report.when = "call" if report.when == "call" else "teardown"
+        report.user_properties = self._one(tuple(map(tuple, report.user_properties)))
+
+    def _one(self, value: Any) -> Any:
+        return self._shared.setdefault(value, value)
 
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int) -> None:
         if hasattr(self.config, "workerinput") or not self.seen:
@@ -124,7 +183,13 @@ def _runner(config: pytest.Config) -> Any:
     return Runner(Settings(target_model=options.target_model(config)))
 
 
-def _runs(seen: list[dict[str, Any]], interrupted: bool = False) -> list[Any]:
+def _is_contract_item(report: pytest.TestReport) -> bool:
+    """A contract item's node id is ``CONTRACT.yaml::check[...]``."""
+    path = report.nodeid.partition("::")[0]
+    return path.endswith((".yaml", ".yml"))
+
+
+def _runs(seen: list[_Seen], interrupted: bool = False) -> list[Any]:
     """One CheckRun per contract, from the items' reports (xdist: in any order);
     ``interrupted``: the session stopped (Ctrl-C) before every item ran."""
     from ..contract.model import load_contract
@@ -132,17 +197,17 @@ def _runs(seen: list[dict[str, Any]], interrupted: bool = False) -> list[Any]:
     from ..render import summary, unique
     from .run import CheckRun, UnitResult
 
-    by_contract: dict[str, list[dict[str, Any]]] = {}
+    by_contract: dict[str, list[_Seen]] = {}
     for data in seen:
-        by_contract.setdefault(data["contract"], []).append(data)
+        by_contract.setdefault(data.contract, []).append(data)
     runs = []
     for path, items in by_contract.items():
         units = [
             UnitResult(
-                d["check"],
-                d["label"],
-                [Finding.from_dict(f) for f in d["findings"]],
-                Path(d["shard"]) if d["shard"] else None,
+                d.check,
+                d.label,
+                [Finding.from_dict(f) for f in d.findings],
+                Path(d.shard) if d.shard else None,
             )
             for d in items
         ]

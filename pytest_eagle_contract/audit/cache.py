@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import IO
 
 from ..errors import UsageError
+from ..version import __version__, cache_root
 from .report import findings_of
 from .summaries import FileSummary
 
@@ -24,8 +25,7 @@ MAX_LINE = 1 << 20  # a summary line is a few KiB; a longer one is not ours
 
 
 def default_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "eagle-contract" / "audit"
+    return cache_root() / "audit"
 
 
 def identity(path: str) -> Identity:
@@ -37,7 +37,6 @@ class Cache:
     """The summaries of one contract's audits, and the file new ones are appended to."""
 
     def __init__(self, folder: Path, contract_text: bytes, roots: Sequence[Path]) -> None:
-        from .. import __version__
 
         real = Path(os.path.realpath(folder))
         for root in roots:

@@ -39,9 +39,9 @@ _warned = False
 
 
 def _folder() -> Path:
-    from ..audit.cache import default_dir
+    from ..version import cache_root
 
-    return default_dir().parent / "sharpness"
+    return cache_root() / "sharpness"
 
 
 def kept(contract: Contract, run: Callable[[Contract], list[Finding]]) -> list[Finding]:
@@ -113,8 +113,8 @@ def _identity(path: Path) -> list[object]:
 
 @functools.cache
 def _tool() -> list[object]:
-    from .. import __version__
     from ..engines.base import installed_version
+    from ..version import __version__
 
     root = Path(__file__).resolve().parents[1]
     code = hashlib.sha256()

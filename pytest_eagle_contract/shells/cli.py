@@ -31,8 +31,8 @@ from .terminal import QuietPipe
 
 
 def _parser() -> argparse.ArgumentParser:
-    from .. import __version__
     from ..engines.resolve import ENGINES
+    from ..version import __version__
 
     p = argparse.ArgumentParser(prog="eagle-contract", description=__doc__.splitlines()[0])
     p.add_argument("--version", action="version", version=f"eagle-contract {__version__}")

@@ -89,8 +89,8 @@ def make_target(layers: int, vocab: int) -> object:
 def main() -> None:
     import torch
 
-    from pytest_eagle_contract.checks.probe import estimate, greedy_sequences
     from pytest_eagle_contract.layers import Layer
+    from pytest_eagle_contract.models.acceptance import estimate, greedy_sequences
     from pytest_eagle_contract.models.draft_model import EagleDraft
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -107,7 +107,7 @@ def run(cmd: list[str]) -> tuple[float, str]:
 
 def in_process(root: Path, files: list[Path], workers: int, kind: str) -> float:
     from pytest_eagle_contract.contract.model import load_contract
-    from pytest_eagle_contract.planner import Runner, iter_units, plan
+    from pytest_eagle_contract.plan.planner import Runner, iter_units, plan
 
     contract = load_contract(root / "bench.yaml")
     units = plan(contract, files, sample=None, checks=("structure", "values", "norms"))

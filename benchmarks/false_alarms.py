@@ -116,7 +116,7 @@ def write_shards(target: Path, fmt: str, seeds: range, root: Path) -> list[Path]
     format's trainer captures by default, the states as the trainer stores them."""
     import torch
 
-    from pytest_eagle_contract.models.tiny import capture_canonical
+    from pytest_eagle_contract.models.reference import capture_canonical
     from pytest_eagle_contract.shards.formats import FORMATS as REGISTRY
     from pytest_eagle_contract.shards.writing import write_data_config, write_shard
 
@@ -180,9 +180,9 @@ def run_job(job: tuple[str, Path, int, int, int, tuple[str, ...], tuple[str, ...
 def _draft_and_check(
     target: Path, fmt: str, mode: str, trusted: list[Path], fresh: list[Path], root: Path
 ) -> Tally:
-    from pytest_eagle_contract.contract.infer import draft_contract
+    from pytest_eagle_contract.authoring.infer import draft_contract
     from pytest_eagle_contract.contract.model import parse_contract
-    from pytest_eagle_contract.planner import Runner, plan, run_units
+    from pytest_eagle_contract.plan.planner import Runner, plan, run_units
 
     tally = Tally(contracts=1)
     path = root / f"{mode}.yaml"

@@ -246,9 +246,9 @@ def _families(
 ) -> frozenset[str]:
     """The families ``planner.families`` runs for a valid contract ``text`` and options, with
     ``shards`` (the files family: read errors) when a per-shard family runs."""
-    from pytest_eagle_contract.checks.registry import BY_NAME
     from pytest_eagle_contract.contract.model import parse_contract
-    from pytest_eagle_contract.planner import families
+    from pytest_eagle_contract.plan.planner import families
+    from pytest_eagle_contract.plan.registry import BY_NAME
 
     with tempfile.TemporaryDirectory() as tmp:
         contract = parse_contract(text, Path(tmp, "c.yaml"))
@@ -1624,7 +1624,7 @@ def table(results: list[Any]) -> str:
 
 def coverage(results: list[Any]) -> str:
     """family x shell: how many runs executed it."""
-    from pytest_eagle_contract.checks.registry import FAMILIES
+    from pytest_eagle_contract.plan.registry import FAMILIES
 
     names = [f.name for f in FAMILIES] + list(EXTRA_FAMILIES)
     count: dict[tuple[str, str], int] = Counter()

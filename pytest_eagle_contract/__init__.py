@@ -23,10 +23,10 @@ _EXPORTS = {
     "Sample": "shards.reading",
     "read_sample": "shards.reading",
     "EagleShard": "shards.shard",
-    "plan": "planner",
-    "run_units": "planner",
+    "plan": "plan.planner",
+    "run_units": "plan.planner",
     "inspect_shard": "shards.inspection",
-    "infer_contract": "contract.infer",
+    "infer_contract": "authoring.infer",
     "resolve": "engines.resolve",
     "Resolution": "engines.resolve",
     "check_layout": "checks.layout",
@@ -58,16 +58,16 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from .authoring.infer import infer_contract
     from .checks.evidence import identify
     from .checks.layout import check_layout
-    from .contract.infer import infer_contract
     from .contract.model import Contract, load_contract
     from .engines.resolve import Resolution, resolve
     from .errors import ContractError, EagleContractError, UsageError
     from .findings import RULES, Finding
     from .layers import Layer
     from .models.target import TargetModel
-    from .planner import plan, run_units
+    from .plan.planner import plan, run_units
     from .shards.inspection import inspect_shard
     from .shards.reading import Sample, read_sample
     from .shards.shard import EagleShard

@@ -14,7 +14,8 @@ from pathlib import Path
 import torch
 
 from pytest_eagle_contract.layers import Layer
-from pytest_eagle_contract.models.tiny import TinySpec, capture_canonical, tiny_target
+from pytest_eagle_contract.models.reference import capture_canonical
+from pytest_eagle_contract.models.tiny import TinySpec, tiny_target
 from pytest_eagle_contract.shards.writing import save, shard_dict, shard_name, write_data_config
 
 SPEC = TinySpec()

@@ -9,7 +9,7 @@ import torch
 pytest.importorskip("pyarrow")
 
 from pytest_eagle_contract.contract.model import load_contract
-from pytest_eagle_contract.planner import plan, run_units
+from pytest_eagle_contract.plan.planner import plan, run_units
 from pytest_eagle_contract.shards.synthetic import states_with_norms
 from pytest_eagle_contract.shards.writing import save, write_speculators_dataset
 

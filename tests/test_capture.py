@@ -28,7 +28,8 @@ from pytest_eagle_contract.capture.sglang_client import capture, server_info, us
 from pytest_eagle_contract.contract.model import Contract, load_contract
 from pytest_eagle_contract.errors import CaptureError, CaptureFileError, NoCapture
 from pytest_eagle_contract.layers import Layer
-from pytest_eagle_contract.models.tiny import capture_canonical, tiny_target
+from pytest_eagle_contract.models.reference import capture_canonical
+from pytest_eagle_contract.models.tiny import tiny_target
 from pytest_eagle_contract.shards.discovery import discover
 from pytest_eagle_contract.shards.reading import read_sample
 from pytest_eagle_contract.shards.shard import Shard

@@ -12,7 +12,8 @@ from sglang_standin import Launch, SGLangStandin
 
 from pytest_eagle_contract.capture import sglang_client
 from pytest_eagle_contract.layers import Layer
-from pytest_eagle_contract.models.tiny import capture_canonical, tiny_target
+from pytest_eagle_contract.models.reference import capture_canonical
+from pytest_eagle_contract.models.tiny import tiny_target
 from pytest_eagle_contract.shards.discovery import discover
 from pytest_eagle_contract.shards.reading import read_sample
 from pytest_eagle_contract.shards.writing import write_shard

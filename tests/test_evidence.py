@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from pytest_eagle_contract.layers import Layer
-from pytest_eagle_contract.models.tiny import TinySpec, capture_canonical, tiny_target
+from pytest_eagle_contract.models.reference import capture_canonical
+from pytest_eagle_contract.models.tiny import TinySpec, tiny_target
 from pytest_eagle_contract.shards.writing import shard_name, write_data_config, write_shard
 
 L, H, VOCAB = 10, 64, 512
@@ -143,7 +144,7 @@ def gate(
         CONTRACT.format(L=L, H=hidden, ref=ref, s0=declared_s0, target=declared_target)
     )
     from pytest_eagle_contract.contract.model import load_contract
-    from pytest_eagle_contract.planner import plan, run_units
+    from pytest_eagle_contract.plan.planner import plan, run_units
 
     contract = load_contract(tmp_path / "c.yaml")
     units = plan(contract, sample=None, checks=("evidence", *extra))

@@ -55,7 +55,7 @@ def _bad_shards(root: Path, target: Path) -> Path:
     the embedding in front of the fc input (the last aux state pushed out)."""
     import torch
 
-    from pytest_eagle_contract.models.tiny import capture_canonical
+    from pytest_eagle_contract.models.reference import capture_canonical
     from pytest_eagle_contract.shards.formats import FORMATS
     from pytest_eagle_contract.shards.writing import write_data_config, write_shard
 

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from pytest_eagle_contract.contract.model import parse_contract
 from pytest_eagle_contract.errors import ShardReadError
 from pytest_eagle_contract.findings import RULES
-from pytest_eagle_contract.planner import Runner, plan
+from pytest_eagle_contract.plan.planner import Runner, plan
 from pytest_eagle_contract.shards.inspection import format_report, inspect_shard
 from pytest_eagle_contract.shells import demo
 

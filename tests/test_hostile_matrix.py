@@ -2,7 +2,7 @@
 family in every shell: its quick form's plan is checked here, without running it (the sweep
 itself is ``tox -e hostile``, or ``python benchmarks/hostile_sweep.py --matrix --quick``).
 
-A family added to checks/registry.py that no cell of the matrix runs fails this test: give
+A family added to plan/registry.py that no cell of the matrix runs fails this test: give
 the matrix a cell (a ``--checks`` run, or the contract variant that switches it on)."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ pytest.importorskip("pyarrow")  # the datasets class writes Arrow files
 
 import hostile_matrix as matrix  # noqa: E402
 
-from pytest_eagle_contract.checks.registry import FAMILIES  # noqa: E402
+from pytest_eagle_contract.plan.registry import FAMILIES  # noqa: E402
 
 
 @pytest.fixture(scope="module")

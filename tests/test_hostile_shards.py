@@ -195,7 +195,7 @@ def test_inspect_and_infer_on_hostile_shards(hostile):
 
 def test_infer_on_each_hostile_shard_drafts_or_refuses(hostile):
     """``infer`` reads shards one trusts: a bad one is a usage error naming it, no crash."""
-    from pytest_eagle_contract.contract.infer import draft_contract
+    from pytest_eagle_contract.authoring.infer import draft_contract
     from pytest_eagle_contract.errors import EagleContractError
 
     refused = 0

@@ -35,7 +35,7 @@ def _shards(root, medians):
 
 
 def _medians(shards):
-    from pytest_eagle_contract.contract.observed import observe
+    from pytest_eagle_contract.authoring.observed import observe
     from pytest_eagle_contract.shards.discovery import discover
 
     return observe(discover(shards, "auto"), "auto", H).medians

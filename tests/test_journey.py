@@ -19,7 +19,7 @@ import torch
 import yaml
 
 from pytest_eagle_contract.layers import Layer
-from pytest_eagle_contract.models.tiny import capture_canonical
+from pytest_eagle_contract.models.reference import capture_canonical
 from pytest_eagle_contract.shards.writing import write_shard
 
 L, H, VOCAB = 8, 64, 256

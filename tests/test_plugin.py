@@ -174,7 +174,7 @@ def test_the_controller_keeps_one_copy_of_what_reports_share(project):
     shared = [rs[2].user_properties for rs in passing if "::structure[" in rs[0].nodeid]
     assert len(shared) >= 2 and all(p is shared[0] for p in shared)
     assert any(name == "eagle_contract_sha256" for name, _ in shared[0])
-    for setup, call, teardown in failing:
+    for _setup, call, teardown in failing:
         assert call.failed and call.user_properties is not teardown.user_properties
     props = ET.parse(project.path / "report.xml").getroot().iter("property")
     names = {p.get("name") for p in props}

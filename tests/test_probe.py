@@ -20,10 +20,11 @@ from typing import Any
 import pytest
 import torch
 
-from pytest_eagle_contract.checks.probe import Estimate, estimate, greedy_sequences
 from pytest_eagle_contract.layers import Layer
+from pytest_eagle_contract.models.acceptance import Estimate, estimate, greedy_sequences
 from pytest_eagle_contract.models.draft_model import EagleDraft
-from pytest_eagle_contract.models.tiny import TinySpec, capture_canonical
+from pytest_eagle_contract.models.reference import capture_canonical
+from pytest_eagle_contract.models.tiny import TinySpec
 from pytest_eagle_contract.models.trained import corpus, distill_draft, trained_target
 
 VOCAB, HIDDEN, LAYERS, SEQ, PROMPT = 64, 64, 6, 48, 8

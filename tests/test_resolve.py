@@ -7,6 +7,8 @@ import re
 
 import pytest
 
+from pytest_eagle_contract.engines.fixes import ids_for, reachable
+
 
 def resolve_json(cli, *args):
     res = cli("resolve", *map(str, args), "--json", "--source", "table")
@@ -119,8 +121,8 @@ def test_text_output(cli):
 
 def test_each_engine_reads_the_draft_config_keys_it_names(tmp_path):
     from pytest_eagle_contract.contract.model import ServingSpec
+    from pytest_eagle_contract.engines.draft_config import read_draft_config
     from pytest_eagle_contract.engines.resolve import ENGINES, serving_ids
-    from pytest_eagle_contract.models.draft import read_draft_config
 
     (tmp_path / "config.json").write_text(
         json.dumps(
@@ -220,7 +222,7 @@ def test_ids_for_finds_the_ids_that_resolve_to_the_layers(engine, arch, version,
     from pytest_eagle_contract.engines.resolve import get_engine, resolve
 
     wanted = _layers(*layers)
-    assert get_engine(engine).ids_for(wanted, 61, arch, version) == ids
+    assert ids_for(get_engine(engine), wanted, 61, arch, version) == ids
     assert list(resolve(engine, 61, ids, arch, version).layers) == wanted
 
 
@@ -249,8 +251,8 @@ def test_no_sglang_ids_feed_the_embedding_and_the_nearest_is_named(arch, version
     from pytest_eagle_contract.engines.resolve import get_engine
 
     sglang, trained = get_engine("sglang"), _layers("embed", "residual:3", "residual:31")
-    assert sglang.ids_for(trained, 61, arch, version) is None
-    best = sglang.reachable(trained, 61, arch, version)[0]
+    assert ids_for(sglang, trained, 61, arch, version) is None
+    best = reachable(sglang, trained, 61, arch, version)[0]
     assert list(best.layers) == _layers(*nearest) and best.ids == ids
 
 
@@ -259,15 +261,15 @@ def test_ids_for_respects_sorting_dedup_and_the_layer_loop():
 
     sglang, vllm = get_engine("sglang"), get_engine("vllm")
     llama = (61, "LlamaForCausalLM", "0.5.23")
-    assert sglang.ids_for(_layers("residual:31", "residual:3", "residual:59"), *llama) is None
-    assert sglang.ids_for(_layers("residual:3", "residual:3", "residual:59"), *llama) is None
-    assert vllm.ids_for(_layers("residual:3", "residual:3", "residual:59"), 61, None, None) is None
+    assert ids_for(sglang, _layers("residual:31", "residual:3", "residual:59"), *llama) is None
+    assert ids_for(sglang, _layers("residual:3", "residual:3", "residual:59"), *llama) is None
+    assert ids_for(vllm, _layers("residual:3", "residual:3", "residual:59"), 61, None, None) is None
     # residual:61 (pre-norm last layer) is past SGLang's generic loop; vLLM serves it
-    assert sglang.ids_for(_layers("residual:2", "residual:30", "residual:61"), *llama) is None
-    assert [str(x) for x in sglang.reachable(_layers("final_norm"), *llama)[0].layers] == [
+    assert ids_for(sglang, _layers("residual:2", "residual:30", "residual:61"), *llama) is None
+    assert [str(x) for x in reachable(sglang, _layers("final_norm"), *llama)[0].layers] == [
         "residual:60"
     ]
-    assert vllm.ids_for(_layers("residual:2", "residual:30", "final_norm"), 61, None, None) is None
+    assert ids_for(vllm, _layers("residual:2", "residual:30", "final_norm"), 61, None, None) is None
 
 
 @pytest.mark.parametrize(
@@ -293,7 +295,7 @@ def test_ids_for_inverts_resolve(engine, arch, version):
         except Unservable:
             continue
         if len(served) == 3:
-            found = side.ids_for(served, 32, arch, version)
+            found = ids_for(side, served, 32, arch, version)
             assert found is not None and side.resolve(32, found, arch, version).layers == served
 
 

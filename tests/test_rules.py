@@ -12,7 +12,7 @@ import torch
 
 from pytest_eagle_contract.contract.model import load_contract
 from pytest_eagle_contract.findings import RULES
-from pytest_eagle_contract.planner import Runner, plan
+from pytest_eagle_contract.plan.planner import Runner, plan
 from pytest_eagle_contract.shards.synthetic import states_with_norms
 
 H, T, VOCAB = 32, 40, 100

@@ -25,7 +25,8 @@ from pytest_eagle_contract.capture.files import load_captures
 from pytest_eagle_contract.capture.sglang_hooks import capture_fc_input
 from pytest_eagle_contract.contract.model import load_contract
 from pytest_eagle_contract.layers import Layer
-from pytest_eagle_contract.models.tiny import capture_canonical, tiny_target
+from pytest_eagle_contract.models.reference import capture_canonical
+from pytest_eagle_contract.models.tiny import tiny_target
 from pytest_eagle_contract.shards.shard import Shard
 from pytest_eagle_contract.shards.writing import write_shard
 from pytest_eagle_contract.shells.demo import SPEC, shipped_contract

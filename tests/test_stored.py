@@ -32,9 +32,9 @@ from pytest_eagle_contract.shards import reading
 from pytest_eagle_contract.shards.formats import FORMATS
 from pytest_eagle_contract.shards.inspection import inspect_shard
 from pytest_eagle_contract.shards.reading import numbers, read_sample
+from pytest_eagle_contract.shards.stats import norm_stats, token_norms
 from pytest_eagle_contract.shards.stored import Stored, read_stored
 from pytest_eagle_contract.shards.writing import write_shard
-from pytest_eagle_contract.stats import norm_stats, token_norms
 
 DTYPES = [
     torch.bfloat16,

@@ -12,10 +12,11 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pytest_eagle_contract.authoring.infer import infer_contract
 from pytest_eagle_contract.checks.layout import check_layout
-from pytest_eagle_contract.contract.infer import infer_contract
 from pytest_eagle_contract.contract.model import load_contract
-from pytest_eagle_contract.planner import Runner, plan
+from pytest_eagle_contract.plan.planner import Runner, plan
+from pytest_eagle_contract.shards.stats import norm_stats
 from pytest_eagle_contract.sharpness import strategies
 from pytest_eagle_contract.sharpness.selftest import sharpness
 from pytest_eagle_contract.sharpness.strategies import (
@@ -31,7 +32,6 @@ from pytest_eagle_contract.sharpness.strategies import (
     shards,
 )
 from pytest_eagle_contract.shells.demo import shipped_contract
-from pytest_eagle_contract.stats import norm_stats
 
 KIMI = Path(__file__).parents[1] / "contracts" / "kimi-k2.5-eagle3.yaml"
 FEW = settings(

@@ -17,9 +17,10 @@ import torch
 import yaml
 
 from pytest_eagle_contract.engines import trtllm
+from pytest_eagle_contract.engines.draft_config import DraftConfig
+from pytest_eagle_contract.engines.fixes import ids_for
 from pytest_eagle_contract.engines.resolve import ENGINES
 from pytest_eagle_contract.layers import Layer
-from pytest_eagle_contract.models.draft import DraftConfig
 from pytest_eagle_contract.shards.reading import read_sample
 
 L, H = shardgen.L, shardgen.H
@@ -113,8 +114,8 @@ def test_versions(cli):
 def test_draft_config_ids_are_never_read():
     draft = DraftConfig.__new__(DraftConfig)
     assert ENGINES["trtllm"].draft_ids(draft) is None
-    assert ENGINES["trtllm"].ids_for([Layer(0), Layer(3)], 32, None, "1.2.1") is None
-    assert ENGINES["trtllm"].ids_for([Layer(3), Layer(17)], 32, None, "1.2.1") == (2, 16)
+    assert ids_for(ENGINES["trtllm"], [Layer(0), Layer(3)], 32, None, "1.2.1") is None
+    assert ids_for(ENGINES["trtllm"], [Layer(3), Layer(17)], 32, None, "1.2.1") == (2, 16)
 
 
 CONTRACT = """\

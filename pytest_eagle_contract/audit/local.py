@@ -21,7 +21,7 @@ Task = tuple["Contract", str, str, tuple[str, ...]]
 def shard_families(contract: Contract) -> tuple[str, ...]:
     """The families an audit runs on every shard: the default per-shard ones that need
     nothing beyond the shard (structure, values, norms)."""
-    from ..planner import families
+    from ..plan.planner import families
 
     return tuple(
         f.name for f in families(contract) if f.scope == "shard" and f.needs <= {"training"}
@@ -30,7 +30,8 @@ def shard_families(contract: Contract) -> tuple[str, ...]:
 
 def summarize_file(task: Task) -> FileSummary:
     """Read one shard once: its findings, per-slot median norms, length and mask coverage."""
-    from ..planner import Runner, Unit
+    from ..checks.unit import Unit
+    from ..plan.planner import Runner
     from ..shards.reading import numbers
 
     contract, path, label, checks = task

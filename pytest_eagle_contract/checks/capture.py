@@ -9,10 +9,10 @@ from ..findings import Finding, codes, finding
 from .family import CheckFamily
 
 if TYPE_CHECKING:
-    from ..planner import Runner, Unit
+    from .unit import Resources, Unit
 
 
-def _run(runner: Runner, unit: Unit) -> list[Finding]:
+def _run(runner: Resources, unit: Unit) -> list[Finding]:
     from ..capture.compare import verify_against_capture, verify_live
 
     shard = runner.shard_of(unit)

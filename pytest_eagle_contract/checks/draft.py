@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     import torch
 
     from ..contract.model import Contract
-    from ..planner import Runner, Unit
+    from .unit import Resources, Unit
 
 KEY = "serving.draft_config"
 
@@ -58,9 +58,9 @@ def _read(entry: tuple[Path, str, tuple[int, ...]]) -> torch.Tensor:
 
 def check_draft(contract: Contract, target_embedding: torch.Tensor | None) -> list[Finding]:
     """Findings about the draft checkpoint of ``serving.draft_config``."""
+    from ..engines.draft_config import read_draft_config
     from ..engines.resolve import get_engine
     from ..errors import EagleContractError
-    from ..models.draft import read_draft_config
     from ..models.draft_model import draft_json
 
     serving = contract.serving
@@ -149,7 +149,7 @@ def check_draft(contract: Contract, target_embedding: torch.Tensor | None) -> li
     return out
 
 
-def _run(runner: Runner, unit: Unit) -> list[Finding]:
+def _run(runner: Resources, unit: Unit) -> list[Finding]:
     target = runner.target(unit.contract)
     return check_draft(unit.contract, None if target is None else target.embedding)
 

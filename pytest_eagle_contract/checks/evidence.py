@@ -24,8 +24,8 @@ from .family import CheckFamily, needed_target, shard_input
 if TYPE_CHECKING:
     import torch
 
-    from ..planner import Runner, Unit
     from ..shards.shard import Shard
+    from .unit import Resources, Unit
 
 EMBED_RTOL = 1e-2  # a slot equals the embedding rows when its relative error is below this
 POST_NORM_TOL = 0.02  # |rms(y / w) - 1| below this, per token, marks a post-norm state
@@ -78,7 +78,7 @@ def identify(
     pre-norm input even where they point the same way); cosine is reported beside it.
     """
     from ..errors import CodedError
-    from ..models.tiny import capture_canonical
+    from ..models.reference import capture_canonical
 
     bad = unfit(input_ids, target, slots=slots)
     if bad is not None:  # callers check first and say so; nothing unfit reaches the model
@@ -312,7 +312,7 @@ def _slot_evidence(
     return out
 
 
-def _run(runner: Runner, unit: Unit) -> list[Finding]:
+def _run(runner: Resources, unit: Unit) -> list[Finding]:
     target = needed_target(runner, unit)
     return check_evidence(
         unit.contract, runner.shard_of(unit), target, runner.reference(unit.contract)

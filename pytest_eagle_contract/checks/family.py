@@ -15,9 +15,9 @@ if TYPE_CHECKING:
     from ..contract.model import Contract, TrainingSpec
     from ..findings import Finding, RuleCode
     from ..models.target import TargetModel
-    from ..planner import Runner, Unit
     from ..shards.reading import Sample
     from ..shards.shard import Shard
+    from .unit import Resources, Unit
 
 Scope = Literal["contract", "shard"]
 """``contract``: one unit per contract; ``shard``: one unit per sampled shard."""
@@ -45,13 +45,13 @@ class CheckFamily:
     summary: str
     codes: tuple[RuleCode, ...]
     keys: tuple[str, ...]  # contract keys it reads; the first locates its items
-    run: Callable[[Runner, Unit], list[Finding]] | None = None  # with the run's resources
+    run: Callable[[Resources, Unit], list[Finding]] | None = None  # with the run's resources
     on_shard: Callable[[Contract, Shard], list[Finding]] | None = None  # or a shard alone
     needs: frozenset[Need] = frozenset({"training"})
     default: bool = True  # runs when nobody names the checks (and its needs are met)
     selectable: bool = True  # may be named in --checks
 
-    def execute(self, runner: Runner, unit: Unit) -> list[Finding]:
+    def execute(self, runner: Resources, unit: Unit) -> list[Finding]:
         if self.run is not None:
             return self.run(runner, unit)
         assert self.on_shard is not None
@@ -73,7 +73,7 @@ def shard_input(contract: Contract, shard: Shard) -> tuple[TrainingSpec, Sample]
     return spec, shard.sample
 
 
-def needed_target(runner: Runner, unit: Unit) -> TargetModel:
+def needed_target(runner: Resources, unit: Unit) -> TargetModel:
     """The target model of a family that needs one (the planner runs it only with one)."""
     target = runner.target(unit.contract)
     assert target is not None

@@ -13,10 +13,10 @@ from .family import CheckFamily
 
 if TYPE_CHECKING:
     from ..findings import Finding
-    from ..planner import Runner, Unit
+    from .unit import Resources, Unit
 
 
-def _run(runner: Runner, unit: Unit) -> list[Finding]:
+def _run(runner: Resources, unit: Unit) -> list[Finding]:
     return [
         finding(
             "EC513",

@@ -13,13 +13,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..contract.model import Contract, ServingSpec
+from ..engines.draft_config import DraftConfig, read_draft_config
 from ..engines.fixes import ANY, Fixes, runs, span_label
 from ..engines.matrix import matrix as serving_matrix
 from ..engines.matrix import summary
 from ..engines.resolve import Resolution, get_engine, resolve, serving_ids
 from ..errors import EagleContractError, Unservable
 from ..findings import Finding, codes, not_run
-from ..models.draft import DraftConfig, read_draft_config, read_draft_weights
+from ..models.draft import read_draft_weights
 from .family import CheckFamily
 from .layout_compare import compare
 from .layout_serving import (
@@ -33,7 +34,7 @@ from .layout_serving import (
 )
 
 if TYPE_CHECKING:
-    from ..planner import Runner, Unit
+    from .unit import Resources, Unit
 
 
 @dataclass(frozen=True)
@@ -180,7 +181,7 @@ def check_layout(
     return report.findings
 
 
-def _run(runner: Runner, unit: Unit) -> list[Finding]:
+def _run(runner: Resources, unit: Unit) -> list[Finding]:
     """Layout, with a sampled shard's norms (and identities, given the target's weights)
     behind the hints."""
     contract = unit.contract

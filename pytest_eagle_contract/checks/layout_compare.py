@@ -67,7 +67,7 @@ def _evidence_hint(
 ) -> str:
     declared = training.slots[index].layer
     if stats_of is not None:
-        from ..stats import NormStats
+        from ..shards.stats import NormStats
 
         measured = [stats_of(i) for i in range(len(training.slots))]
         stats = measured[index]

@@ -6,11 +6,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Unpack
 
 from ..contract.model import Contract, ServingSpec, TrainingSpec
+from ..engines.draft_config import DraftConfig
 from ..engines.resolve import Resolution, get_engine, serving_ids
 from ..engines.sglang_launch import lint_sglang, served_dtype
 from ..findings import Finding, Parts, RuleCode, finding
 from ..layers import Layer
-from ..models.draft import DraftConfig, DraftWeights
+from ..models.draft import DraftWeights
 from ..shards.formats import FORMATS
 
 if TYPE_CHECKING:

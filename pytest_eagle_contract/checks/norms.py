@@ -6,7 +6,7 @@ import math
 from typing import TYPE_CHECKING
 
 from ..findings import Finding, finding
-from ..stats import NormStats, guess
+from ..shards.stats import NormStats, guess
 from .family import CheckFamily, training_spec
 
 if TYPE_CHECKING:

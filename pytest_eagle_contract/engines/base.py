@@ -3,8 +3,8 @@
 An :class:`Engine` owns everything known about one side: the releases it knows and how a
 version spec expands to them, the draft ``config.json`` keys it reads its aux ids from, its
 default ids, how many aux states it builds the draft's fc for, and ``resolve``: the side's
-ids mapped onto canonical layers, in the order it concatenates them. ``reachable`` and
-``ids_for`` run ``resolve`` backwards (``fixes.inverse``): which ids make it feed given layers.
+ids mapped onto canonical layers, in the order it concatenates them. ``fixes.inverse``
+runs ``resolve`` backwards: which ids make it feed given layers.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from ..errors import EagleContractError, Problem
 from ..layers import Layer
 
 if TYPE_CHECKING:
-    from ..models.draft import DraftConfig
+    from .draft_config import DraftConfig
 
 
 @dataclass(frozen=True)
@@ -210,24 +210,6 @@ class Engine(ABC):
     @abstractmethod
     def _resolve(self, q: Query) -> Resolution:
         """``resolve`` for one query: its notes and problems gathered in ``q``."""
-
-    def reachable(
-        self, layers: Sequence[Layer], num_layers: int, arch: str | None, version: str | None
-    ) -> list[Resolution]:
-        """What this side feeds for ids near ``layers`` (``fixes.inverse``'s search), as
-        many states as ``layers``: exact ones first, then the nearest."""
-        from .fixes import inverse
-
-        found = inverse(self, layers, num_layers, arch, version)
-        return list(found.exact) or ([found.nearest] if found.nearest else [])
-
-    def ids_for(
-        self, layers: Sequence[Layer], num_layers: int, arch: str | None, version: str | None
-    ) -> tuple[int, ...] | None:
-        """Ids whose resolution is exactly ``layers`` (None: no ids make this side feed them)."""
-        from .fixes import inverse
-
-        return inverse(self, layers, num_layers, arch, version).ids
 
     def config_line(self, ids: Sequence[int]) -> str:
         """``ids`` as the draft config.json entry this side reads first, ready to paste."""

@@ -300,3 +300,20 @@ class Fixes:
             f"{where}{on}: {inv.refused}; retrain on {nearest} (the nearest it can feed), "
             f"then {line}"
         )
+
+
+def reachable(
+    engine: Engine, layers: Sequence[Layer], num_layers: int, arch: str | None, version: str | None
+) -> list[Resolution]:
+    """What ``engine`` feeds for ids near ``layers`` (:func:`inverse`'s search), as many
+    states as ``layers``: exact ones first, then the nearest."""
+    found = inverse(engine, layers, num_layers, arch, version)
+    return list(found.exact) or ([found.nearest] if found.nearest else [])
+
+
+def ids_for(
+    engine: Engine, layers: Sequence[Layer], num_layers: int, arch: str | None, version: str | None
+) -> tuple[int, ...] | None:
+    """Ids whose resolution under ``engine`` is exactly ``layers`` (None: no ids make it
+    feed them)."""
+    return inverse(engine, layers, num_layers, arch, version).ids

@@ -11,20 +11,20 @@ A new engine is one module with an :class:`~.base.Engine` subclass and one line 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 from ..errors import EagleContractError, Unservable
-from ..models.draft import read_draft_config
 from ..named import by_name, lookup
 from .base import Engine, Position, Resolution
+from .draft_config import read_draft_config
 from .sglang import SGLang, installed_sglang, sglang_versions
 from .trainers import HF, SafeAILab, SpecForge, Speculators, SpeculatorsV1
 from .trtllm import TensorRTLLM
 from .vllm import VLLM
 
 if TYPE_CHECKING:
-    from ..contract.model import ServingSpec
-    from ..models.draft import DraftConfig
+    from .draft_config import DraftConfig
 
 __all__ = [
     "ENGINES",
@@ -73,8 +73,22 @@ def resolve(
     return get_engine(engine).resolve(num_layers, ids, arch, version, use_installed)
 
 
+class ServingSide(Protocol):
+    """What :func:`serving_ids` reads of a contract's serving section
+    (``contract.model.ServingSpec``; engines know nothing else of contracts)."""
+
+    @property
+    def engine(self) -> str: ...
+
+    @property
+    def draft_config(self) -> Path | None: ...
+
+    @property
+    def aux_layer_ids(self) -> tuple[int, ...] | None: ...
+
+
 def serving_ids(
-    serving: ServingSpec, draft: DraftConfig | None = None, engine: str | None = None
+    serving: ServingSide, draft: DraftConfig | None = None, engine: str | None = None
 ) -> tuple[int, ...] | None:
     """The aux ids the engine (default: ``serving.engine``) reads: the draft config's
     (``draft``, else ``serving.draft_config``) under that engine's keys, else the contract's
@@ -89,7 +103,7 @@ def serving_ids(
 
 
 def serving_ids_or_none(
-    serving: ServingSpec | None, engine: str | None = None
+    serving: ServingSide | None, engine: str | None = None
 ) -> tuple[int, ...] | None:
     """``serving_ids``, or None where there is no serving side or its draft config cannot
     be read (the callers that only look, and report the unreadable config elsewhere)."""

@@ -24,7 +24,7 @@ from .base import (
 from .sglang_native import native_layers_to_capture
 
 if TYPE_CHECKING:
-    from ..models.draft import DraftConfig
+    from .draft_config import DraftConfig
 
 
 def installed_sglang() -> str | None:

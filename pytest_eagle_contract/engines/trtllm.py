@@ -27,7 +27,7 @@ from ..layers import Layer
 from .base import Engine, Position, Query, Resolution, releases_for
 
 if TYPE_CHECKING:
-    from ..models.draft import DraftConfig
+    from .draft_config import DraftConfig
 
 # The stable releases on PyPI (`pip index versions tensorrt-llm`) this rule set covers.
 RELEASES: tuple[str, ...] = ("1.0.0", "1.1.0", "1.2.0", "1.2.1")

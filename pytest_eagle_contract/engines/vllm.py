@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING
 
 from ..errors import EagleContractError, Problem, Unservable
 from ..layers import Layer
-from ..models.draft import read_draft_json
 from . import vllm_rules as rules
 from .base import Engine, Position, Query, Resolution, eagle3_default_ids, releases_for
+from .draft_config import read_draft_json
 
 if TYPE_CHECKING:
-    from ..models.draft import DraftConfig
+    from .draft_config import DraftConfig
 
 RUNNERS = ("v1", "v2")  # v1/worker/gpu_model_runner.py, v1/worker/gpu/model_runner.py
 _LLAMA = "LlamaForCausalLM"

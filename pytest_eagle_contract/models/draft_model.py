@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..engines.draft_config import read_draft_json
 from ..errors import UsageError
-from .draft import read_draft_json, weight_files
+from .draft import weight_files
 from .draft_shapes import config_problems, refuse, run_problems, weight_problems
 
 if TYPE_CHECKING:

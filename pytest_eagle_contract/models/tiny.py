@@ -1,4 +1,5 @@
-"""Tiny deterministic transformer targets on CPU, and capture of every canonical layer.
+"""Tiny deterministic transformer targets on CPU (their canonical layers are captured by
+:mod:`.reference`, as any target's).
 
 Random weights (no download), initialised so that the residual norm grows with depth as
 in trained models, which is what makes a one-layer shift visible in the norm profile.
@@ -9,10 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..layers import Layer
-
 if TYPE_CHECKING:
-    import torch
+    pass
 
 GROWTH = 1.4  # per-layer scale of each block's MLP output projection
 BLOCK_SCALE = 40.0
@@ -80,29 +79,3 @@ def tiny_target(spec: TinySpec = TinySpec()) -> Any:
                     param.normal_(1.0, NORM_SPREAD)  # trained norms are not all ones
         model.model.norm.weight.normal_(1.0, NORM_SPREAD)
     return model
-
-
-def capture_canonical(model: Any, input_ids: torch.Tensor) -> dict[Layer, torch.Tensor]:
-    """Every canonical layer for one sequence: embed, residual:1..L, final_norm, as [T, H].
-
-    ``residual:k`` is HF's ``hidden_states[k]`` for k < L; ``residual:L`` (pre-norm) is the
-    input of the final norm, taken with a hook; ``final_norm`` is ``hidden_states[L]``.
-    """
-    import torch
-
-    captured: dict[str, torch.Tensor] = {}
-    inner: Any = model.model
-    handle = inner.norm.register_forward_pre_hook(
-        lambda _mod, args: captured.__setitem__("pre", args[0].detach())
-    )
-    try:
-        with torch.no_grad():
-            out = model(input_ids.unsqueeze(0), output_hidden_states=True)
-    finally:
-        handle.remove()
-    hidden = out.hidden_states
-    num_layers = len(hidden) - 1
-    states = {Layer(k): hidden[k][0] for k in range(num_layers)}
-    states[Layer(num_layers)] = captured["pre"][0]
-    states[Layer(-1)] = hidden[num_layers][0]
-    return states

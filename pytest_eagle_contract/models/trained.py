@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..layers import Layer
-from .tiny import GROWTH, TinySpec, capture_canonical, tiny_target
+from .reference import capture_canonical
+from .tiny import GROWTH, TinySpec, tiny_target
 
 if TYPE_CHECKING:
     import torch
@@ -87,7 +88,7 @@ def distill_draft(
     import torch
     from safetensors.torch import save_file
 
-    from ..checks.probe import greedy_sequences
+    from .acceptance import greedy_sequences
     from .draft_model import EagleDraft
 
     hidden = int(model.config.hidden_size)

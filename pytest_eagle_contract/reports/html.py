@@ -12,7 +12,7 @@ from . import plots
 
 if TYPE_CHECKING:
     from ..findings import Finding
-    from ..planner import Runner
+    from ..plan.planner import Runner
     from .measure import Measurements
     from .run import CheckRun
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..planner import Runner
+    from ..plan.planner import Runner
     from ..shards.shard import Shard
     from .run import CheckRun, ProbeEstimate
 
@@ -85,8 +85,8 @@ def _probe(run: CheckRun, runner: Runner, problems: list[str]) -> tuple[ProbeEst
     """The probe's estimates where its family ran (run again: seeded, the gate's numbers)."""
     if not any(u.check == "probe" for u in run.units):
         return ()
-    from ..checks.probe import probe_contract
     from ..errors import EagleContractError
+    from ..models.acceptance import probe_contract
 
     try:
         target = runner.target(run.contract)
@@ -98,8 +98,8 @@ def _probe(run: CheckRun, runner: Runner, problems: list[str]) -> tuple[ProbeEst
 
 def _curve(run: CheckRun, runner: Runner, shard: Shard) -> TargetCurve | None:
     from ..layers import Layer
-    from ..models.tiny import capture_canonical
-    from ..stats import norm_stats
+    from ..models.reference import capture_canonical
+    from ..shards.stats import norm_stats
 
     target = runner.target(run.contract)
     spec = run.contract.training

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..planner import Runner
+    from ..plan.planner import Runner
     from .run import CheckRun
 
 
@@ -37,7 +37,7 @@ def publish(
         )
         json_report.write(json_path, data, flag or "--json", reads)
     if html_path is not None:
-        from ..planner import Runner
+        from ..plan.planner import Runner
         from .html import write
 
         write(html_path, runs, runner or Runner(), flag or "--report", reads)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from ..contract.model import Contract
     from ..findings import Finding
-    from ..planner import Outcome
+    from ..plan.planner import Outcome
 
 
 @dataclass(frozen=True)

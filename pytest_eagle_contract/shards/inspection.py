@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ShardReadError
-from ..stats import GUESS_WORDS, guess, norm_stats
 from .reading import dtype_name, numbers, read_sample
+from .stats import GUESS_WORDS, guess, norm_stats
 
 Job = tuple[Path, str, int | None]  # a shard file, --format, --hidden-size
 

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import ShardReadError
-from ..stats import NormStats, norm_stats
 from .reading import Sample, Slot, read_sample
+from .stats import NormStats, norm_stats
 
 if TYPE_CHECKING:
     import torch

@@ -47,7 +47,7 @@ def _row_with_norm(row: torch.Tensor, norm: float, dtype: torch.dtype) -> torch.
     """The rescaling of ``row`` whose ``dtype`` rounding has L2 norm closest to ``norm``."""
     import torch
 
-    from ..stats import token_norms
+    from .stats import token_norms
 
     scales = 1.0 + torch.linspace(-2e-4, 2e-4, 4001, dtype=torch.float64)
     candidates = row.double().unsqueeze(0) * scales.unsqueeze(1) * norm / float(row.norm())

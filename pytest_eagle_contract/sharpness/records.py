@@ -272,6 +272,13 @@ def _mask(recipe: Recipe, tokens: int, g: torch.Generator) -> torch.Tensor:
     return mask
 
 
+def _on_shard(by_name: dict[str, Any], name: str) -> Any:
+    check = by_name.get(name)
+    if check is None:
+        raise ValueError(f"{name!r} is not a shard family (structure, values, norms)")
+    return check
+
+
 def check_record(
     contract: Contract,
     record: ShardRecord,
@@ -280,8 +287,9 @@ def check_record(
     """The contract's shard checks on ``record``, in memory (no file written), read as the
     file would be: ``training.format``, or the format its keys say for ``auto``. Waived
     codes are left out, as in a run."""
-    from ..checks.registry import shard_check
+    from ..checks import norms, structure, values
 
+    by_name = {f.name: f.on_shard for f in (structure.FAMILY, values.FAMILY, norms.FAMILY)}
     shard = record.shard(contract)
-    out = [f for check in checks for f in shard_check(check)(contract, shard)]
+    out = [f for check in checks for f in _on_shard(by_name, check)(contract, shard)]
     return [f for f in out if f.code not in contract.waivers]

@@ -42,12 +42,12 @@ def inspect(args: argparse.Namespace) -> int:
 
 
 def infer(args: argparse.Namespace) -> int:
-    from ..contract.infer import draft_contract
+    from ..authoring.infer import draft_contract
     from ..pool import workers_option
     from ..shards.discovery import parse_sample
 
     if args.update is not None:
-        from ..contract.baseline import update_contract
+        from ..authoring.baseline import update_contract
 
         changes = update_contract(
             args.update, args.paths or None, parse_sample(args.sample), args.seed
@@ -246,7 +246,7 @@ def resolve(args: argparse.Namespace) -> int:
     if args.draft_config is not None:
         if ids is not None:
             raise UsageError("give --ids or --draft-config, not both")
-        from ..models.draft import read_draft_config
+        from ..engines.draft_config import read_draft_config
 
         ids = get_engine(args.engine).draft_ids(read_draft_config(args.draft_config))
     try:

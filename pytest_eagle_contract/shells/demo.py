@@ -25,7 +25,7 @@ from ..layers import Layer
 from ..models.tiny import TinySpec
 
 if TYPE_CHECKING:
-    from ..checks.probe import Estimate
+    from ..models.acceptance import Estimate
 
 SPEC = TinySpec(arch="llama", num_layers=8, hidden_size=64, vocab_size=512, seed=0)
 PROBE_SPEC = TinySpec(arch="llama", num_layers=8, hidden_size=64, vocab_size=64, seed=0)
@@ -47,7 +47,8 @@ def write_demo_shards(
     """
     import torch
 
-    from ..models.tiny import capture_canonical, tiny_target
+    from ..models.reference import capture_canonical
+    from ..models.tiny import tiny_target
     from ..shards.writing import write_shard
 
     model = tiny_target(SPEC)
@@ -80,8 +81,8 @@ def probe_buggy(out: Path) -> list[Estimate]:
 
     import torch
 
-    from ..checks.probe import estimate, greedy_sequences, layouts_of
     from ..contract.model import load_contract
+    from ..models.acceptance import estimate, greedy_sequences, layouts_of
     from ..models.trained import corpus, distill_draft, trained_target
 
     threads = torch.get_num_threads()

@@ -14,7 +14,7 @@ from .exit_codes import EXIT_FINDINGS, EXIT_OK
 
 if TYPE_CHECKING:
     from ..contract.model import Contract
-    from ..planner import Runner
+    from ..plan.planner import Runner
 
 
 def _gate(
@@ -34,7 +34,7 @@ def _gate(
 ) -> int:
     from ..contract.model import load_contract
     from ..findings import Finding
-    from ..planner import Outcome, Runner, iter_units, plan
+    from ..plan.planner import Outcome, Runner, iter_units, plan
     from ..render import format_findings, summary
     from ..shards.discovery import parse_sample
     from .terminal import progress
@@ -94,7 +94,8 @@ def _gate(
 
 
 def check(args: argparse.Namespace) -> int:
-    from ..planner import Runner, Settings
+    from ..checks.unit import Settings
+    from ..plan.planner import Runner
     from ..pool import workers_option
 
     if args.sharpness:
@@ -204,7 +205,8 @@ def demo(args: argparse.Namespace) -> int:
         good, buggy = demo.write_demo_shards(args.out, save_target=True)
     except (OSError, RuntimeError, SafetensorError) as exc:  # a full disk, no permission
         raise UsageError(f"--out {args.out}: cannot write: {str(exc)[:200]}") from None
-    from ..planner import Runner, Settings
+    from ..checks.unit import Settings
+    from ..plan.planner import Runner
     from ..render import display_path
 
     contract = Path(display_path(str(demo.shipped_contract())))

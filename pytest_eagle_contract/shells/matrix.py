@@ -34,9 +34,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def matrix(args: argparse.Namespace) -> int:
     from ..contract.model import load_contract
     from ..engines import matrix as core
+    from ..engines.draft_config import read_draft_config
     from ..engines.fixes import ANY
     from ..engines.resolve import get_engine, serving_ids
-    from ..models.draft import read_draft_config
     from ..render import to_json
 
     contract = load_contract(args.contract)

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ..reports import pytest_hooks as report_hooks
-from .args import add_checks, add_sglang
+from .args import add_annotations, add_checks, add_sglang
 
 if TYPE_CHECKING:
     from ..shards.discovery import Sampling
@@ -191,7 +190,7 @@ def add_options(parser: pytest.Parser) -> None:
         help="the engine's launch command line, linted and used by "
         "the layout check (overrides serving.launch)",
     )
-    report_hooks.addoption(group)
+    _add_report_options(group)
     parser.addini(
         "eagle_contract_paths",
         "contracts run by --eagle-contract without PATH",
@@ -201,3 +200,15 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("eagle_shards", "default for --eagle-shards", type="paths", default=[])
     parser.addini("eagle_sample", "default for --eagle-sample", default="10")
     parser.addini("eagle_seed", "default for --eagle-seed", default="0")
+
+
+def _add_report_options(group: Any) -> None:
+    group.addoption(
+        "--eagle-report",
+        dest="eagle_report",
+        metavar="PATH",
+        default=None,
+        help="write a report of the contracts' results: PATH.json (the versioned "
+        "JSON report), else one self-contained HTML file with plots",
+    )
+    add_annotations(group.addoption, "eagle-")

@@ -13,15 +13,15 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ..reports import pytest_hooks as report_hooks
-from . import options
+from . import options, report_hooks
 from .args import check_names
 from .fixtures import eagle_capture, eagle_contract, eagle_shard, pytest_generate_tests
 
 if TYPE_CHECKING:
+    from ..checks.unit import Unit
     from ..contract.model import Contract
     from ..findings import Finding
-    from ..planner import Runner, Unit
+    from ..plan.planner import Runner
 
 _RUNNER: pytest.StashKey[Runner] = pytest.StashKey()
 _COLLECTED: pytest.StashKey[set[Path]] = pytest.StashKey()
@@ -88,7 +88,7 @@ def _rewrite_baselines(config: pytest.Config) -> dict[str, list[str]]:
         return changes
     if not config.getoption("eagle_update"):
         return {}
-    from ..contract.baseline import update_contract
+    from ..authoring.baseline import update_contract
 
     sample, seed = options.sampling(config)
     shards = options.shards_override(config) or None
@@ -163,7 +163,7 @@ class ContractFile(pytest.File):
     def collect(self) -> Iterator[pytest.Item]:
         from ..contract.model import load_contract
         from ..errors import EagleContractError
-        from ..planner import plan
+        from ..plan.planner import plan
 
         sample, seed = options.sampling(self.config)
         shards = options.shards_override(self.config) or None
@@ -237,7 +237,7 @@ class ContractItem(pytest.Item):
         return super().repr_failure(excinfo, style=style)
 
     def reportinfo(self) -> tuple[Path, int, str]:
-        from ..checks.registry import BY_NAME
+        from ..plan.registry import BY_NAME
 
         contract: Contract = self.unit.contract
         line = contract.line_of(BY_NAME[self.unit.check].keys[0])
@@ -288,7 +288,8 @@ def _without(config: pytest.Config) -> tuple[str, ...]:
 def _runner(config: pytest.Config) -> Runner:
     """One runner per session: shards read once, the target model and captures opened once."""
     if _RUNNER not in config.stash:
-        from ..planner import Runner, Settings
+        from ..checks.unit import Settings
+        from ..plan.planner import Runner
 
         dirs = [Path(d).resolve() for d in (config.getoption("eagle_captures") or [])]
         for d in dirs:

@@ -1,6 +1,6 @@
 """``eagle-contract probe``: what a layout mismatch costs, in accepted tokens, offline.
 
-The probe itself lives in :mod:`..checks.probe` (the gate's ``probe`` family runs it too);
+The probe itself lives in :mod:`..models.acceptance` (the gate's ``probe`` family runs it too);
 this is the command: its arguments, its table and its JSON. See docs/probe.md.
 """
 
@@ -15,11 +15,11 @@ from .args import add_print_json, add_target_model
 from .exit_codes import EXIT_OK
 
 if TYPE_CHECKING:
-    from ..checks.probe import Estimate
+    from ..models.acceptance import Estimate
 
 
 def render(estimates: list[Estimate]) -> str:
-    from ..checks.probe import CONVENTION
+    from ..models.acceptance import CONVENTION
     from ..tables import table
 
     base = estimates[0].accept_length if estimates else 0.0
@@ -41,7 +41,8 @@ def render(estimates: list[Estimate]) -> str:
 def probe(args: argparse.Namespace) -> int:
     import torch
 
-    from ..checks.probe import (
+    from ..contract.model import load_contract
+    from ..models.acceptance import (
         CONVENTION,
         draft_dir,
         estimate,
@@ -50,7 +51,6 @@ def probe(args: argparse.Namespace) -> int:
         prompts,
         refuse_unfit,
     )
-    from ..contract.model import load_contract
     from ..models.draft_model import EagleDraft
     from ..models.target import TargetModel
     from ..render import to_json

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ShardReadError, UsageError
 from ..shards.reading import Sample, Slot, dtype_name, read_sample
-from ..stats import norm_stats
+from ..shards.stats import norm_stats
 
 if TYPE_CHECKING:
     from ..shards.stored import Array

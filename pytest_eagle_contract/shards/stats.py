@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     import numpy as np
     import torch
 
-    from .shards.stored import Array
+    from .stored import Array
 
 MAX_WIDTH = 1 << 20  # 32 times any model's hidden size: a wider "state" gets no norms
 CHUNK_ELEMENTS = 1 << 19  # 2 MiB of float32 per chunk: stays in L2 (73 rows at H=7168)
@@ -73,7 +73,7 @@ def _reader(x: Array) -> tuple[Squares, Row64]:
     complex) are widened by torch a chunk at a time."""
     import numpy as np
 
-    from .shards.stored import Stored
+    from .stored import Stored
 
     width = x.shape[-1]
     buffer = np.empty((max(1, min(x.shape[0], CHUNK_ELEMENTS // max(1, width))), width), np.float32)

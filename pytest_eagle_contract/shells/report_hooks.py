@@ -20,8 +20,6 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from ..shells.args import add_annotations
-
 _ATTR = "eagle_contract"
 _NO_FINDINGS: tuple[dict[str, Any], ...] = ()
 
@@ -41,18 +39,6 @@ class _Seen(NamedTuple):
             sys.intern(str(data[k])) for k in ("contract", "check", "label", "shard")
         )
         return cls(contract, check, label, shard, tuple(data["findings"]) or _NO_FINDINGS)
-
-
-def addoption(group: Any) -> None:
-    group.addoption(
-        "--eagle-report",
-        dest="eagle_report",
-        metavar="PATH",
-        default=None,
-        help="write a report of the contracts' results: PATH.json (the versioned "
-        "JSON report), else one self-contained HTML file with plots",
-    )
-    add_annotations(group.addoption, "eagle-")
 
 
 class ReportHooks:
@@ -77,7 +63,7 @@ class ReportHooks:
         if unit is None or call.when != "call":
             yield
             return
-        from .junit import properties
+        from ..reports.junit import properties
 
         findings = list(getattr(item, "findings", []))  # warnings of a passing item too
         item.user_properties.extend(properties(unit.contract, findings))
@@ -133,7 +119,7 @@ class ReportHooks:
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int) -> None:
         if hasattr(self.config, "workerinput") or not self.seen:
             return
-        from .publish import publish
+        from ..reports.publish import publish
 
         path = self.config.getoption("eagle_report")
         report = Path(path) if path else None
@@ -168,7 +154,7 @@ def check_report_path(config: pytest.Config, reads: list[Path]) -> None:
     if not path or hasattr(config, "workerinput"):
         return
     from ..outputs import inputs
-    from .publish import check_targets
+    from ..reports.publish import check_targets
 
     report = Path(path)
     json_path = report if report.suffix == ".json" else None
@@ -177,8 +163,9 @@ def check_report_path(config: pytest.Config, reads: list[Path]) -> None:
 
 
 def _runner(config: pytest.Config) -> Any:
-    from ..planner import Runner, Settings
-    from ..shells import options
+    from ..checks.unit import Settings
+    from ..plan.planner import Runner
+    from . import options
 
     return Runner(Settings(target_model=options.target_model(config)))
 
@@ -195,7 +182,7 @@ def _runs(seen: list[_Seen], interrupted: bool = False) -> list[Any]:
     from ..contract.model import load_contract
     from ..findings import Finding
     from ..render import summary, unique
-    from .run import CheckRun, UnitResult
+    from ..reports.run import CheckRun, UnitResult
 
     by_contract: dict[str, list[_Seen]] = {}
     for data in seen:

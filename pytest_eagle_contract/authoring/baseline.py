@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..contract.model import Contract, NormBounds, load_contract, parse_contract
 from ..errors import EagleContractError, UsageError
 from ..shards.discovery import Sampling, shard_paths
-from .model import Contract, NormBounds, load_contract, parse_contract
 from .observed import fit_bounds, observe
 
 

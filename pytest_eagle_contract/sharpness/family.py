@@ -8,16 +8,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .family import CheckFamily
+from ..checks.family import CheckFamily
 
 if TYPE_CHECKING:
+    from ..checks.unit import Resources, Unit
     from ..findings import Finding
-    from ..planner import Runner, Unit
 
 
-def _run(runner: Runner, unit: Unit) -> list[Finding]:
-    from ..sharpness.cache import kept
-    from ..sharpness.selftest import check_sharpness
+def _run(runner: Resources, unit: Unit) -> list[Finding]:
+    from .cache import kept
+    from .selftest import check_sharpness
 
     return kept(unit.contract, check_sharpness)
 

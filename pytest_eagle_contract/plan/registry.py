@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from . import capture, draft, evidence, files, layout, norms, probe, sharpness, structure, values
-from .family import CheckFamily
+from ..checks import capture, draft, evidence, files, layout, norms, probe, structure, values
+from ..checks.family import CheckFamily
+from ..sharpness import family as sharpness
 
 if TYPE_CHECKING:
     from ..contract.model import Contract

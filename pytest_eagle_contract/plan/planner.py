@@ -2,7 +2,7 @@
 shard) and run them.
 
 The pytest plugin makes each unit an item; the CLI runs them in a loop. Which families run,
-and what each needs, comes from the check registry (:mod:`.checks.registry`), so the two
+and what each needs, comes from the check registry (:mod:`.registry`), so the two
 shells plan alike and refuse alike. No check logic lives here or in either shell.
 """
 
@@ -15,34 +15,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .contract.model import Contract
-from .errors import UsageError
-from .findings import Finding, finding
-from .shards.discovery import DEFAULT_SAMPLE, Sampling, shard_paths
+from ..checks.unit import Settings, Unit
+from ..contract.model import Contract
+from ..errors import UsageError
+from ..findings import Finding, finding
+from ..shards.discovery import DEFAULT_SAMPLE, Sampling, shard_paths
 
 if TYPE_CHECKING:
-    from .capture.files import CaptureIndex
-    from .checks.family import CheckFamily, Need
-    from .models.target import TargetModel
-    from .pool import Kind
-    from .shards.shard import Shard
-
-
-@dataclass(frozen=True)
-class Unit:
-    """One check family on one shard (or on the contract when ``shard`` is None)."""
-
-    contract: Contract
-    check: str
-    shard: Path | None = None
-    label: str = ""
-    evidence: Path | None = None  # a sampled shard whose norms back the layout hints
-    evidence_label: str = ""
-    problem: str = ""  # why there are no shards (the ``shards`` unit)
-
-    @property
-    def name(self) -> str:
-        return f"{self.check}[{self.label}]" if self.shard is not None else self.check
+    from ..capture.files import CaptureIndex
+    from ..checks.family import CheckFamily, Need
+    from ..models.target import TargetModel
+    from ..pool import Kind
+    from ..shards.shard import Shard
 
 
 def _available(contract: Contract, target_model: Path | None, capture: bool) -> set[Need]:
@@ -75,8 +59,8 @@ def families(
     ``--no-sharpness``); the rest are left out quietly. Named ``checks``: exactly those, and
     a family whose needs are not met is a :class:`UsageError` saying what to add.
     """
-    from .checks.family import NEED_HOW
-    from .checks.registry import BY_NAME, FAMILIES, SELECTABLE
+    from ..checks.family import NEED_HOW
+    from .registry import BY_NAME, FAMILIES, SELECTABLE
 
     have = _available(contract, target_model, capture)
     if reference and "target" not in have:
@@ -151,23 +135,10 @@ def plan(
     return units
 
 
-@dataclass(frozen=True)
-class Settings:
-    """What the run's options ask of every unit (a worker builds its runner from them):
-    the engine's launch line, a target model and reference capture overriding the
-    contract's, capture folders and a live SGLang server."""
-
-    serving_args: str | None = None
-    target_model: Path | None = None
-    reference: bool | None = None
-    captures: tuple[Path, ...] = ()
-    sglang_url: str | None = None
-    timeout: float = 60.0
-
-
 class Runner:
-    """Runs units and holds what they share: the last few shards read (so a shard's
-    families share one read), the target model and the capture files, opened once."""
+    """Runs units and holds what they share (the :class:`..checks.unit.Resources` the
+    families ask for): the last few shards read (so a shard's families share one read), the
+    target model and the capture files, opened once."""
 
     def __init__(self, settings: Settings | None = None, keep: int = 2) -> None:
         self.settings = settings or Settings()
@@ -188,7 +159,7 @@ class Runner:
     def captures(self) -> CaptureIndex:
         """The capture files, indexed once per run."""
         if self._captures is None:
-            from .capture.files import load_captures
+            from ..capture.files import load_captures
 
             self._captures = load_captures(self.settings.captures)
             if not len(self._captures) and not self._captures.problems:
@@ -214,7 +185,7 @@ class Runner:
     def open_target(self, path: Path) -> TargetModel:
         """A target model directory, opened (config and tensor index) once per run."""
         if path not in self._targets:
-            from .models.target import TargetModel
+            from ..models.target import TargetModel
 
             self._targets[path] = TargetModel.open(path)
         return self._targets[path]
@@ -224,7 +195,7 @@ class Runner:
         return contract.target.reference_capture if given is None else given
 
     def shard(self, contract: Contract, path: Path, label: str) -> Shard:
-        from .shards.shard import Shard
+        from ..shards.shard import Shard
 
         assert contract.training is not None
         key = (path, contract.training.format, contract.target.hidden_size)
@@ -249,7 +220,7 @@ class Runner:
     def run(self, unit: Unit) -> list[Finding]:
         """Findings of one unit, waived codes removed. A shard that cannot be read fails
         each of its units with its read error (EC001-EC003)."""
-        from .checks.registry import BY_NAME
+        from .registry import BY_NAME
 
         family = BY_NAME[unit.check]
         error = self.shard_of(unit).error if family.scope == "shard" else None
@@ -278,7 +249,7 @@ class Outcome:
 
     @property
     def findings(self) -> list[Finding]:
-        from .render import unique
+        from ..render import unique
 
         return unique(f for found in self.per_unit for f in found)
 
@@ -307,7 +278,7 @@ def iter_units(
     With ``workers`` > 1 the families that need only the shard run in a pool, one task per
     shard file (its families share one read); the rest run here, with the shards they read
     (the layout's evidence shard) kept here so that no file is read twice."""
-    from .checks.registry import BY_NAME
+    from .registry import BY_NAME
 
     def alone(u: Unit) -> bool:
         family = BY_NAME[u.check]
@@ -321,7 +292,7 @@ def iter_units(
     if len(groups) < 2:
         groups = {}
     pooled = {i for idx in groups.values() for i in idx}
-    from .pool import executor, imap, single_threaded
+    from ..pool import executor, imap, single_threaded
 
     if not groups:
         for i, u in enumerate(units):

@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..contract.model import schema_path
 from ..engines.sglang_table import RELEASES
 from ..errors import EagleContractError, UsageError
 from ..layers import Layer
 from ..shards.discovery import Sampling, choose, discover
 from ..shards.formats import FORMATS
-from .model import schema_path
 from .observed import ALARMING, RATE, Bounds, Fit, Observed, describe_rate, fit_bounds, observe
 
 if TYPE_CHECKING:
@@ -116,8 +116,8 @@ def _quiet(fit: Fit) -> bool:
 
 def _judge(text: str, path: Path) -> Draft:
     """``text`` with the sharpness self-test's verdict on it."""
+    from ..contract.model import parse_contract
     from ..sharpness.selftest import sharpness
-    from .model import parse_contract
 
     try:
         findings = sharpness(parse_contract(text, path)).findings
@@ -366,8 +366,8 @@ def _serving(d: _Drafting, draft: Path | None, draft_ref: str | None) -> list[st
     if not want:
         return []
     if draft is not None:
+        from ..engines.draft_config import read_draft_config
         from ..engines.resolve import ENGINES
-        from ..models.draft import read_draft_config
 
         ids = ENGINES["sglang"].draft_ids(read_draft_config(draft))
         since = _since(d, ids, want)

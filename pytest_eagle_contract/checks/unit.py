@@ -1,0 +1,64 @@
+"""What a family runs on: a :class:`Unit` (one family on the contract or on one shard), the
+run's :class:`Settings`, and the :class:`Resources` a family may ask for while it runs (the
+planner's ``Runner`` provides them: shards read once, the target opened once, captures)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from ..capture.files import CaptureIndex
+    from ..contract.model import Contract
+    from ..models.target import TargetModel
+    from ..shards.shard import Shard
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One check family on one shard (or on the contract when ``shard`` is None)."""
+
+    contract: Contract
+    check: str
+    shard: Path | None = None
+    label: str = ""
+    evidence: Path | None = None  # a sampled shard whose norms back the layout hints
+    evidence_label: str = ""
+    problem: str = ""  # why there are no shards (the ``shards`` unit)
+
+    @property
+    def name(self) -> str:
+        return f"{self.check}[{self.label}]" if self.shard is not None else self.check
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the run's options ask of every unit (a worker builds its runner from them):
+    the engine's launch line, a target model and reference capture overriding the
+    contract's, capture folders and a live SGLang server."""
+
+    serving_args: str | None = None
+    target_model: Path | None = None
+    reference: bool | None = None
+    captures: tuple[Path, ...] = ()
+    sglang_url: str | None = None
+    timeout: float = 60.0
+
+
+class Resources(Protocol):
+    """What a family may ask of the run (:class:`..plan.planner.Runner`)."""
+
+    settings: Settings
+
+    def shard(self, contract: Contract, path: Path, label: str) -> Shard: ...
+
+    def shard_of(self, unit: Unit) -> Shard: ...
+
+    def target(self, contract: Contract) -> TargetModel | None: ...
+
+    def reference(self, contract: Contract) -> bool: ...
+
+    def captures(self) -> CaptureIndex: ...
+
+    def unreported_capture_problems(self, index: CaptureIndex) -> list[str]: ...

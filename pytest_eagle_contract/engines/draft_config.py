@@ -1,0 +1,93 @@
+"""What a draft's config.json says about its fc input: the aux layer ids under every key an
+engine may read, the sizes. Which key an engine reads is the engine's business
+(``base.Engine.id_keys``); the draft's weights are ``models/draft.py``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import EagleContractError
+
+_IDS_SUFFIX = "aux_hidden_state_layer_ids"
+
+
+@dataclass(frozen=True)
+class DraftConfig:
+    """What a draft's config.json says. Which ``aux_ids`` key an engine reads is the engine's
+    business (``engines.base.Engine.id_keys``)."""
+
+    path: Path
+    # every list under a key ending in "aux_hidden_state_layer_ids", top level or one object
+    # down, by dotted key: {"eagle_config.eagle_aux_hidden_state_layer_ids": (1, 29, 57)}
+    aux_ids: Mapping[str, tuple[int, ...]]
+    num_aux_hidden_states: int | None
+    target_hidden_size: int | None
+    hidden_size: int | None
+    draft_vocab_size: int | None
+    vocab_size: int | None
+
+    @property
+    def fc_in_hidden(self) -> int | None:
+        return self.target_hidden_size or self.hidden_size
+
+
+def _ids(value: Any, where: str, path: Path) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(i, int) for i in value):
+        raise EagleContractError(f"{path}: {where} must be a list of integers, not {value!r}")
+    return tuple(value)
+
+
+def _aux_ids(data: dict[str, Any], path: Path, prefix: str = "") -> dict[str, tuple[int, ...]]:
+    found: dict[str, tuple[int, ...]] = {}
+    nested_first = sorted(data.items(), key=lambda item: not isinstance(item[1], dict))
+    for key, value in nested_first:
+        if key.endswith(_IDS_SUFFIX) and (ids := _ids(value, prefix + key, path)) is not None:
+            found[prefix + key] = ids
+        elif isinstance(value, dict) and not prefix:
+            found.update(_aux_ids(value, path, f"{key}."))
+    return found
+
+
+def read_draft_json(path: Path) -> dict[str, Any]:
+    """A draft's config.json, a JSON object of bounded size. Raises UsageError."""
+    from ..limits import read_json_object
+
+    return read_json_object(path, f"cannot read draft config {path}")
+
+
+def _size(data: dict[str, Any], key: str, path: Path, *inner: Any) -> int | None:
+    """A size field: a whole number >= 0 at the top level or in ``inner`` objects, or None."""
+    for where in (data, *(i for i in inner if isinstance(i, dict))):
+        value = where.get(key)
+        if value is None:
+            continue
+        if type(value) is not int or value < 0:
+            raise EagleContractError(
+                f"{path}: {key} must be a whole number, not {str(value)[:40]!r}"
+            )
+        if value:
+            return value
+    return None
+
+
+def read_draft_config(path: str | Path) -> DraftConfig:
+    path = Path(path)
+    if path.is_dir():
+        path = path / "config.json"
+    data = read_draft_json(path)
+    speculators = data.get("speculators_config")
+    transformer = data.get("transformer_layer_config")
+    return DraftConfig(
+        path=path,
+        aux_ids=_aux_ids(data, path),
+        num_aux_hidden_states=_size(data, "num_aux_hidden_states", path),
+        target_hidden_size=_size(data, "target_hidden_size", path, speculators),
+        hidden_size=_size(data, "hidden_size", path, transformer),
+        draft_vocab_size=_size(data, "draft_vocab_size", path),
+        vocab_size=_size(data, "vocab_size", path, transformer),
+    )

@@ -1,0 +1,288 @@
+"""The acceptance estimator (docs/probe.md): one module for the ``probe`` family, the
+``probe`` command, the demo and the reports.
+
+On the target's own greedy continuations of prompts, the draft drafts a chain of K tokens
+from every position, the first step from the aux states a layout names, later steps from
+its own pre-norm output (as SGLang and vLLM run it); the target accepts the longest prefix
+that equals its greedy tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..layers import Layer
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..contract.model import Contract
+    from .draft_model import EagleDraft
+    from .target import TargetModel
+
+CONVENTION = (
+    "accept_length: tokens per target forward, counting the target's own token "
+    "(1 + accepted draft tokens, greedy chain drafting); per_step[s]: the share of "
+    "chains reaching step s+1 whose step s+1 token is accepted"
+)
+STEPS, SEQUENCES, LENGTH, PROMPT = 4, 8, 96, 16  # the gate's probe (docs/probe.md)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    name: str
+    layers: tuple[Layer, ...]
+    accept_length: float
+    per_step: tuple[float, ...]
+    chains: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "layers": [str(x) for x in self.layers],
+            "accept_length": round(self.accept_length, 4),
+            "per_step": [round(p, 4) for p in self.per_step],
+            "chains": self.chains,
+        }
+
+    def quote(self) -> str:
+        return f"{self.name} ({', '.join(map(str, self.layers))}) {self.accept_length:.3f}"
+
+
+def estimate(
+    draft: EagleDraft,
+    model: Any,
+    sequences: list[torch.Tensor],
+    layouts: list[tuple[str, tuple[Layer, ...]]],
+    steps: int,
+    first: int,
+    batch: int = 8,
+) -> list[Estimate]:
+    """Acceptance under each layout, on greedy ``sequences`` (chains start at ``first``).
+    The aux states come from one forward over ``batch`` sequences of a length at a time."""
+    import torch
+
+    from ..errors import UsageError
+    from .draft_model import accepted
+    from .draft_shapes import refuse
+
+    device = next(model.parameters()).device
+    draft = draft.to(device)
+    embedding = model.get_input_embeddings().weight.detach()
+    head = model.get_output_embeddings().weight.detach()
+    needed = {layer for _, layers in layouts for layer in layers}
+    counts: dict[str, list[torch.Tensor]] = {name: [] for name, _ in layouts}
+    for group in _groups(sequences, batch):
+        ids = torch.stack(group).to(device)
+        states = _states(model, ids, needed)
+        for b, row in enumerate(ids):
+            for name, layers in layouts:
+                if not layers:
+                    raise UsageError(f"draft {draft.path}: layout {name} feeds no aux states")
+                aux = torch.cat([states[layer][b] for layer in layers], -1)
+                refuse(draft.path, draft.run_problems(embedding, head, int(aux.shape[-1])))
+                drafts = draft.chain(aux, row, embedding, steps, lm_head=head, first=first)
+                counts[name].append(accepted(drafts, row, first).cpu())
+    out = []
+    for name, layers in layouts:
+        a = torch.cat(counts[name])
+        reached = [int((a >= s).sum()) for s in range(steps + 1)]
+        per_step = tuple(reached[s + 1] / reached[s] if reached[s] else 0.0 for s in range(steps))
+        mean = float(a.float().mean()) if a.numel() else 0.0
+        out.append(Estimate(name, layers, 1.0 + mean, per_step, int(a.numel())))
+    return out
+
+
+def refuse_unfit(
+    draft: EagleDraft, model: Any, layouts: list[tuple[str, tuple[Layer, ...]]], hidden: int
+) -> None:
+    """A usage error naming what does not fit between the draft and the target for any
+    layout (each layer ``hidden`` wide), before the target generates anything."""
+    from ..errors import UsageError
+    from .draft_shapes import refuse
+
+    embedding = model.get_input_embeddings().weight.detach()
+    head = model.get_output_embeddings().weight.detach()
+    for name, layers in layouts:
+        if not layers:
+            raise UsageError(f"draft {draft.path}: layout {name} feeds no aux states")
+        refuse(draft.path, draft.run_problems(embedding, head, len(layers) * hidden))
+
+
+def _groups(sequences: list[torch.Tensor], size: int) -> list[list[torch.Tensor]]:
+    """Runs of up to ``size`` consecutive sequences of one length."""
+    out: list[list[torch.Tensor]] = []
+    for seq in sequences:
+        if out and len(out[-1]) < size and out[-1][0].numel() == seq.numel():
+            out[-1].append(seq)
+        else:
+            out.append([seq])
+    return out
+
+
+def _states(model: Any, ids: torch.Tensor, needed: set[Layer]) -> dict[Layer, torch.Tensor]:
+    """The ``needed`` canonical layers of a batch ``[B, T]``, as ``[B, T, H]``, from one
+    forward of the decoder without its lm_head (as ``models.reference.capture_canonical``)."""
+    import torch
+
+    captured: list[torch.Tensor] = []
+    inner: Any = model.model
+    handle = inner.norm.register_forward_pre_hook(lambda _mod, args: captured.append(args[0]))
+    try:
+        with torch.no_grad():
+            hidden = inner(ids, output_hidden_states=True, use_cache=False).hidden_states
+    finally:
+        handle.remove()
+    top = len(hidden) - 1
+    pick = {top: captured[0], -1: hidden[top]}
+    return {x: pick[x.index] if x.index in pick else hidden[x.index] for x in needed}
+
+
+def greedy_sequences(
+    model: Any, prompts: list[torch.Tensor], length: int, batch: int = 64
+) -> list[torch.Tensor]:
+    """The target's greedy continuation of each prompt, to ``length`` tokens in all, with
+    the KV cache. Prompts of one length are continued ``batch`` at a time (no padding).
+
+    Plain argmax of the raw logits, as greedy verification compares: no logits processors
+    (``generate`` would apply the folder's generation_config: a repetition penalty, or an
+    end-of-sequence id suppressed until the length is reached), and no stop at that id."""
+    import torch
+
+    device = next(model.parameters()).device
+    out: list[torch.Tensor] = []
+    with torch.no_grad():
+        for group in _groups(prompts, batch):
+            ids = torch.stack(group).to(device)
+            step = model(ids, use_cache=True)
+            pieces = [ids]
+            new = max(length - ids.shape[1], 1)
+            for i in range(new):
+                pieces.append(step.logits[:, -1].argmax(-1, keepdim=True))
+                if i + 1 < new:
+                    step = model(pieces[-1], use_cache=True, **_cache_of(step))
+            out += list(torch.cat(pieces, dim=1))
+    return out
+
+
+def _cache_of(step: Any) -> dict[str, Any]:
+    """The KV cache of a forward's output, as the next forward takes it (transformers
+    5.2x calls it ``cache``; earlier releases ``past_key_values``)."""
+    if "cache" in step:
+        return {"cache": step["cache"]}
+    return {"past_key_values": step["past_key_values"]}
+
+
+def draft_dir(path: Path) -> Path:
+    """The draft's folder, from ``serving.draft_config`` (its config.json or its folder)."""
+    return path if path.is_dir() else path.parent
+
+
+def layouts_of(
+    contract: Contract | None,
+    draft_path: Path,
+    num_layers: int,
+    arch: str | None,
+    given: list[list[str]],
+    engine: str,
+) -> list[tuple[str, tuple[Layer, ...]]]:
+    """The trainer's layout (first) and each engine version's (deduplicated; one equal to
+    the trainer's is named ``trainer = <engine> <version>``), else the draft config's own ids
+    under ``engine``; then the ``given`` ones (canonical names)."""
+    from ..engines.draft_config import read_draft_config
+    from ..engines.resolve import get_engine, resolve, serving_ids
+    from ..errors import Unservable, UsageError
+
+    found: dict[tuple[Layer, ...], str] = {}
+    if contract is not None and contract.training is not None:
+        t = contract.training
+        found[tuple(t.slots[i].layer for i in t.fc_input)] = "trainer"
+    serving = contract.serving if contract is not None else None
+    draft = read_draft_config(draft_path)
+    name = serving.engine if serving is not None else engine
+    spec = serving.version if serving is not None else None
+    ids = serving_ids(serving, draft) if serving is not None else get_engine(name).draft_ids(draft)
+    if serving is not None and contract is not None:
+        arch = serving.arch or contract.target.arch or arch
+    served: dict[tuple[Layer, ...], list[str]] = {}
+    for version in get_engine(name).versions(spec):
+        try:
+            layers = resolve(name, num_layers, ids, arch, version).layers
+        except Unservable:
+            continue
+        served.setdefault(layers, []).append(version or "")
+    for layers, versions in served.items():
+        label = versions[0] if len(versions) == 1 else f"{versions[0]}..{versions[-1]}"
+        served_as = f"{name} {label}".strip()
+        if found.get(layers) == "trainer":
+            found[layers] = f"trainer = {served_as}"  # served as trained: still under the floor
+        found.setdefault(layers, served_as)
+    for i, names in enumerate(given, 1):
+        try:
+            layers = tuple(Layer.parse(n) for n in names)
+            for layer in layers:
+                layer.check_bounds(num_layers)
+        except ValueError as exc:
+            raise UsageError(f"--layout {' '.join(names)}: {exc}") from None
+        found.setdefault(layers, f"layout {i}")
+    return [(label, layers) for layers, label in found.items()]
+
+
+def prompts(
+    contract: Contract | None, paths: list[Path], n: int, size: int, target: TargetModel
+) -> list[torch.Tensor]:
+    """``n`` prompts of ``size`` tokens from the shards' input_ids (those the target may run
+    on, :func:`..models.inputs.unfit`), else random ids of its vocabulary (seeded)."""
+    import torch
+
+    from ..errors import UsageError
+    from ..shards.discovery import DEFAULT_SAMPLE, shard_paths
+    from ..shards.shard import Shard
+    from ..tree import files_matching
+
+    files: list[Path] = []
+    if contract is not None and contract.training is not None:
+        try:
+            files = [p for p, _ in shard_paths(contract, paths or None, DEFAULT_SAMPLE, 0)]
+        except UsageError:
+            if paths:
+                raise  # no shards in the contract's own folder: random prompts
+    else:
+        for path in paths:
+            if not path.exists():
+                raise UsageError(f"no such shard path {path}")
+            files += sorted(files_matching(path, ["*"])) if path.is_dir() else [path]
+    from ..shards.stored import to_torch
+    from .inputs import unfit
+
+    out = []
+    for path in files[:n]:
+        sample = Shard.load(path, path.name, "auto", None).sample
+        ids = None if sample is None else sample.ids
+        if ids is None or ids.dim() != 1 or ids.shape[0] < size:
+            continue
+        head = ids[:size]
+        if unfit(head, target) is None:
+            out.append(to_torch(head).long())
+    vocab = min(target.vocab_size or target.embedding_rows, target.embedding_rows)
+    g = torch.Generator().manual_seed(0)
+    while len(out) < n:
+        out.append(torch.randint(0, vocab, (size,), generator=g))
+    return out
+
+
+def probe_contract(contract: Contract, target: Any) -> list[Estimate]:
+    """The gate's estimates (trainer's layout first, then each served one)."""
+    from .draft_model import EagleDraft
+
+    assert contract.serving is not None and contract.serving.draft_config is not None
+    folder = draft_dir(contract.serving.draft_config)
+    layouts = layouts_of(contract, folder, target.num_layers, target.arch, [], "sglang")
+    draft = EagleDraft.load(folder)  # a draft that cannot run is refused before the target runs
+    refuse_unfit(draft, target.module, layouts, target.hidden_size)
+    sequences = greedy_sequences(
+        target.module, prompts(contract, [], SEQUENCES, PROMPT, target), LENGTH
+    )
+    return estimate(draft, target.module, sequences, layouts, STEPS, PROMPT - 2)

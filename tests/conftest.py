@@ -15,6 +15,88 @@ import torch  # noqa: F401
 
 pytest_plugins = ["pytester"]
 
+# Every test module's kind, selectable with -m (a module missing here fails
+# test_every_test_module_has_a_kind). The slow marker (a test over ~2 s: a model, a
+# subprocess, a sweep) is set per test; the quick loop is `pytest -m "not slow" -n 2`.
+KINDS: dict[str, tuple[str, ...]] = {
+    "unit": (
+        "test_architecture",
+        "test_arrow_rows",
+        "test_capture",
+        "test_contract_loading",
+        "test_dependency_floors",
+        "test_docs",
+        "test_draft",
+        "test_evidence",
+        "test_false_alarms",
+        "test_import_cost",
+        "test_layers",
+        "test_probe",
+        "test_sharpness",
+        "test_sharpness_cache",
+        "test_stored",
+        "test_strategies",
+    ),
+    "cli": (
+        "test_audit",
+        "test_audit_ray",
+        "test_baseline",
+        "test_capture_cli",
+        "test_demo_probe",
+        "test_first_contract",
+        "test_infer_check_formats",
+        "test_infer_sharp",
+        "test_inspect",
+        "test_inspect_many",
+        "test_journey",
+        "test_reports",
+        "test_shipped",
+    ),
+    "plugin": ("test_plugin", "test_plugin_checks"),
+    "hostile": (
+        "test_audit_ray_failures",
+        "test_bad_input",
+        "test_fuzz_shards",
+        "test_hostile_captures",
+        "test_hostile_classes",
+        "test_hostile_contracts",
+        "test_hostile_drafts",
+        "test_hostile_fixtures",
+        "test_hostile_http",
+        "test_hostile_matrix",
+        "test_hostile_models",
+        "test_hostile_shards",
+        "test_interrupted",
+        "test_load",
+        "test_model_inputs",
+        "test_no_silent_skips",
+        "test_output_paths",
+    ),
+    "engines": (
+        "test_fixes",
+        "test_layout",
+        "test_matrix",
+        "test_resolve",
+        "test_rules",
+        "test_sglang_hooks",
+        "test_sglang_releases",
+        "test_sglang_rules",
+        "test_sglang_table",
+        "test_trtllm",
+        "test_trtllm_releases",
+        "test_vllm",
+        "test_vllm_releases",
+    ),
+}
+KIND_OF = {module: kind for kind, modules in KINDS.items() for module in modules}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        kind = KIND_OF.get(item.path.stem)
+        if kind is not None:
+            item.add_marker(kind)
+
 
 def run_cli(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """Run the installed ``eagle-contract`` command as a user would."""

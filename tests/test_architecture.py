@@ -55,3 +55,11 @@ def test_cli_refuses_what_the_planner_refuses(cli, tmp_path):
     res = cli("check", DEMO, tmp_path, "--checks", "evidence")
     assert res.returncode == 2
     assert "check 'evidence' needs --target-model" in res.stderr
+
+
+def test_every_test_module_has_a_kind():
+    from conftest import KIND_OF
+
+    modules = {p.stem for p in (ROOT / "tests").glob("test_*.py")}
+    assert modules - set(KIND_OF) == set(), "give each test module a kind in tests/conftest.py"
+    assert set(KIND_OF) - modules == set(), "tests/conftest.py names a test module that is gone"

@@ -72,6 +72,7 @@ def test_dataset_row_problems(tmp_path, edit, code):
     assert ("hs_1.safetensors", code) in found, found
 
 
+@pytest.mark.slow
 def test_inspect_shows_the_mask(tmp_path, cli):
     make(tmp_path)
     res = cli("inspect", tmp_path / "data" / "hidden_states" / "hs_0.safetensors")

@@ -128,6 +128,7 @@ def test_the_default_cache_is_the_users(cli, project: Path, monkeypatch) -> None
     assert list((project / "xdg" / "eagle-contract" / "audit").glob("*.jsonl"))
 
 
+@pytest.mark.slow
 def test_broken_shards_are_findings_and_a_bad_cache_line_is_read_again(cli, project: Path) -> None:
     write_set(project / "shards", 6)
     (project / "shards" / "data_6.pt").write_bytes(b"PK\x03\x04 cut short")
@@ -150,6 +151,7 @@ def test_the_report_is_a_valid_report(cli, project: Path) -> None:
     assert problems(report(project / "a.json")) == []
 
 
+@pytest.mark.slow
 def test_an_interrupted_audit_keeps_what_it_did_and_resumes(project: Path) -> None:
     import signal
     import subprocess

@@ -18,6 +18,7 @@ def _same_parts(report: dict) -> dict:  # type: ignore[type-arg]
     return {k: v for k, v in report.items() if k != "cost"}
 
 
+@pytest.mark.slow
 def test_ray_and_local_give_the_same_report(tmp_path: Path) -> None:
     import ray
 

@@ -22,6 +22,7 @@ def no_traceback(res):
     assert "Traceback" not in res.stdout + res.stderr, res.stdout + res.stderr
 
 
+@pytest.mark.slow
 def test_garbage_files_are_findings_and_the_run_goes_on(tmp_path, demo_dir, cli):
     folder = tmp_path / "rows_0-2000"
     folder.mkdir()
@@ -110,6 +111,7 @@ def test_infer_refuses_bad_layer_names_and_invalid_drafts(demo_dir, tmp_path, cl
     assert str(out) in res.stderr and not out.exists()
 
 
+@pytest.mark.slow
 def test_evidence_on_a_shard_of_another_vocabulary_is_ec301_and_the_model_does_not_run(
     demo_dir, tmp_path, cli
 ):
@@ -135,6 +137,7 @@ def test_evidence_on_a_shard_of_another_vocabulary_is_ec301_and_the_model_does_n
     assert res.returncode == 1 and "EC605" in res.stderr
 
 
+@pytest.mark.slow
 def test_identify_refuses_another_hidden_size(demo_dir, tmp_path, cli):
     import torch
 

@@ -28,6 +28,7 @@ def stale_contract(path, shards_dir):
     return text
 
 
+@pytest.mark.slow
 def test_infer_update_rewrites_bounds_keeping_comments_and_order(tmp_path, shards, cli):
     contract = tmp_path / "c.yaml"
     before = stale_contract(contract, shards)
@@ -46,6 +47,7 @@ def test_infer_update_rewrites_bounds_keeping_comments_and_order(tmp_path, shard
     assert again.returncode == 0 and "no bound changed" in again.stdout
 
 
+@pytest.mark.slow
 def test_pytest_update_fails_the_run_that_changed_them(pytester, shards):
     (pytester.path / "contracts").mkdir()
     shutil.copytree(shards, pytester.path / "data")

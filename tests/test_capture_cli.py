@@ -64,6 +64,7 @@ def captures(sets):
     return sets / "captures"
 
 
+@pytest.mark.slow
 def test_check_against_capture_files(sets, captures, cli):
     good = cli(
         "check",
@@ -148,6 +149,7 @@ def test_plugin_items_and_fixture_from_recorded_files(pytester, sets, captures):
     skipped.stdout.fnmatch_lines(["*eagle_capture: *"])
 
 
+@pytest.mark.slow
 def test_second_run_against_a_caching_server(sets, cli, tmp_path, pytester):
     """A server that caches prefixes and ignores the request's extra_key (SGLang < 0.5.3):
     the second run of the same shards is EC703 naming the option, green with it."""

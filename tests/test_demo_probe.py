@@ -7,10 +7,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from pytest_eagle_contract.layers import Layer
 from pytest_eagle_contract.shells import demo
 
 
+@pytest.mark.slow
 def test_buggy_draft_accepts_less_under_what_sglang_feeds(tmp_path: Path, cli: Any) -> None:
     own, *served = demo.probe_buggy(tmp_path)
     assert own.layers == (Layer(0), Layer(2), Layer(4))  # the buggy set's fc input

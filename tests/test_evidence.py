@@ -51,6 +51,7 @@ SETS = {  # what the pipeline wrote -> what identify must name
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["specforge", "speculators-v1", "speculators"])
 @pytest.mark.parametrize("case", list(SETS))
 def test_identify_names_every_slot(tmp_path, target, cli, fmt, case):
@@ -89,6 +90,7 @@ def _identify(shard: Path, model_dir: Path):
     return identify([x.tensor for x in slots], sample.input_ids, model)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ["deepseek_v3", "qwen3"])
 def test_identify_other_architectures(tmp_path, cli, arch):
     model = tiny_target(TinySpec(arch=arch, num_layers=6))
@@ -236,6 +238,7 @@ def test_target_model_mismatch(tmp_path, target):
     assert codes(found) >= {"EC605"}
 
 
+@pytest.mark.slow
 def test_layout_uses_identified_layers_and_says_so(tmp_path, target, cli):
     (tmp_path / "model").symlink_to(target[0])
     write(tmp_path / "shards", "speculators-v1", [Layer(0), Layer(2), Layer(5), PRE], target)

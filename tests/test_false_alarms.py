@@ -77,6 +77,7 @@ def _bad_shards(root: Path, target: Path) -> Path:
     return bad
 
 
+@pytest.mark.slow
 def test_fresh_shards_pass_a_contract_drafted_with_the_target_model(flat, cli):
     root, _, drafted = flat
     res, contract = drafted["with-model"]
@@ -92,6 +93,7 @@ def test_fresh_shards_pass_a_contract_drafted_with_the_target_model(flat, cli):
     assert "on 20 shard(s)" in good.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["with-model", "no-model"])
 def test_drafted_contracts_still_fail_swapped_slots_and_the_embedding_in_front(flat, cli, name):
     root, target, drafted = flat

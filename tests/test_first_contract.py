@@ -46,6 +46,7 @@ def test_wheel_ships_the_demo_contract_the_checkout_shows():
     assert "site-packages" in str(CONTRACT) or "pytest_eagle_contract" in str(CONTRACT)
 
 
+@pytest.mark.slow
 def test_one_short_ids_with_the_target_model_is_a_finding_not_a_traceback(demo_dir, tmp_path, cli):
     """Item 5: evidence on a shard whose input_ids are one short: a finding for that shard,
     and the other shards are still reported."""
@@ -66,6 +67,7 @@ def test_one_short_ids_with_the_target_model_is_a_finding_not_a_traceback(demo_d
     assert "on 3 shard(s)" in res.stdout
 
 
+@pytest.mark.slow
 def test_identify_on_a_one_short_shard_exits_1_with_the_reason(demo_dir, tmp_path, cli):
     _, path = _one_short(demo_dir, tmp_path)
     res = cli("identify", path, "--target-model", demo_dir / "target")
@@ -129,6 +131,7 @@ def test_version(cli):
     assert res.returncode == 0 and res.stdout.startswith("eagle-contract 0.")
 
 
+@pytest.mark.slow
 def test_cli_and_pytest_run_the_same_checks_sharpness_included(demo_dir, cli, pytester):
     """The two gates agree: both run sharpness by default, both leave it out on request."""
     args = (CONTRACT, demo_dir / "good", "--sample", "all")
@@ -172,6 +175,7 @@ def test_fixtures_use_the_contract_named_on_the_command_line(demo_dir, pytester)
     res.assert_outcomes(passed=2 + 1 + 2 * 3)  # the user's test per shard, layout, shard items
 
 
+@pytest.mark.slow
 def test_help_shows_the_optional_path():
     res = subprocess.run(
         [sys.executable, "-m", "pytest", "--help", "-p", "no:cacheprovider"],
@@ -182,6 +186,7 @@ def test_help_shows_the_optional_path():
     assert "--eagle-contract=[PATH]" in res.stdout
 
 
+@pytest.mark.slow
 def test_docs_show_each_option_as_pytest_help_does():
     """Item 3: the docs spell every option as `pytest --help` prints it."""
     res = subprocess.run(

@@ -18,6 +18,7 @@ def want(cli, engine: str, *args: str, version: str | None = None):
     return res, json.loads(res.stdout) if res.stdout.strip() else None
 
 
+@pytest.mark.slow
 def test_kimi_want_gives_ids_sglang_013_and_later_serve_as_the_trained_layers(tmp_path, cli):
     args = (*KIMI, "--want", "embed", "residual:3", "residual:31")
     res, out = want(cli, "sglang", *args, version=">=0.5.13")
@@ -184,6 +185,7 @@ def test_the_search_is_generic_over_an_engines_own_rule():
     assert [str(x) for x in no.nearest.layers] == ["residual:2", "residual:3"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ["LlamaForCausalLM", "DeepseekV3ForCausalLM", "GptOssForCausalLM"])
 def test_inverse_undoes_resolve_on_every_covered_engine_version(arch):
     """Whatever layers an engine version feeds for some ids, the search finds ids that make

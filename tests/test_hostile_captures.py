@@ -178,6 +178,7 @@ def test_things_that_are_not_files(world: dict[str, Any], tmp_path: Path) -> Non
     assert all("not a regular file" in p for p in index.problems)
 
 
+@pytest.mark.slow
 def test_the_cli_reports_them_and_goes_on(world: dict[str, Any], tmp_path: Path) -> None:
     folder = tmp_path / "captures"
     folder.mkdir()

@@ -38,6 +38,7 @@ def _packed(t: torch.Tensor) -> torch.Tensor:
     return torch.zeros(t.shape, dtype=torch.uint8).view(torch.float4_e2m1fn_x2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", ["input_ids", "loss_mask", "hidden_state", "extra"])
 def test_a_packed_dtype_in_any_tensor_is_ec001_on_every_command(world, tmp_path, cli, key):
     folder = tmp_path / "shards" / "rows_0-2000"
@@ -86,6 +87,7 @@ def deep(tmp_path: Path):
         os.chdir(cwd)
 
 
+@pytest.mark.slow
 def test_a_folder_tree_past_the_recursion_limit_is_walked(world, tmp_path, cli, deep):
     top = deep
     # 1,100 levels (Python's default recursion limit is 1,000); os.makedirs recurses too,
@@ -115,6 +117,7 @@ def test_a_folder_tree_past_the_recursion_limit_is_walked(world, tmp_path, cli, 
         _clean(res)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["model.norm.weight", "model.layers.0.mlp.up_proj.weight"])
 def test_a_packed_dtype_in_the_target_model_is_a_usage_error(world, tmp_path, cli, name):
     from safetensors.torch import load_file, save_file

@@ -204,6 +204,7 @@ CASES: dict[str, tuple[bytes, tuple[str, ...]]] = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", CASES)
 def test_hostile_contract_is_a_located_usage_error(tmp_path: Path, name: str) -> None:
     data, words = CASES[name]
@@ -243,6 +244,7 @@ def test_utf8_bom_and_dates_are_read(tmp_path: Path) -> None:
     assert contract.serving is not None and contract.serving.version == "2024-01-01"
 
 
+@pytest.mark.slow
 def test_plugin_reports_a_hostile_contract_without_a_traceback(tmp_path: Path) -> None:
     path = tmp_path / "c.yaml"
     path.write_bytes(CASES["alias-bomb"][0])

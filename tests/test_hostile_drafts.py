@@ -82,6 +82,7 @@ def _paths(world: matrix.World, name: str) -> list[list[str]]:
     return checks + ([matrix._probe_cmd("draft", str(world.model))] if name in COMMAND_TOO else [])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", [n for n in CLASSES if "fifo" in n])
 def test_a_draft_file_that_would_block_is_refused_unopened(world, makers, tmp_path, name):
     """In a child process with a timeout: an opened FIFO would hang the test."""

@@ -43,6 +43,7 @@ def _no_traceback(out: str) -> None:
     assert "pytest_eagle_contract/" not in out, out[-4000:]  # no frame of this package
 
 
+@pytest.mark.slow
 def test_eagle_capture_fails_each_bad_server_answer_with_its_code(
     demo: Path, pytester: pytest.Pytester
 ) -> None:
@@ -77,6 +78,7 @@ def test_eagle_capture_fails_each_bad_server_answer_with_its_code(
         assert f"eagle_capture: {code}" in out, (code, out[-4000:])
 
 
+@pytest.mark.slow
 def test_eagle_shard_fails_an_unreadable_shard_with_its_code(
     demo: Path, pytester: pytest.Pytester
 ) -> None:

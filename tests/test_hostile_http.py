@@ -369,6 +369,7 @@ def _codes(report: Path) -> list[list[str]]:
     return sorted(sorted({f["code"] for f in u["findings"]}) for u in units)
 
 
+@pytest.mark.slow
 def test_check_goes_on_through_every_bad_answer(shards: Path, tmp_path: Path) -> None:
     """One shard per bad /generate answer, then a good one: each gets its own finding."""
     script = Script({"/generate": [fault for fault, _ in GENERATE.values()]}, always=LOOP)
@@ -395,6 +396,7 @@ def test_check_goes_on_through_every_bad_answer(shards: Path, tmp_path: Path) ->
     assert _codes(tmp_path / "r.json") == want
 
 
+@pytest.mark.slow
 def test_check_goes_on_through_every_bad_server_info(shards: Path, tmp_path: Path) -> None:
     server, model = list(SERVER_INFO.values()), list(MODEL_INFO.values())
     script = Script(
@@ -424,6 +426,7 @@ def test_check_goes_on_through_every_bad_server_info(shards: Path, tmp_path: Pat
     assert _codes(tmp_path / "r.json") == [[]] + [["EC705"]] * (len(server) + len(model))
 
 
+@pytest.mark.slow
 def test_a_dead_server_costs_one_timeout_per_run(shards: Path, tmp_path: Path) -> None:
     standin = SGLangStandin(Launch(fault=_hang))
     with standin as url:
@@ -447,6 +450,7 @@ def test_a_dead_server_costs_one_timeout_per_run(shards: Path, tmp_path: Path) -
     assert standin.state.requests == 1  # not one per shard
 
 
+@pytest.mark.slow
 def test_record_stops_with_the_code(shards: Path, tmp_path: Path) -> None:
     fault = Script({"/generate": [GENERATE["streamed-600MB"][0]]})
     with SGLangStandin(Launch(mode="aux", layer_ids=[1, 3, 4], fault=fault)) as url:

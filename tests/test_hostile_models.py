@@ -228,6 +228,7 @@ def _digest(folder: Path) -> dict[str, str]:
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", CASES)
 def test_hostile_model_folder_is_a_usage_error(
     tmp_path: Path, base: tuple[Path, Path], name: str
@@ -261,6 +262,7 @@ def test_check_turns_a_bad_target_into_a_usage_error(
     )
 
 
+@pytest.mark.slow
 def test_remote_code_of_a_known_architecture_is_never_imported(
     tmp_path: Path, base: tuple[Path, Path]
 ) -> None:

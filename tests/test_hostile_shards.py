@@ -170,6 +170,7 @@ def hostile(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_each_bad_shard_is_a_finding_for_its_file_and_the_good_one_is_checked(hostile):
     before = hashes(hostile)
     report = hostile.parent / f"{hostile.name}-report.json"
@@ -193,6 +194,7 @@ def test_inspect_and_infer_on_hostile_shards(hostile):
     assert run("inspect", folder / "data_0.ckpt").returncode == 1
 
 
+@pytest.mark.slow
 def test_infer_on_each_hostile_shard_drafts_or_refuses(hostile):
     """``infer`` reads shards one trusts: a bad one is a usage error naming it, no crash."""
     from pytest_eagle_contract.authoring.infer import draft_contract
@@ -232,6 +234,7 @@ def _arrow(path: Path, table: Any) -> None:
         w.write_table(table)
 
 
+@pytest.mark.slow
 def test_safetensors_headers_data_config_and_arrow_datasets(tmp_path):
     pa = pytest.importorskip("pyarrow")
     (tmp_path / "contract.yaml").write_text(CONTRACT_TEXT, "utf-8")
@@ -342,6 +345,7 @@ def _gzip_bomb(path: Path, gib: int) -> None:
             f.write(member)
 
 
+@pytest.mark.slow
 def test_a_gzip_bomb_is_not_read_whole(tmp_path):
     (tmp_path / "contract.yaml").write_text(CONTRACT_TEXT, "utf-8")
     folder = tmp_path / "shards" / "rows_0-2000"

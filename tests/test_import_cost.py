@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 HEAVY = ("torch", "safetensors", "yaml", "jsonschema", "hypothesis", "transformers", "numpy")
 
 
@@ -19,6 +21,7 @@ print(",".join(m for m in {HEAVY!r} if m in sys.modules))
     assert out.stdout.strip() == ""
 
 
+@pytest.mark.slow
 def test_pytest_run_with_plugin_off_loads_no_more_than_without_it(pytester):
     pytester.makeconftest(f"""
         import sys

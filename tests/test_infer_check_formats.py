@@ -30,6 +30,7 @@ def pipelines(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_infer_then_check(fmt, pipelines, cli):
     base, mutants = pipelines[fmt]
@@ -69,6 +70,7 @@ def test_infer_then_check(fmt, pipelines, cli):
     assert set(found) == set(mutants), "a mutant passed, or a finding landed on the wrong file"
 
 
+@pytest.mark.slow
 def test_other_good_shards_pass_with_default_sample(pipelines, cli):
     base, _ = pipelines["specforge"]
     contract = base / "contract-default.yaml"
@@ -86,6 +88,7 @@ def test_infer_without_layer_names_is_a_usage_error(pipelines, cli):
     assert "--layers" in res.stderr and "--num-layers" in res.stderr
 
 
+@pytest.mark.slow
 def test_infer_reads_speculators_v1_data_config(pipelines, cli):
     base, _ = pipelines["speculators-v1"]
     res = cli("infer", base / "trusted")  # no --num-layers: layer_ids come from data_config.json

@@ -45,6 +45,7 @@ def _bounds(contract):
     return [(s.norm.low, s.norm.high) for s in contract.training.slots]
 
 
+@pytest.mark.slow
 def test_apart_medians_give_apart_bounds_and_a_sharp_contract(tmp_path, cli):
     shards = _shards(tmp_path / "shards", APART)
     path = tmp_path / "drafted.yaml"
@@ -63,6 +64,7 @@ def test_apart_medians_give_apart_bounds_and_a_sharp_contract(tmp_path, cli):
     assert cli("check", path, "-q").returncode == 0
 
 
+@pytest.mark.slow
 def test_together_medians_name_the_evidence(tmp_path, cli):
     shards = _shards(tmp_path / "shards", TOGETHER)
     res = cli("infer", shards, "--layers", *LAYERS, "--num-layers", 8)
@@ -90,6 +92,7 @@ def target(tmp_path_factory):
     return root
 
 
+@pytest.mark.slow
 def test_together_medians_with_target_model_draft_a_reference_capture(tmp_path, cli, target):
     shards = _shards(tmp_path / "shards", TOGETHER)
     path = tmp_path / "drafted.yaml"

@@ -16,6 +16,7 @@ def kimi_shard(tmp_path_factory):
     return write_shard(tmp_path_factory.mktemp("kimi"), "speculators-v1", 0, ids, mask, slots)
 
 
+@pytest.mark.slow
 def test_inspect_json_on_kimi_sized_shard(kimi_shard, cli):
     res = cli("inspect", kimi_shard, "--json")
     assert res.returncode == 0, res.stderr
@@ -57,6 +58,7 @@ def test_post_norm_target_is_called_post_norm(tmp_path, cli):
     assert [s["guess"] for s in report["slots"]] == [None, None, None, "post-norm-like"]
 
 
+@pytest.mark.slow
 def test_inspect_unreadable_file(tmp_path, cli):
     bad = tmp_path / "data_0.pt"
     bad.write_bytes(b"not a shard at all")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import shardgen
 
 
@@ -13,6 +14,7 @@ def _set(tmp_path, n=4):
     return root, shardgen.write_good(root, "specforge", range(n))
 
 
+@pytest.mark.slow
 def test_many_shards_in_input_order_whatever_the_workers(tmp_path, cli):
     root, paths = _set(tmp_path)
     args = ["inspect", paths[2], root, paths[0], "--json"]
@@ -31,6 +33,7 @@ def test_many_shards_in_input_order_whatever_the_workers(tmp_path, cli):
     assert blocks[3].rstrip("\n") == single.stdout.rstrip("\n")
 
 
+@pytest.mark.slow
 def test_an_unreadable_shard_among_many_is_named_in_its_place(tmp_path, cli):
     root, paths = _set(tmp_path, 2)
     bad = paths[0].parent / "data_0b.ckpt"  # between the two in natural order

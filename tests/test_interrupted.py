@@ -25,6 +25,7 @@ def root(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_a_session_stopped_by_x_says_so_in_its_report(root, pytester):
     shards = pytester.path / "shards"
     shutil.copytree(root / "good", shards)
@@ -60,6 +61,7 @@ def test_a_session_stopped_by_x_says_so_in_its_report(root, pytester):
     assert "EC202" in codes  # what it found before stopping is kept
 
 
+@pytest.mark.slow
 def test_a_full_session_is_complete(root, pytester):
     report = pytester.path / "r.json"
     result = pytester.runpytest_subprocess(

@@ -87,6 +87,7 @@ def pipeline(tmp_path_factory):
     return root
 
 
+@pytest.mark.slow
 def test_first_contract_journey(pipeline):
     contract = pipeline / "contracts" / "mine.yaml"
     drafted = _run(

@@ -175,6 +175,7 @@ def test_layout_rule_fails(tmp_path, code):
     assert code in codes(found, SEVERITY.get(code, "error")), found
 
 
+@pytest.mark.slow
 def test_missing_contract_shards_fail_as_ec513_and_layout_still_runs(tmp_path, cli):
     (tmp_path / "c.yaml").write_text(BASE + "  aux_layer_ids: [2, 4, 5]\n")
     res = cli("check", tmp_path / "c.yaml")
@@ -205,6 +206,7 @@ def kimi_shards(tmp_path: Path, medians=synthetic.KIMI_MEDIANS) -> Path:
     return tmp_path / "shards"
 
 
+@pytest.mark.slow
 def test_kimi_real_bug_fails_with_side_by_side_table_and_evidence(tmp_path, cli):
     shards = kimi_shards(tmp_path)
     res = cli("check", CONTRACTS / "kimi-k2.5-eagle3.yaml", shards, "--checks", "layout")
@@ -241,6 +243,7 @@ def test_kimi_fixed_to_the_right_slots_passes(tmp_path, cli):
     assert "ok: 1 checks" in res.stdout
 
 
+@pytest.mark.slow
 def test_kimi_sglang_versions_resolve_differently_and_the_check_says_so(tmp_path, cli):
     ok = cli("check", fixed_kimi(tmp_path, "0.5.13"), "--checks", "layout")
     assert ok.returncode == 0, ok.stdout
@@ -321,6 +324,7 @@ def test_kimi_ec501_end_to_end_says_what_to_retrain_on(tmp_path, cli):
     )
 
 
+@pytest.mark.slow
 def test_kimi_fix_per_version_prefers_ids_that_serve_every_version(tmp_path, cli):
     # 0.5.10..0.5.12 add 1 to every id; 0.5.13+ add 1 only when the first id is 1:
     # [1, 29, 57] feeds residual 2, 30, 58 on both, [2, 30, 58] only on 0.5.13+

@@ -52,6 +52,7 @@ def sets(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
     return {n: load.make_set(root / str(n), n) for n in (1200, 500)}
 
 
+@pytest.mark.slow
 def test_an_audit_holds_its_memory_flat(sets: dict[int, Path], tmp_path: Path) -> None:
     n = 1200
     run = load.run_audit(sets[n], tmp_path, n, 2, interval=0.05)
@@ -62,6 +63,7 @@ def test_an_audit_holds_its_memory_flat(sets: dict[int, Path], tmp_path: Path) -
     assert kib_per_shard(run) < 100, figures(run)
 
 
+@pytest.mark.slow
 def test_pytest_n2_holds_its_memory_flat(sets: dict[int, Path], tmp_path: Path) -> None:
     """The controller keeps each item's report (pytest's TerminalReporter does); beyond that,
     nothing per shard: not the shards read, not the items' findings, not the workers'

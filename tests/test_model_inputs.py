@@ -89,6 +89,7 @@ def no_traceback(res):
     assert res.returncode in (0, 1, 2), res.stdout + res.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CLASSES))
 def test_check_with_the_target_gives_the_no_model_finding_and_says_the_model_did_not_run(
     world, tmp_path, cli, name
@@ -125,6 +126,7 @@ def test_check_with_the_target_gives_the_no_model_finding_and_says_the_model_did
     assert "did not run (EC009" in last
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "name", ["id-past-vocabulary", "negative-id", "empty-sequence", "float-ids", "nan-ids"]
 )
@@ -138,6 +140,7 @@ def test_identify_refuses_what_the_target_cannot_run_on(world, tmp_path, cli, na
     assert "no reference capture" in res.stderr and code in res.stderr
 
 
+@pytest.mark.slow
 def test_uint64_ids_past_two_to_the_63_are_out_of_the_vocabulary(world, tmp_path, cli):
     path = _shard(world, tmp_path, "uint64-ids")
     data = torch.load(path, weights_only=True)
@@ -148,6 +151,7 @@ def test_uint64_ids_past_two_to_the_63_are_out_of_the_vocabulary(world, tmp_path
     assert res.returncode == 1 and "EC301" in res.stderr
 
 
+@pytest.mark.slow
 def test_pytest_skips_the_model_item_with_the_reason(world, tmp_path, pytester):
     path = _shard(world, tmp_path, "id-past-vocabulary")
     result = pytester.runpytest_subprocess(
@@ -169,6 +173,7 @@ def test_pytest_skips_the_model_item_with_the_reason(world, tmp_path, pytester):
     assert outcomes.get("failed", 0) >= 1 and outcomes.get("skipped", 0) >= 1
 
 
+@pytest.mark.slow
 def test_a_good_shard_runs_every_model_family_and_says_ok(world, tmp_path, cli):
     shards = tmp_path / "good"
     shutil.copytree(world / "good", shards)

@@ -99,6 +99,7 @@ def test_without_pyarrow_the_dataset_checks_say_they_did_not_run(tmp_path):
     assert last.startswith("passed, incomplete") and "did not run (EC009" in last, last
 
 
+@pytest.mark.slow
 def test_with_pyarrow_every_check_runs_and_the_verdict_is_ok(tmp_path):
     _project(tmp_path, dataset=True)
     res, findings = _check(tmp_path, {**os.environ, "PYTHONWARNINGS": "ignore"})
@@ -121,6 +122,7 @@ def project(tmp_path_factory) -> Path:
     return _project(tmp_path_factory.mktemp("project"), dataset=True)
 
 
+@pytest.mark.slow
 def test_pytest_shows_the_check_that_did_not_run_as_a_skip(project, tmp_path):
     contract = project
     env = _without_pyarrow(tmp_path)

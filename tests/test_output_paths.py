@@ -97,6 +97,7 @@ def test_check_reports_are_never_written_onto_inputs(project):
     assert _digest(project) == before
 
 
+@pytest.mark.slow
 def test_check_reports_refuse_folders_devices_and_files_that_are_not_reports(project):
     assert refused(check(project, "--json", "/dev/full"), "not a regular file")
     assert refused(check(project, "--json", project), "is a folder")
@@ -110,6 +111,7 @@ def test_check_reports_refuse_folders_devices_and_files_that_are_not_reports(pro
     assert refused(check(project, "--json", dangling), "link to nothing")
 
 
+@pytest.mark.slow
 def test_a_previous_report_or_an_empty_file_is_replaced(project):
     report, page = project / "r.json", project / "r.html"
     report.touch()  # as `mktemp` leaves it
@@ -131,6 +133,7 @@ def test_a_full_disk_leaves_the_previous_report_whole_and_is_a_clear_error(proje
     assert not [p for p in project.iterdir() if p.name.endswith(".tmp")]
 
 
+@pytest.mark.slow
 def test_infer_output_needs_force_to_replace_and_never_replaces_an_input(project):
     shards = project / "shards"
     before = _digest(shards)
@@ -153,6 +156,7 @@ def test_infer_output_needs_force_to_replace_and_never_replaces_an_input(project
     assert _digest(shards) == before
 
 
+@pytest.mark.slow
 def test_a_baseline_update_that_cannot_be_written_leaves_the_contract_whole(project):
     contract = project / "contract.yaml"
     res = run("infer", "--update", contract, fsize=1024)  # the contract is larger

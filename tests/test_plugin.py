@@ -144,11 +144,13 @@ def test_junitxml(project):
         assert "EC401" in failure.text and "looks like the embedding" in failure.text
 
 
+@pytest.mark.slow
 def test_xdist(project):
     result = project.runpytest("--eagle-contract", CONTRACT, "--eagle-sample", "all", "-n", "2")
     result.assert_outcomes(passed=14 + 1)
 
 
+@pytest.mark.slow
 def test_the_controller_keeps_one_copy_of_what_reports_share(project):
     """pytest keeps every report to the end: a passing contract item's three reports share
     their node id and location, items share equal JUnit properties, and the findings are

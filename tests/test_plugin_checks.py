@@ -25,6 +25,7 @@ def _run(pytester, *args):
     return pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q", *args)
 
 
+@pytest.mark.slow
 def test_named_families_are_the_items(good, pytester):
     shutil.copytree(good, pytester.path / "good")
     report = pytester.path / "r.json"
@@ -45,6 +46,7 @@ def test_named_families_are_the_items(good, pytester):
     assert {u["check"] for u in run["units"]} == {"structure", "values"}
 
 
+@pytest.mark.slow
 def test_a_family_without_its_input_or_unknown_is_a_failing_item_saying_why(pytester):
     contract = str(demo.shipped_contract())
     for checks, said in (("evidence", "needs --target-model"), ("nosuch", "unknown checks")):

@@ -97,6 +97,7 @@ def speculative_decoding(
     return made / forwards
 
 
+@pytest.mark.slow
 def test_probe_ranks_layouts(pair: tuple[Path, Path, Any, EagleDraft]) -> None:
     """The trained layout accepts well above 1, each mismatched one less by more than three
     standard errors of the per-sequence paired difference (the estimate's noise)."""
@@ -142,6 +143,7 @@ def test_continuations_are_the_raw_argmax_whatever_the_generation_config(
         assert torch.equal(got, ids) and torch.equal(got, first)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layers", [TRAINED, SHIFTED, EMBED_FRONT], ids=str)
 def test_probe_matches_speculative_decoding(
     pair: tuple[Path, Path, Any, EagleDraft], layers: tuple[Layer, ...]
@@ -215,6 +217,7 @@ def _write_contract(root: Path, target: Path, draft: Path, engine: str, floors: 
     return path
 
 
+@pytest.mark.slow
 def test_gate_quotes_the_estimates_and_fails_below_the_floor(
     pair: tuple[Path, Path, Any, EagleDraft], tmp_path: Path, cli: Any
 ) -> None:
@@ -229,6 +232,7 @@ def test_gate_quotes_the_estimates_and_fails_below_the_floor(
     assert "(embed, residual:2, residual:4)" in res.stdout
 
 
+@pytest.mark.slow
 def test_gate_passes_where_the_engine_feeds_the_trained_layers(
     pair: tuple[Path, Path, Any, EagleDraft], tmp_path: Path, cli: Any
 ) -> None:

@@ -292,6 +292,7 @@ def _html(repo: Path, shards: Path, *extra: str) -> _Page:
     return _page(report)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not HAS_MATPLOTLIB, reason="plots need matplotlib (the report extra)")
 def test_html_report_of_the_buggy_set_has_plots_and_layout(repo, shards):
     page = _html(repo, shards, "--target-model", str(shards / "target"))
@@ -350,6 +351,7 @@ def test_html_report_in_a_real_browser(browser, repo, shards, tmp_path):
     assert band > 1000, f"{band} pixels of the bounds' band: the plots were not drawn"
 
 
+@pytest.mark.slow
 def test_html_report_without_matplotlib(repo, shards):
     """A Python where matplotlib cannot be imported: a note instead of the plots."""
     import subprocess
@@ -426,6 +428,7 @@ def project(pytester, shards):
     return pytester
 
 
+@pytest.mark.slow
 def test_plugin_junit_properties_and_json_under_xdist(project, monkeypatch):
     monkeypatch.setenv("GITHUB_WORKSPACE", str(project.path))
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(project.path / "summary.md"))

@@ -137,6 +137,7 @@ def test_rule_fails(tmp_path, code):
     assert not MARKER.exists(), "a pickle payload ran"
 
 
+@pytest.mark.slow
 def test_unsafe_shard_is_refused_from_the_cli_and_payload_never_runs(tmp_path, cli):
     MARKER.unlink(missing_ok=True)
     evil = tmp_path / "evil" / "data_0.pt"
@@ -166,6 +167,7 @@ def test_waived_code_is_not_reported(tmp_path):
     assert [f for u in plan(contract) for f in runner.run(u)] == []
 
 
+@pytest.mark.slow
 def test_a_bad_shard_does_not_stop_the_run(tmp_path, cli):
     shards = tmp_path / "shards"
     shards.mkdir()

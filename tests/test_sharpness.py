@@ -155,6 +155,7 @@ def test_the_table_reads_as_class_caught_code():
     assert drop.split()[:3] == ["drop-slot", "yes", "EC204"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", [DEMO, KIMI], ids=["demo", "kimi"])
 def test_sharpness_is_deterministic(path):
     contract = load_contract(path)
@@ -163,6 +164,7 @@ def test_sharpness_is_deterministic(path):
     assert [f.to_dict() for f in first.findings] == [f.to_dict() for f in second.findings]
 
 
+@pytest.mark.slow
 def test_cli_sharpness_table_and_exit_codes(tmp_path, cli):
     sharp = cli("check", "--sharpness", DEMO)
     assert sharp.returncode == 0, sharp.stdout

@@ -43,6 +43,7 @@ def _findings(report: Path) -> list[dict]:
     return json.loads(report.read_text())["findings"]
 
 
+@pytest.mark.slow
 def test_a_second_check_reuses_the_verdict_and_an_edit_invalidates_it(tmp_path, cli, xdg):
     contract = _contract(tmp_path, SHARP)
     first = _check(cli, contract)
@@ -62,6 +63,7 @@ def test_a_second_check_reuses_the_verdict_and_an_edit_invalidates_it(tmp_path, 
     assert "planted" not in third.stdout and len(_entries(xdg)) == 2
 
 
+@pytest.mark.slow
 def test_a_dull_contract_fails_the_second_time_with_the_same_findings(tmp_path, cli, xdg):
     contract = _contract(tmp_path, DULL)
     runs = [_check(cli, contract, tmp_path / f"run{i}.json") for i in (1, 2)]
@@ -76,6 +78,7 @@ def test_a_dull_contract_fails_the_second_time_with_the_same_findings(tmp_path, 
     ]
 
 
+@pytest.mark.slow
 def test_a_corrupt_entry_is_ignored_and_rewritten(tmp_path, cli, xdg):
     contract = _contract(tmp_path, DULL)
     first = _check(cli, contract)
@@ -90,6 +93,7 @@ def test_a_corrupt_entry_is_ignored_and_rewritten(tmp_path, cli, xdg):
         assert entry.read_text() == good
 
 
+@pytest.mark.slow
 def test_a_cache_that_cannot_be_used_changes_nothing_and_warns_once(tmp_path, cli, monkeypatch):
     contract = _contract(tmp_path, DULL)
     blocked = tmp_path / "not-a-folder"
@@ -102,6 +106,7 @@ def test_a_cache_that_cannot_be_used_changes_nothing_and_warns_once(tmp_path, cl
     assert blocked.read_text() == ""
 
 
+@pytest.mark.slow
 def test_the_cache_can_be_turned_off(tmp_path, cli, xdg, monkeypatch):
     contract = _contract(tmp_path, SHARP)
     monkeypatch.setenv("EAGLE_CONTRACT_SHARPNESS_CACHE", "off")
@@ -109,6 +114,7 @@ def test_the_cache_can_be_turned_off(tmp_path, cli, xdg, monkeypatch):
     assert run.returncode == 0 and _entries(xdg) == []
 
 
+@pytest.mark.slow
 def test_the_pytest_gate_reads_and_keeps_the_same_verdicts(pytester, xdg, cli):
     """The plugin's sharpness item goes through the same cache as ``check``: a verdict kept
     by the CLI is what the pytest item reports, and the plugin keeps no second entry."""

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from pytest_eagle_contract.shards import synthetic
 from pytest_eagle_contract.shards.writing import write_shard
 
 CONTRACTS = Path(__file__).parent.parent / "contracts"
 
 
+@pytest.mark.slow
 def test_demo_command_passes_good_and_catches_the_bug(tmp_path, cli):
     res = cli("demo", "--out", tmp_path / "demo", cwd=tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
@@ -26,6 +29,7 @@ def test_demo_command_passes_good_and_catches_the_bug(tmp_path, cli):
     assert "the buggy set's draft accepts" in out  # the probe step: SGLang's layout costs
 
 
+@pytest.mark.slow
 def test_kimi_contract_passes_kimi_like_shards(tmp_path, cli):
     for seed in range(2):
         ids, mask, slots = synthetic.kimi_like_sample(seed=seed)
@@ -43,6 +47,7 @@ def test_kimi_contract_passes_kimi_like_shards(tmp_path, cli):
     assert "on 2 shard(s) passed" in res.stdout
 
 
+@pytest.mark.slow
 def test_kimi_contract_catches_a_shifted_capture(tmp_path, cli):
     medians = (37.1650, 174.3977, 111.3359, 150.0)  # embed dropped, all shifted by one
     ids, mask, slots = synthetic.kimi_like_sample(seed=3, medians=medians)

@@ -239,6 +239,7 @@ def test_files_torch_must_read_still_read(tmp_path: Path) -> None:
     assert torch.equal(read_sample(legacy).tensors["x"], torch.ones(2, 2))
 
 
+@pytest.mark.slow
 def test_a_file_past_the_readers_bounds_goes_to_torch(tmp_path: Path) -> None:
     """17,000 storages: more zip entries than the reader parses; torch reads the file."""
     path = tmp_path / "many.pt"

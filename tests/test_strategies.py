@@ -284,6 +284,7 @@ def _mutation_property(contract, max_elements=strategies.MAX_ELEMENTS):
     return report, escaped
 
 
+@pytest.mark.slow
 def test_every_mutation_fails_the_demo_contract():
     assert _mutation_property(load_contract(shipped_contract()))[1] == set()
 
@@ -406,6 +407,7 @@ def test_saved_records_read_back_the_same(drafted, tmp_path, fmt):
     assert "EC202" in {f.code for u in units for f in runner.run(u)}
 
 
+@pytest.mark.slow
 def test_a_failing_example_prints_its_reproduction(pytester):
     pytester.makepyfile(
         test_user=textwrap.dedent(f"""

@@ -186,6 +186,7 @@ def test_read_first_record_of_a_saved_list(tmp_path):
     assert all(s.tensor.shape[-1] == H for s in slots)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", ["aux_hidden_states", "hidden_state_features"])
 def test_inspect_infer_check(tmp_path, cli, key):
     _write(tmp_path / "trusted", range(4), key=key)
@@ -206,6 +207,7 @@ def test_inspect_infer_check(tmp_path, cli, key):
     assert good.returncode == 0, good.stdout + good.stderr
 
 
+@pytest.mark.slow
 def test_check_catches_swapped_slots(tmp_path, cli):
     _write(tmp_path / "trusted", range(4))
     contract = tmp_path / "c.yaml"

@@ -293,6 +293,36 @@ def _html(repo: Path, shards: Path, *extra: str) -> _Page:
 
 
 @pytest.mark.slow
+def test_the_html_report_renders_what_the_families_measured_and_reads_no_shard(
+    repo, shards, tmp_path
+):
+    """The norms family's medians, the evidence family's curve and the probe's estimates
+    travel with the units; the page is drawn after the shards and the target are gone."""
+    from pytest_eagle_contract.checks.unit import Settings
+    from pytest_eagle_contract.contract.model import load_contract
+    from pytest_eagle_contract.plan.planner import Runner, plan, run_units
+    from pytest_eagle_contract.reports.measure import measure
+    from pytest_eagle_contract.reports.run import CheckRun
+
+    data = tmp_path / "data"
+    shutil.copytree(shards / "embed-in-front", data / "set")
+    shutil.copytree(shards / "target", data / "target")
+    contract = load_contract(repo / "contracts" / "demo.yaml")
+    runner = Runner(Settings(target_model=data / "target", curve=True))
+    units = plan(contract, [data / "set"], None, 0, None, data / "target")
+    run = CheckRun.of(contract, run_units(units, runner), "summary")
+    shutil.rmtree(data)  # nothing left to read again
+    measured = measure(run)
+    assert [len(s.medians) for s in measured.slots] == [3] * len(contract.training.slots)
+    curve = measured.curve
+    assert curve is not None and curve.layers[0] == "embed" and curve.layers[-1] == "final_norm"
+    assert len(curve.medians) == len(curve.layers) and len(curve.placed) == 4
+    assert measured.problems == []
+    norms = [u for u in run.units if u.check == "norms"]
+    assert all(len(u.measured["medians"]) == len(contract.training.slots) for u in norms)
+    assert sum("curve" in u.measured for u in run.units) == 1  # measured once per run
+
+
 @pytest.mark.skipif(not HAS_MATPLOTLIB, reason="plots need matplotlib (the report extra)")
 def test_html_report_of_the_buggy_set_has_plots_and_layout(repo, shards):
     page = _html(repo, shards, "--target-model", str(shards / "target"))

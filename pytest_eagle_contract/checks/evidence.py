@@ -319,6 +319,42 @@ def _run(runner: Resources, unit: Unit) -> list[Finding]:
     )
 
 
+def measured_curve(runner: Resources, unit: Unit) -> dict[str, Any]:
+    """The target's median per-token norm at every canonical layer (x = 0 embed, 1..L the
+    residual stream, L+1 final_norm) on this shard's tokens, each slot placed at its
+    declared layer with the median it measured: once per run and contract, where a report
+    asks for it (``Settings.curve``)."""
+    from ..models.reference import capture_canonical
+    from ..shards.stats import norm_stats
+
+    if not runner.settings.curve:
+        return {}
+    contract, shard = unit.contract, runner.shard_of(unit)
+    target, spec, ids = runner.target(contract), contract.training, shard.input_ids
+    if target is None or spec is None or ids is None or shard.split_problems:
+        return {}
+    if unfit(ids, target) is not None:  # the shard's own checks say why
+        return {}
+    if not runner.first_time(("curve", contract.path)):
+        return {}
+    states = capture_canonical(target.module, ids.long())
+    order = [Layer(k) for k in range(target.num_layers + 1)] + [Layer(-1)]
+    x_of = {layer: x for x, layer in enumerate(order)}
+    placed = [
+        [i, str(slot.layer), x_of[slot.layer], float(shard.stats(i).median)]
+        for i, slot in enumerate(spec.slots)
+        if i < len(shard.slots) and slot.layer in x_of
+    ]
+    return {
+        "curve": {
+            "shard": shard.label,
+            "layers": [str(x) for x in order],
+            "medians": [norm_stats(states[layer].float()).median for layer in order],
+            "placed": placed,
+        }
+    }
+
+
 FAMILY = CheckFamily(
     "evidence",
     "shard",
@@ -326,5 +362,6 @@ FAMILY = CheckFamily(
     codes=codes("EC6"),
     keys=("training.slots", "target", "target.model", "target.reference_capture"),
     run=_run,
+    measure=measured_curve,
     needs=frozenset({"training", "target"}),
 )

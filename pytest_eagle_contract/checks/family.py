@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from ..contract.model import Contract, TrainingSpec
@@ -47,6 +47,8 @@ class CheckFamily:
     keys: tuple[str, ...]  # contract keys it reads; the first locates its items
     run: Callable[[Resources, Unit], list[Finding]] | None = None  # with the run's resources
     on_shard: Callable[[Contract, Shard], list[Finding]] | None = None  # or a shard alone
+    # what it measured, for the reports (plain JSON), from what the run already holds
+    measure: Callable[[Resources, Unit], dict[str, Any]] | None = None
     needs: frozenset[Need] = frozenset({"training"})
     default: bool = True  # runs when nobody names the checks (and its needs are met)
     selectable: bool = True  # may be named in --checks

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..findings import Finding, finding
 from ..shards.stats import NormStats, guess
@@ -12,6 +12,7 @@ from .family import CheckFamily, training_spec
 if TYPE_CHECKING:
     from ..contract.model import Contract, SlotSpec
     from ..shards.shard import Shard
+    from .unit import Resources, Unit
 
 
 def check_norms(contract: Contract, shard: Shard) -> list[Finding]:
@@ -70,6 +71,20 @@ def embedding_like(index: int, stats: NormStats, hidden: int, others: list[NormS
     return f"slot {index} looks like the embedding: median norm {stats.median:.3g}"
 
 
+def measured_medians(runner: Resources, unit: Unit) -> dict[str, Any]:
+    """Each slot's median per-token norm on the unit's shard (None where the slot is not
+    [T, H]), from the statistics the check computed: for the reports' plot."""
+    shard = runner.shard_of(unit)
+    spec = training_spec(unit.contract)
+    if shard.sample is None or shard.split_problems:
+        return {}
+    medians: list[float | None] = []
+    for i, slot in enumerate(shard.slots[: len(spec.slots)]):
+        median = shard.stats(i).median if slot.array.dim() == 2 else math.nan
+        medians.append(median if math.isfinite(median) else None)
+    return {"medians": medians}
+
+
 FAMILY = CheckFamily(
     "norms",
     "shard",
@@ -77,4 +92,5 @@ FAMILY = CheckFamily(
     codes=("EC401",),
     keys=("training.slots",),
     on_shard=check_norms,
+    measure=measured_medians,
 )

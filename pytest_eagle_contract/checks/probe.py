@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..findings import Finding, RuleCode, finding
-from ..models.acceptance import CONVENTION, STEPS, Estimate, probe_contract
+from ..models.acceptance import CONVENTION, STEPS, Estimate
 from .family import CheckFamily, needed_target
 
 if TYPE_CHECKING:
@@ -90,7 +90,13 @@ def _hint(served: Estimate, trainer: Estimate | None) -> str:
 
 
 def _run(runner: Resources, unit: Unit) -> list[Finding]:
-    return gate(unit.contract, probe_contract(unit.contract, needed_target(runner, unit)))
+    needed_target(runner, unit)
+    return gate(unit.contract, runner.estimates(unit.contract))
+
+
+def measured_estimates(runner: Resources, unit: Unit) -> dict[str, Any]:
+    """The estimates the gate judged (the runner keeps them: not run again)."""
+    return {"estimates": [e.to_dict() for e in runner.estimates(unit.contract)]}
 
 
 FAMILY = CheckFamily(
@@ -100,5 +106,6 @@ FAMILY = CheckFamily(
     codes=("EC906", "EC907"),
     keys=("serving.min_accept_length", "serving.max_accept_drop", "serving.draft_config"),
     run=_run,
+    measure=measured_estimates,
     needs=frozenset({"serving", "target", "floor"}),
 )

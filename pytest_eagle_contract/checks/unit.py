@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from ..capture.files import CaptureIndex
     from ..contract.model import Contract
+    from ..models.acceptance import Estimate
     from ..models.target import TargetModel
     from ..shards.shard import Shard
 
@@ -44,6 +45,7 @@ class Settings:
     captures: tuple[Path, ...] = ()
     sglang_url: str | None = None
     timeout: float = 60.0
+    curve: bool = False  # measure the target's per-layer norm curve (an HTML report wants it)
 
 
 class Resources(Protocol):
@@ -62,3 +64,9 @@ class Resources(Protocol):
     def captures(self) -> CaptureIndex: ...
 
     def unreported_capture_problems(self, index: CaptureIndex) -> list[str]: ...
+
+    def estimates(self, contract: Contract) -> list[Estimate]: ...
+
+    def first_time(self, key: object) -> bool:
+        """True the first time ``key`` is asked for in this run (a measure taken once)."""
+        ...

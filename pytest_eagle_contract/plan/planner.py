@@ -11,19 +11,20 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..checks.unit import Settings, Unit
 from ..contract.model import Contract
-from ..errors import UsageError
+from ..errors import EagleContractError, UsageError
 from ..findings import Finding, finding
 from ..shards.discovery import DEFAULT_SAMPLE, Sampling, shard_paths
 
 if TYPE_CHECKING:
     from ..capture.files import CaptureIndex
     from ..checks.family import CheckFamily, Need
+    from ..models.acceptance import Estimate
     from ..models.target import TargetModel
     from ..pool import Kind
     from ..shards.shard import Shard
@@ -147,6 +148,8 @@ class Runner:
         self._targets: dict[Path, TargetModel] = {}
         self._captures: CaptureIndex | None = None
         self._reported_broken = False  # broken capture files are reported once per run
+        self._estimates: dict[Path, list[Estimate]] = {}
+        self._asked: set[object] = set()
 
     @property
     def wants_reference(self) -> bool:
@@ -217,6 +220,39 @@ class Runner:
         assert unit.shard is not None
         return self.shard(unit.contract, unit.shard, unit.label)
 
+    def estimates(self, contract: Contract) -> list[Estimate]:
+        """The acceptance probe's estimates for ``contract``, run once per run."""
+        if contract.path not in self._estimates:
+            from ..models.acceptance import probe_contract
+
+            target = self.target(contract)
+            assert target is not None  # the planner runs the probe only with a target
+            self._estimates[contract.path] = probe_contract(contract, target)
+        return self._estimates[contract.path]
+
+    def first_time(self, key: object) -> bool:
+        if key in self._asked:
+            return False
+        self._asked.add(key)
+        return True
+
+    def check(self, unit: Unit) -> Checked:
+        """One unit's findings (:meth:`run`) and what its family measured for the reports
+        (nothing where the shard could not be read, or the measure could not be taken:
+        it says why)."""
+        from .registry import BY_NAME
+
+        findings = self.run(unit)
+        family = BY_NAME[unit.check]
+        if family.measure is None:
+            return Checked(findings)
+        if family.scope == "shard" and self.shard_of(unit).error is not None:
+            return Checked(findings)
+        try:
+            return Checked(findings, family.measure(self, unit))
+        except (EagleContractError, ValueError) as exc:
+            return Checked(findings, {"problem": f"{unit.label or unit.check}: {exc}"})
+
     def run(self, unit: Unit) -> list[Finding]:
         """Findings of one unit, waived codes removed. A shard that cannot be read fails
         each of its units with its read error (EC001-EC003)."""
@@ -241,11 +277,20 @@ class Runner:
 
 
 @dataclass(frozen=True)
+class Checked:
+    """One unit's findings, and what its family measured for the reports (plain JSON)."""
+
+    findings: list[Finding]
+    measured: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Outcome:
-    """What running a list of units found."""
+    """What running a list of units found (``measured[i]``: what unit i's family measured)."""
 
     units: list[Unit]
     per_unit: list[list[Finding]]
+    measured: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def findings(self) -> list[Finding]:
@@ -265,15 +310,16 @@ class Outcome:
 def run_units(units: list[Unit], runner: Runner | None = None, workers: int = 1) -> Outcome:
     runner = runner or Runner()
     per_unit: list[list[Finding]] = [[] for _ in units]
-    for i, found in iter_units(units, runner, workers):
-        per_unit[i] = found
-    return Outcome(units, per_unit)
+    measured: list[dict[str, Any]] = [{} for _ in units]
+    for i, checked in iter_units(units, runner, workers):
+        per_unit[i], measured[i] = checked.findings, checked.measured
+    return Outcome(units, per_unit, measured)
 
 
 def iter_units(
     units: Sequence[Unit], runner: Runner, workers: int = 1, kind: Kind = "process"
-) -> Iterator[tuple[int, list[Finding]]]:
-    """``(index, findings)`` of each unit as it finishes.
+) -> Iterator[tuple[int, Checked]]:
+    """``(index, checked)`` of each unit as it finishes.
 
     With ``workers`` > 1 the families that need only the shard run in a pool, one task per
     shard file (its families share one read); the rest run here, with the shards they read
@@ -298,10 +344,10 @@ def iter_units(
         for i, u in enumerate(units):
             if alone(u):
                 with single_threaded():  # as a worker would
-                    found = runner.run(u)
+                    checked = runner.check(u)
             else:
-                found = runner.run(u)
-            yield i, found
+                checked = runner.check(u)
+            yield i, checked
         return
 
     tasks = [(runner.settings, [units[i] for i in idx], idx) for idx in groups.values()]
@@ -309,7 +355,7 @@ def iter_units(
         done = imap(_run_group, tasks, pool)
         for i, u in enumerate(units):
             if i not in pooled:
-                yield i, runner.run(u)
+                yield i, runner.check(u)
         for (_, _, indices), future in done:
             yield from zip(indices, future.result())
 
@@ -317,13 +363,13 @@ def iter_units(
 _local = threading.local()
 
 
-def _run_group(task: tuple[Settings, list[Unit], list[int]]) -> list[list[Finding]]:
+def _run_group(task: tuple[Settings, list[Unit], list[int]]) -> list[Checked]:
     """A pool task: the units of one shard, on this worker's runner, the shard then dropped."""
     settings, units, _ = task
     runner: Runner | None = getattr(_local, "runner", None)
     if runner is None or runner.settings != settings:
         runner = _local.runner = Runner(settings, keep=1)
     try:
-        return [runner.run(u) for u in units]
+        return [runner.check(u) for u in units]
     finally:
         runner.forget()

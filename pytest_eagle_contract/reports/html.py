@@ -12,7 +12,6 @@ from . import plots
 
 if TYPE_CHECKING:
     from ..findings import Finding
-    from ..plan.planner import Runner
     from .measure import Measurements
     from .run import CheckRun
 
@@ -188,16 +187,12 @@ MARK = b"<title>eagle-contract report</title>"  # a previous page may be replace
 
 
 def write(
-    path: Path,
-    runs: Sequence[CheckRun],
-    runner: Runner,
-    flag: str = "--report",
-    reads: Sequence[Path] = (),
+    path: Path, runs: Sequence[CheckRun], flag: str = "--report", reads: Sequence[Path] = ()
 ) -> None:
-    """Measure each run's shards (through ``runner``) and write the page to ``path``
-    atomically, never onto an input or a file that is not a report."""
+    """The page of what each run's families measured, written to ``path`` atomically,
+    never onto an input or a file that is not a report."""
     from ..outputs import write_text
     from .measure import measure
 
-    page = render(runs, [measure(run, runner) for run in runs])
+    page = render(runs, [measure(run) for run in runs])
     write_text(path, page, flag, reads=reads, ours=MARK)

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..plan.planner import Runner
     from .run import CheckRun
 
 
@@ -17,7 +16,6 @@ def publish(
     json_path: Path | None = None,
     html_path: Path | None = None,
     annotations: str = "auto",
-    runner: Runner | None = None,
     session: bool = False,
     echo: Callable[[str], None] = print,
     flag: str = "",
@@ -37,10 +35,9 @@ def publish(
         )
         json_report.write(json_path, data, flag or "--json", reads)
     if html_path is not None:
-        from ..plan.planner import Runner
         from .html import write
 
-        write(html_path, runs, runner or Runner(), flag or "--report", reads)
+        write(html_path, runs, flag or "--report", reads)
     github.emit(runs, annotations, echo)
 
 

@@ -16,12 +16,14 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class UnitResult:
-    """One unit's findings: ``shard`` is the shard's label ('' for a contract-level unit)."""
+    """One unit's findings, and what its family measured (:meth:`..plan.planner.Runner.check`):
+    ``shard`` is the shard's label ('' for a contract-level unit)."""
 
     check: str
     shard: str
     findings: list[Finding]
     path: Path | None = None
+    measured: dict[str, Any] = field(default_factory=dict)
 
 
 class ProbeEstimate(Protocol):
@@ -79,9 +81,10 @@ class CheckRun:
 
     @classmethod
     def of(cls, contract: Contract, outcome: Outcome, summary: str) -> CheckRun:
+        measured = outcome.measured or [{} for _ in outcome.units]
         units = [
-            UnitResult(u.check, u.label, fs, u.shard)
-            for u, fs in zip(outcome.units, outcome.per_unit)
+            UnitResult(u.check, u.label, fs, u.shard, m)
+            for u, fs, m in zip(outcome.units, outcome.per_unit, measured)
         ]
         return cls(contract, units, outcome.findings, summary, shard_paths=_shards(units))
 

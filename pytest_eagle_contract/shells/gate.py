@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from .args import check_names
@@ -71,10 +71,13 @@ def _gate(
         )
         check_targets(reads, report, html)
     runner = runner or Runner()
+    if html is not None:  # the page plots the target's curve: the evidence family measures it
+        runner.settings = dataclasses.replace(runner.settings, curve=True)
     per_unit: list[list[Finding]] = [[] for _ in units]
-    for i, found in progress(iter_units(units, runner, workers), len(units), "checking"):
-        per_unit[i] = found
-    outcome = Outcome(units, per_unit)
+    measured: list[dict[str, Any]] = [{} for _ in units]
+    for i, checked in progress(iter_units(units, runner, workers), len(units), "checking"):
+        per_unit[i], measured[i] = checked.findings, checked.measured
+    outcome = Outcome(units, per_unit, measured)
     findings = outcome.findings
     if not quiet and findings:
         print(format_findings(findings) + "\n")
@@ -88,7 +91,6 @@ def _gate(
         json_path=report,
         html_path=html,
         annotations=annotations,
-        runner=runner,
     )
     return EXIT_FINDINGS if outcome.failed else EXIT_OK
 

@@ -203,12 +203,18 @@ class ContractItem(pytest.Item):
         super().__init__(**kwargs)
         self.unit = unit
         self.findings: list[Finding] = []  # warnings too: the reports read them
+        self.measured: dict[str, Any] = {}  # what the family measured, for --eagle-report
 
     def runtest(self) -> None:
         from ..errors import EagleContractError
 
         try:
-            findings = self.findings = _runner(self.config).run(self.unit)
+            checked = _runner(self.config).check(self.unit)
+            findings, self.findings, self.measured = (
+                checked.findings,
+                checked.findings,
+                checked.measured,
+            )
         except EagleContractError as exc:  # a bad input named by the run, not a bug
             pytest.fail(str(exc), pytrace=False)
         errors = [f for f in findings if f.severity == "error"]
@@ -285,6 +291,13 @@ def _without(config: pytest.Config) -> tuple[str, ...]:
     return ("sharpness",) if config.getoption("eagle_no_sharpness") else ()
 
 
+def _html_report(config: pytest.Config) -> bool:
+    """An HTML ``--eagle-report`` (it plots the target's curve, which the evidence family
+    then measures)."""
+    report = config.getoption("eagle_report")
+    return bool(report) and Path(report).suffix != ".json"
+
+
 def _runner(config: pytest.Config) -> Runner:
     """One runner per session: shards read once, the target model and captures opened once."""
     if _RUNNER not in config.stash:
@@ -302,6 +315,7 @@ def _runner(config: pytest.Config) -> Runner:
             captures=tuple(dirs),
             sglang_url=config.getoption("eagle_sglang_url"),
             timeout=config.getoption("eagle_sglang_timeout"),
+            curve=_html_report(config),
         )
         config.stash[_RUNNER] = Runner(settings)
     return config.stash[_RUNNER]

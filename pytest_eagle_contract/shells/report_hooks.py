@@ -32,13 +32,15 @@ class _Seen(NamedTuple):
     label: str
     shard: str
     findings: tuple[dict[str, Any], ...]
+    measured: dict[str, Any] | None  # None: nothing (most items, most runs)
 
     @classmethod
     def of(cls, data: dict[str, Any]) -> _Seen:
         contract, check, label, shard = (
             sys.intern(str(data[k])) for k in ("contract", "check", "label", "shard")
         )
-        return cls(contract, check, label, shard, tuple(data["findings"]) or _NO_FINDINGS)
+        found = tuple(data["findings"]) or _NO_FINDINGS
+        return cls(contract, check, label, shard, found, data.get("measured") or None)
 
 
 class ReportHooks:
@@ -49,6 +51,7 @@ class ReportHooks:
         self.seen: list[_Seen] = []
         self.session: pytest.Session | None = None
         self._controller = not hasattr(config, "workerinput")
+        self._measures = bool(config.getoption("eagle_report"))  # a report plots them
         self._open: dict[str, pytest.TestReport] = {}  # nodeid -> its setup report
         self._shared: dict[Any, Any] = {}  # a value -> the one copy the reports share
 
@@ -77,6 +80,7 @@ class ReportHooks:
                 "label": unit.label,
                 "shard": "" if unit.shard is None else str(unit.shard),
                 "findings": [f.to_dict() for f in findings],
+                "measured": getattr(item, "measured", {}) if self._measures else {},
             },
         )
 
@@ -136,7 +140,6 @@ class ReportHooks:
                 html_path=report if report and report.suffix != ".json" else None,
                 annotations=self.config.getoption("eagle_annotations"),
                 session=True,
-                runner=_runner(self.config) if report else None,
                 echo=terminalreporter.write_line,
                 flag="--eagle-report",
             )
@@ -160,14 +163,6 @@ def check_report_path(config: pytest.Config, reads: list[Path]) -> None:
     json_path = report if report.suffix == ".json" else None
     html_path = None if json_path else report
     check_targets(inputs(*reads), json_path, html_path, "--eagle-report")
-
-
-def _runner(config: pytest.Config) -> Any:
-    from ..checks.unit import Settings
-    from ..plan.planner import Runner
-    from . import options
-
-    return Runner(Settings(target_model=options.target_model(config)))
 
 
 def _is_contract_item(report: pytest.TestReport) -> bool:
@@ -195,6 +190,7 @@ def _runs(seen: list[_Seen], interrupted: bool = False) -> list[Any]:
                 d.label,
                 [Finding.from_dict(f) for f in d.findings],
                 Path(d.shard) if d.shard else None,
+                dict(d.measured or {}),
             )
             for d in items
         ]

@@ -151,14 +151,6 @@ class Runner:
         self._estimates: dict[Path, list[Estimate]] = {}
         self._asked: set[object] = set()
 
-    @property
-    def wants_reference(self) -> bool:
-        return bool(self.settings.reference)
-
-    @property
-    def captures_enabled(self) -> bool:
-        return bool(self.settings.captures or self.settings.sglang_url)
-
     def captures(self) -> CaptureIndex:
         """The capture files, indexed once per run."""
         if self._captures is None:

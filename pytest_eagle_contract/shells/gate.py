@@ -15,43 +15,30 @@ from .exit_codes import EXIT_FINDINGS, EXIT_OK
 if TYPE_CHECKING:
     from ..contract.model import Contract
     from ..plan.planner import Runner
+    from ..plan.request import CheckRequest
 
 
 def _gate(
     contract_path: Path,
-    paths: list[Path] | None,
-    sample: str | None,
-    seed: int,
+    request: CheckRequest,
+    *,
+    runner: Runner | None = None,
     quiet: bool = False,
     report: Path | None = None,
-    checks: str | None = None,
-    target_model: Path | None = None,
-    runner: Runner | None = None,
-    without: tuple[str, ...] = (),
     html: Path | None = None,
     annotations: str = "auto",
     workers: int = 1,
 ) -> int:
+    """Plan ``request`` on the contract, run it (``runner``: one already holding the
+    target), print the findings and write the reports asked for."""
     from ..contract.model import load_contract
     from ..findings import Finding
-    from ..plan.planner import Outcome, Runner, iter_units, plan
+    from ..plan.planner import Outcome, Runner, iter_units
     from ..render import format_findings, summary
-    from ..shards.discovery import parse_sample
     from .terminal import progress
 
     contract = load_contract(contract_path)
-    named = check_names(checks)
-    units = plan(
-        contract,
-        paths or None,
-        parse_sample(sample),
-        seed,
-        named,
-        target_model,
-        capture=runner is not None and runner.captures_enabled,
-        reference=runner is not None and runner.wants_reference,
-        without=without,
-    )
+    units = request.plan(contract)
     if not units:
         raise UsageError(
             f"{contract_path}: nothing to check (no training or serving section, "
@@ -65,12 +52,12 @@ def _gate(
             contract_path,
             contract.training.shards if contract.training else None,
             contract.target.model,
-            target_model,
-            *(paths or ()),
+            request.settings.target_model,
+            *request.shards,
             *(u.shard for u in units),
         )
         check_targets(reads, report, html)
-    runner = runner or Runner()
+    runner = runner or Runner(request.settings)
     if html is not None:  # the page plots the target's curve: the evidence family measures it
         runner.settings = dataclasses.replace(runner.settings, curve=True)
     per_unit: list[list[Finding]] = [[] for _ in units]
@@ -96,9 +83,9 @@ def _gate(
 
 
 def check(args: argparse.Namespace) -> int:
-    from ..checks.unit import Settings
-    from ..plan.planner import Runner
+    from ..plan.request import CheckRequest
     from ..pool import workers_option
+    from ..shards.discovery import parse_sample
 
     if args.sharpness:
         if args.paths or args.checks or args.target_model or args.captures or args.sglang_url:
@@ -111,26 +98,24 @@ def check(args: argparse.Namespace) -> int:
         from ..capture.sglang_client import use_server
 
         use_server(args.sglang_url, args.sglang_timeout, flush_cache=args.sglang_flush_cache)
-    settings = Settings(
-        serving_args=args.serving_args,
+    request = CheckRequest.of(
+        shards=args.paths,
+        sample=parse_sample(args.sample),
+        seed=args.seed,
+        checks=check_names(args.checks),
+        no_sharpness=args.no_sharpness,
         target_model=args.target_model,
         reference=args.reference_capture,
-        captures=tuple(args.captures or ()),
+        captures=args.captures or (),
         sglang_url=args.sglang_url,
         timeout=args.sglang_timeout,
+        serving_args=args.serving_args,
     )
-    runner = Runner(settings)
     return _gate(
         args.contract,
-        args.paths,
-        args.sample,
-        args.seed,
-        args.quiet,
-        args.json,
-        args.checks,
-        args.target_model,
-        runner,
-        without=("sharpness",) if args.no_sharpness else (),
+        request,
+        quiet=args.quiet,
+        report=args.json,
         html=args.report,
         annotations=args.annotations,
         workers=workers_option(args.workers),
@@ -207,8 +192,7 @@ def demo(args: argparse.Namespace) -> int:
         good, buggy = demo.write_demo_shards(args.out, save_target=True)
     except (OSError, RuntimeError, SafetensorError) as exc:  # a full disk, no permission
         raise UsageError(f"--out {args.out}: cannot write: {str(exc)[:200]}") from None
-    from ..checks.unit import Settings
-    from ..plan.planner import Runner
+    from ..plan.request import CheckRequest
     from ..render import display_path
 
     contract = Path(display_path(str(demo.shipped_contract())))
@@ -225,8 +209,10 @@ def demo(args: argparse.Namespace) -> int:
     for label, shards, model in runs:
         extra = f" --target-model {model} --reference-capture" if model else ""
         print(f"\n== eagle-contract check {contract} {shards}{extra} ==")
-        runner = Runner(Settings(target_model=model, reference=True)) if model else None
-        results[label] = _gate(contract, [shards], "all", 0, target_model=model, runner=runner)
+        request = CheckRequest.of(
+            shards=[shards], sample=None, target_model=model, reference=bool(model)
+        )
+        results[label] = _gate(contract, request)
     print(demo.probe_text(args.out / "probe"))
     took = time.perf_counter() - start
     ok = set(results.values()) == {EXIT_OK, EXIT_FINDINGS} and results["good"] == EXIT_OK

@@ -7,6 +7,7 @@ hypothesis); all of that is imported when a contract is asked for.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,8 +23,10 @@ if TYPE_CHECKING:
     from ..contract.model import Contract
     from ..findings import Finding
     from ..plan.planner import Runner
+    from ..plan.request import CheckRequest
 
 _RUNNER: pytest.StashKey[Runner] = pytest.StashKey()
+_REQUEST: pytest.StashKey[CheckRequest] = pytest.StashKey()
 _COLLECTED: pytest.StashKey[set[Path]] = pytest.StashKey()
 _CHANGES: pytest.StashKey[dict[str, list[str]]] = pytest.StashKey()
 _CHANGES_KEY = "eagle_contract_changes"  # in xdist's workerinput
@@ -163,24 +166,10 @@ class ContractFile(pytest.File):
     def collect(self) -> Iterator[pytest.Item]:
         from ..contract.model import load_contract
         from ..errors import EagleContractError
-        from ..plan.planner import plan
 
-        sample, seed = options.sampling(self.config)
-        shards = options.shards_override(self.config) or None
-        runner = _runner(self.config)
         try:
             contract = load_contract(self.path)
-            units = plan(
-                contract,
-                shards,
-                sample,
-                seed,
-                checks=check_names(self.config.getoption("eagle_checks")),
-                without=_without(self.config),
-                target_model=options.target_model(self.config),
-                capture=runner.captures_enabled,
-                reference=runner.wants_reference,
-            )
+            units = _request(self.config).plan(contract)
         except EagleContractError as exc:  # one failing item: the user's tests still run
             yield ContractProblemItem.from_parent(self, name="contract", message=str(exc))
             return
@@ -287,36 +276,45 @@ class BaselineItem(pytest.Item):
         return self.path, 0, f"{self.path.name}::baseline"
 
 
-def _without(config: pytest.Config) -> tuple[str, ...]:
-    return ("sharpness",) if config.getoption("eagle_no_sharpness") else ()
-
-
 def _html_report(config: pytest.Config) -> bool:
-    """An HTML ``--eagle-report`` (it plots the target's curve, which the evidence family
-    then measures)."""
     report = config.getoption("eagle_report")
     return bool(report) and Path(report).suffix != ".json"
 
 
-def _runner(config: pytest.Config) -> Runner:
-    """One runner per session: shards read once, the target model and captures opened once."""
-    if _RUNNER not in config.stash:
-        from ..checks.unit import Settings
-        from ..plan.planner import Runner
+def _request(config: pytest.Config) -> CheckRequest:
+    """The session's request, from the ``--eagle-*`` options and ini keys, built once."""
+    if _REQUEST not in config.stash:
+        from ..plan.request import CheckRequest
 
         dirs = [Path(d).resolve() for d in (config.getoption("eagle_captures") or [])]
         for d in dirs:
             if not d.exists():
                 raise pytest.UsageError(f"--eagle-captures: {d} does not exist")
-        settings = Settings(
-            serving_args=config.getoption("eagle_serving_args"),
+        sample, seed = options.sampling(config)
+        config.stash[_REQUEST] = CheckRequest.of(
+            shards=options.shards_override(config),
+            sample=sample,
+            seed=seed,
+            checks=check_names(config.getoption("eagle_checks")),
+            no_sharpness=config.getoption("eagle_no_sharpness"),
             target_model=options.target_model(config),
             reference=config.getoption("eagle_reference"),
-            captures=tuple(dirs),
+            captures=dirs,
             sglang_url=config.getoption("eagle_sglang_url"),
             timeout=config.getoption("eagle_sglang_timeout"),
-            curve=_html_report(config),
+            serving_args=config.getoption("eagle_serving_args"),
         )
+    return config.stash[_REQUEST]
+
+
+def _runner(config: pytest.Config) -> Runner:
+    """One runner per session: shards read once, the target model and captures opened once
+    (an HTML ``--eagle-report`` plots the target's curve, which the evidence family then
+    measures)."""
+    if _RUNNER not in config.stash:
+        from ..plan.planner import Runner
+
+        settings = dataclasses.replace(_request(config).settings, curve=_html_report(config))
         config.stash[_RUNNER] = Runner(settings)
     return config.stash[_RUNNER]
 

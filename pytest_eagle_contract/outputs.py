@@ -42,7 +42,7 @@ def _refuse(flag: str, path: Path, why: str) -> UsageError:
 
 
 class Rules(TypedDict, total=False):
-    """What :func:`target` allows (the module's rules): ``reads``, the run's :func:`inputs`;
+    """What :func:`checked_output` allows (the module's rules): ``reads``, the run's :func:`inputs`;
     ``replace``, an existing file may be replaced; ``ours``, it may where its first 4 KiB
     hold these bytes; ``force``, the flag that allows replacing (named in the refusal);
     ``parents``, its folder may be missing (:func:`write_text` creates it)."""
@@ -64,7 +64,7 @@ def _not_input(flag: str, path: Path, reads: Iterable[Path]) -> Path:
     return real
 
 
-def target(path: Path, flag: str, **rules: Unpack[Rules]) -> Path:
+def checked_output(path: Path, flag: str, **rules: Unpack[Rules]) -> Path:
     """The file ``path`` names (links resolved) once it passes the :class:`Rules`."""
     if path.is_symlink() and not path.exists():
         raise _refuse(flag, path, "is a link to nothing; refusing to write through it")
@@ -97,8 +97,8 @@ def _head(path: Path) -> bytes:
 
 
 def write_text(path: Path, text: str, flag: str, **rules: Unpack[Rules]) -> Path:
-    """Check ``path`` (:func:`target`) and write ``text`` to it atomically, UTF-8."""
-    real = target(path, flag, **rules)
+    """Check ``path`` (:func:`checked_output`) and write ``text`` to it atomically, UTF-8."""
+    real = checked_output(path, flag, **rules)
     if rules.get("parents"):
         try:
             real.parent.mkdir(parents=True, exist_ok=True)

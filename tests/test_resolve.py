@@ -122,7 +122,7 @@ def test_text_output(cli):
 def test_each_engine_reads_the_draft_config_keys_it_names(tmp_path):
     from pytest_eagle_contract.contract.model import ServingSpec
     from pytest_eagle_contract.engines.draft_config import read_draft_config
-    from pytest_eagle_contract.engines.resolve import ENGINES, serving_ids
+    from pytest_eagle_contract.engines.resolve import ENGINES, engine_aux_ids
 
     (tmp_path / "config.json").write_text(
         json.dumps(
@@ -136,9 +136,9 @@ def test_each_engine_reads_the_draft_config_keys_it_names(tmp_path):
     assert ENGINES["sglang"].draft_ids(draft) == (4, 5, 6)
     assert ENGINES["vllm"].draft_ids(draft) == (1, 2, 3)
     serving = ServingSpec("sglang", None, None, tmp_path, (7, 8, 9), None, None)
-    assert serving_ids(serving) == (4, 5, 6)
-    assert serving_ids(serving, engine="vllm") == (1, 2, 3)
-    assert serving_ids(ServingSpec("vllm", None, None, None, (7, 8, 9), None, None)) == (7, 8, 9)
+    assert engine_aux_ids(serving) == (4, 5, 6)
+    assert engine_aux_ids(serving, engine="vllm") == (1, 2, 3)
+    assert engine_aux_ids(ServingSpec("vllm", None, None, None, (7, 8, 9), None, None)) == (7, 8, 9)
 
 
 def test_each_engine_says_its_default_ids():

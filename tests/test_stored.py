@@ -31,7 +31,7 @@ from pytest_eagle_contract.errors import ShardReadError
 from pytest_eagle_contract.shards import reading
 from pytest_eagle_contract.shards.formats import FORMATS
 from pytest_eagle_contract.shards.inspection import inspect_shard
-from pytest_eagle_contract.shards.reading import numbers, read_sample
+from pytest_eagle_contract.shards.reading import comparable, read_sample
 from pytest_eagle_contract.shards.stats import norm_stats, token_norms
 from pytest_eagle_contract.shards.stored import Stored, read_stored
 from pytest_eagle_contract.shards.writing import write_shard
@@ -323,7 +323,7 @@ def test_numbers_of_stored_and_torch_agree() -> None:
     for dtype in DTYPES:
         x = _values(dtype, (9,))
         stored = Stored(str(dtype)[6:], _raw(x))
-        a, b = numbers(stored), numbers(x)
+        a, b = comparable(stored), comparable(x)
         assert a is not None and b is not None
         assert a.dtype == b.dtype and np.array_equal(a, b)
 

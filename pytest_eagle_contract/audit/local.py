@@ -32,7 +32,7 @@ def summarize_file(task: Task) -> FileSummary:
     """Read one shard once: its findings, per-slot median norms, length and mask coverage."""
     from ..checks.unit import Unit
     from ..plan.planner import Runner
-    from ..shards.reading import numbers
+    from ..shards.reading import comparable
 
     contract, path, label, checks = task
     start = time.perf_counter()
@@ -50,7 +50,7 @@ def summarize_file(task: Task) -> FileSummary:
             medians.append(None if math.isnan(median) else median)
         ids, mask = shard.sample.ids, shard.sample.mask
         tokens = None if ids is None else int(ids.numel())
-        values = None if mask is None else numbers(mask)
+        values = None if mask is None else comparable(mask)
         if values is not None and values.size:
             coverage = float((values != 0).sum()) / values.size
     runner.forget()

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from .sglang_client import ServerInfo
 
 
-def serving_ids(contract: Contract, info: ServerInfo | None) -> tuple[int, ...] | None:
+def server_aux_ids(contract: Contract, info: ServerInfo | None) -> tuple[int, ...] | None:
     """The aux layer ids the server was given: its own flag, else the contract's serving side.
 
     ``--return-aux-hidden-state-layer-ids`` is visible in /server_info (without it, aux
@@ -27,9 +27,9 @@ def serving_ids(contract: Contract, info: ServerInfo | None) -> tuple[int, ...] 
     """
     if info is not None and (info.layer_ids is not None or info.mode == "aux"):
         return info.layer_ids  # aux mode without the flag: the model's EAGLE-3 default
-    from ..engines.resolve import serving_ids_or_none
+    from ..engines.resolve import engine_aux_ids_or_none
 
-    ids = serving_ids_or_none(contract.serving, engine="sglang")
+    ids = engine_aux_ids_or_none(contract.serving, engine="sglang")
     return ids if ids is not None or contract.serving is None else contract.serving.aux_layer_ids
 
 
@@ -79,7 +79,7 @@ def resolve_layers(
 def served_meta(contract: Contract, info: ServerInfo) -> CaptureMeta:
     """What a live server feeds the draft, as far as it says: its version and mode, the aux
     ids it was given and the layers they resolve to (how, in ``notes``)."""
-    ids_sent = serving_ids(contract, info)
+    ids_sent = server_aux_ids(contract, info)
     layers, source = resolve_layers(contract, info.arch, info.version, ids_sent)
     return CaptureMeta(
         version=info.version,

@@ -17,7 +17,7 @@ from ..engines.draft_config import DraftConfig, read_draft_config
 from ..engines.fixes import ANY, Fixes, runs, span_label
 from ..engines.matrix import matrix as serving_matrix
 from ..engines.matrix import summary
-from ..engines.resolve import Resolution, get_engine, resolve, serving_ids
+from ..engines.resolve import Resolution, engine_aux_ids, get_engine, resolve
 from ..errors import EagleContractError, Unservable
 from ..findings import Finding, codes, not_run
 from ..models.draft import read_draft_weights
@@ -146,7 +146,7 @@ def check_layout(
         fc_layers,
         L,
         arch,
-        lambda e: serving_ids(serving, draft, e.name),
+        lambda e: engine_aux_ids(serving, draft, e.name),
         (serving.engine, [v for span in spans for v in span.versions]),
     )
     matrix = functools.cache(lambda: summary(rows()))

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Unpack
 
 from ..contract.model import Contract, ServingSpec, TrainingSpec
 from ..engines.draft_config import DraftConfig
-from ..engines.resolve import Resolution, get_engine, serving_ids
+from ..engines.resolve import Resolution, engine_aux_ids, get_engine
 from ..engines.sglang_launch import lint_sglang, served_dtype
 from ..findings import Finding, Parts, RuleCode, finding
 from ..layers import Layer
@@ -55,7 +55,7 @@ def read_ids(
                 hint="set serving.draft_config (or aux_layer_ids) to the draft's ids",
             )
         return ids
-    engine, engine_ids = get_engine(serving.engine), serving_ids(serving, draft)
+    engine, engine_ids = get_engine(serving.engine), engine_aux_ids(serving, draft)
     if not engine.id_keys:  # the ids come from the engine's launch config, not the draft's
         for key, unread in draft.aux_ids.items():
             report.add(

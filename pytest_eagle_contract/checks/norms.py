@@ -6,7 +6,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from ..findings import Finding, finding
-from ..shards.stats import NormStats, guess
+from ..shards.stats import NormStats, looks_like
 from .family import CheckFamily, training_spec
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ def _norm_hint(
 
 def embedding_like(index: int, stats: NormStats, hidden: int, others: list[NormStats]) -> str:
     """Words "slot I looks like the embedding: median norm M" if its norms say so, else empty."""
-    if guess(stats, hidden, others) != "embedding-like":
+    if looks_like(stats, hidden, others) != "embedding-like":
         return ""
     return f"slot {index} looks like the embedding: median norm {stats.median:.3g}"
 

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from .unit import Resources, Unit
 
 
-def gate(contract: Contract, estimates: list[Estimate]) -> list[Finding]:
+def floor_findings(contract: Contract, estimates: list[Estimate]) -> list[Finding]:
     """EC906 under ``serving.min_accept_length``; EC907 past ``serving.max_accept_drop``."""
     serving = contract.serving
     if serving is None or not estimates:
@@ -91,7 +91,7 @@ def _hint(served: Estimate, trainer: Estimate | None) -> str:
 
 def _run(runner: Resources, unit: Unit) -> list[Finding]:
     needed_target(runner, unit)
-    return gate(unit.contract, runner.estimates(unit.contract))
+    return floor_findings(unit.contract, runner.estimates(unit.contract))
 
 
 def measured_estimates(runner: Resources, unit: Unit) -> dict[str, Any]:

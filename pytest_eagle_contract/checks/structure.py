@@ -7,7 +7,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..findings import Finding, finding, not_run
-from ..shards.reading import dtype_name, numbers
+from ..shards.reading import comparable, dtype_name
 from .family import CheckFamily, shard_input
 
 if TYPE_CHECKING:
@@ -148,7 +148,7 @@ def check_structure(contract: Contract, shard: Shard) -> list[Finding]:
         row = sample.dataset_row
         if row is not None and ids is not None:
             row_ids = row.get("input_ids")
-            if row_ids is None or not _same(numbers(row_ids), numbers(ids)):
+            if row_ids is None or not _same(comparable(row_ids), comparable(ids)):
                 add(
                     at(
                         "EC206",

@@ -7,7 +7,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..findings import Finding, codes, finding, not_run
-from ..shards.reading import Array, numbers
+from ..shards.reading import Array, comparable
 from .family import CheckFamily, shard_input
 
 if TYPE_CHECKING:
@@ -105,7 +105,7 @@ def check_values(contract: Contract, shard: Shard) -> list[Finding]:
 def _numbers(t: Array | None) -> np.ndarray[Any, Any] | None:
     """ids or mask in a dtype every comparison takes; None when there are none or they are
     complex (the structure family's EC201 says what was found and what is expected)."""
-    return None if t is None else numbers(t)
+    return None if t is None else comparable(t)
 
 
 def _text(v: Any) -> int | str:

@@ -1,4 +1,4 @@
-"""The engine registry, and the lookups over it: ``resolve`` and ``serving_ids``.
+"""The engine registry, and the lookups over it: ``resolve`` and ``engine_aux_ids``.
 
 Engines: ``sglang`` (built-in table in ``sglang_table``, or the installed sglang's own
 methods), ``vllm``, ``trtllm`` (TensorRT-LLM); trainers' captures: ``specforge`` (SGLang at
@@ -30,10 +30,10 @@ __all__ = [
     "ENGINES",
     "Position",
     "Resolution",
+    "engine_aux_ids",
     "get_engine",
     "installed_sglang",
     "resolve",
-    "serving_ids",
     "sglang_versions",
 ]
 
@@ -74,7 +74,7 @@ def resolve(
 
 
 class ServingSide(Protocol):
-    """What :func:`serving_ids` reads of a contract's serving section
+    """What :func:`engine_aux_ids` reads of a contract's serving section
     (``contract.model.ServingSpec``; engines know nothing else of contracts)."""
 
     @property
@@ -87,7 +87,7 @@ class ServingSide(Protocol):
     def aux_layer_ids(self) -> tuple[int, ...] | None: ...
 
 
-def serving_ids(
+def engine_aux_ids(
     serving: ServingSide, draft: DraftConfig | None = None, engine: str | None = None
 ) -> tuple[int, ...] | None:
     """The aux ids the engine (default: ``serving.engine``) reads: the draft config's
@@ -102,14 +102,14 @@ def serving_ids(
     return side.draft_ids(draft)
 
 
-def serving_ids_or_none(
+def engine_aux_ids_or_none(
     serving: ServingSide | None, engine: str | None = None
 ) -> tuple[int, ...] | None:
-    """``serving_ids``, or None where there is no serving side or its draft config cannot
+    """``engine_aux_ids``, or None where there is no serving side or its draft config cannot
     be read (the callers that only look, and report the unreadable config elsewhere)."""
     if serving is None:
         return None
     try:
-        return serving_ids(serving, engine=engine)
+        return engine_aux_ids(serving, engine=engine)
     except EagleContractError:
         return None

@@ -192,7 +192,7 @@ def layouts_of(
     the trainer's is named ``trainer = <engine> <version>``), else the draft config's own ids
     under ``engine``; then the ``given`` ones (canonical names)."""
     from ..engines.draft_config import read_draft_config
-    from ..engines.resolve import get_engine, resolve, serving_ids
+    from ..engines.resolve import engine_aux_ids, get_engine, resolve
     from ..errors import Unservable, UsageError
 
     found: dict[tuple[Layer, ...], str] = {}
@@ -203,7 +203,9 @@ def layouts_of(
     draft = read_draft_config(draft_path)
     name = serving.engine if serving is not None else engine
     spec = serving.version if serving is not None else None
-    ids = serving_ids(serving, draft) if serving is not None else get_engine(name).draft_ids(draft)
+    ids = (
+        engine_aux_ids(serving, draft) if serving is not None else get_engine(name).draft_ids(draft)
+    )
     if serving is not None and contract is not None:
         arch = serving.arch or contract.target.arch or arch
     served: dict[tuple[Layer, ...], list[str]] = {}

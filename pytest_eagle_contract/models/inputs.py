@@ -76,9 +76,9 @@ def unfit(
             f"the sequence has {tokens} tokens, past the target's max_position_embeddings "
             f"{positions}",
         )
-    from ..shards.reading import numbers
+    from ..shards.reading import comparable
 
-    values = numbers(ids)
+    values = comparable(ids)
     if values is None:
         return Unfit("EC201", f"input ids are {kind}, not integers")
     low, high = int(values.min()), int(values.max())

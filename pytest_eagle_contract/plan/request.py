@@ -1,5 +1,5 @@
 """What one ``check`` is asked to do, built once from either shell's options: the CLI's
-``check`` (``shells/gate.py``) and ``pytest --eagle-contract`` (``shells/plugin.py``) each
+``check`` (``shells/check.py``) and ``pytest --eagle-contract`` (``shells/plugin.py``) each
 turn their options into a :class:`CheckRequest` with :meth:`CheckRequest.of`, and plan
 and run from it alone."""
 

@@ -53,7 +53,7 @@ class LayoutSpan:
 def layout_spans(contract: Contract) -> list[LayoutSpan]:
     """One span per run of engine versions that resolve alike; [] without both sides or
     when the draft config cannot be read (the layout check reports that)."""
-    from ..engines.resolve import get_engine, resolve, serving_ids
+    from ..engines.resolve import engine_aux_ids, get_engine, resolve
     from ..errors import EagleContractError, Unservable
 
     training, serving = contract.training, contract.serving
@@ -61,7 +61,7 @@ def layout_spans(contract: Contract) -> list[LayoutSpan]:
         return []
     fc = [str(training.slots[i].layer) for i in training.fc_input]
     try:
-        ids = serving_ids(serving)
+        ids = engine_aux_ids(serving)
         versions = [v or "any" for v in get_engine(serving.engine).versions(serving.version)]
     except EagleContractError:
         return []

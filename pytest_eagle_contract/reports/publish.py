@@ -58,11 +58,11 @@ def check_targets(
     reads: Sequence[Path], json_path: Path | None, html_path: Path | None, flag: str = ""
 ) -> None:
     """Refuse report paths before a run (the same rules the writes apply after it)."""
-    from ..outputs import target
+    from ..outputs import checked_output
     from .html import MARK as PAGE
     from .json_report import MARK
 
     if json_path is not None:
-        target(json_path, flag or "--json", reads=reads, ours=MARK)
+        checked_output(json_path, flag or "--json", reads=reads, ours=MARK)
     if html_path is not None:
-        target(html_path, flag or "--report", reads=reads, ours=PAGE)
+        checked_output(html_path, flag or "--report", reads=reads, ours=PAGE)

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ShardReadError
-from .reading import dtype_name, numbers, read_sample
-from .stats import GUESS_WORDS, guess, norm_stats
+from .reading import comparable, dtype_name, read_sample
+from .stats import GUESS_WORDS, looks_like, norm_stats
 
 Job = tuple[Path, str, int | None]  # a shard file, --format, --hidden-size
 
@@ -62,7 +62,7 @@ def inspect_shard(
     }
     ids, mask = sample.ids, sample.mask
     if ids is not None:
-        values = numbers(ids)
+        values = comparable(ids)
         some = values is not None and values.size > 0
         report["input_ids"] = {
             "key": sample.format.ids_key,
@@ -72,7 +72,7 @@ def inspect_shard(
             "max": values.max().item() if values is not None and some else None,
         }
     if mask is not None:
-        values = numbers(mask)
+        values = comparable(mask)
         report["loss_mask"] = {
             "length": int(mask.numel()),
             "sum": None if values is None else values.sum().item(),
@@ -90,7 +90,7 @@ def inspect_shard(
         }
         if st is not None:
             others = [o for o in stats if o is not None and o is not st]
-            word = guess(st, int(slot.array.shape[-1]), others)
+            word = looks_like(st, int(slot.array.shape[-1]), others)
             entry.update(
                 norm=st.to_dict(),
                 nonfinite_tokens=st.nonfinite_tokens,

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     import numpy as np
     import torch
 
-__all__ = ["Array", "Sample", "Slot", "dtype_name", "numbers", "read_sample", "widens"]
+__all__ = ["Array", "Sample", "Slot", "comparable", "dtype_name", "read_sample", "widens"]
 
 GUNZIP_CAP_ENV = "EAGLE_SHARD_MAX_GUNZIP_BYTES"
 GUNZIP_CAP = 1 << 30  # a .ckpt.gz shard expands to at most 1 GiB unless the env var says more
@@ -379,7 +379,7 @@ def _screened(tensors: dict[Any, Any]) -> dict[str, Any]:
     return {k: plain(k, v) for k, v in tensors.items()}
 
 
-def numbers(t: Array) -> np.ndarray[Any, Any] | None:
+def comparable(t: Array) -> np.ndarray[Any, Any] | None:
     """``t`` as int64 (integers, bool) or float64 (floating) numpy numbers, so every
     comparison works whatever the stored dtype (uint16, float8); None for complex and other
     dtypes."""

@@ -169,7 +169,7 @@ EMBED_RELATIVE = 0.2  # and well below every other slot's median
 POST_NORM_FLATNESS = 1.08
 
 
-def guess(stats: NormStats, hidden_size: int, others: list[NormStats]) -> str | None:
+def looks_like(stats: NormStats, hidden_size: int, others: list[NormStats]) -> str | None:
     """A plain-words guess of what a slot is, only where the evidence is clear."""
     if stats.tokens == 0 or math.isnan(stats.median) or stats.median <= 0:
         return None

@@ -44,7 +44,7 @@ def _folder() -> Path:
     return cache_root() / "sharpness"
 
 
-def kept(contract: Contract, run: Callable[[Contract], list[Finding]]) -> list[Finding]:
+def cached_verdict(contract: Contract, run: Callable[[Contract], list[Finding]]) -> list[Finding]:
     """``run(contract)``'s findings: the kept verdict when there is one, else run and kept."""
     if os.environ.get(ENV, "").strip().lower() in OFF:
         return run(contract)

@@ -16,10 +16,10 @@ if TYPE_CHECKING:
 
 
 def _run(runner: Resources, unit: Unit) -> list[Finding]:
-    from .cache import kept
+    from .cache import cached_verdict
     from .selftest import check_sharpness
 
-    return kept(unit.contract, check_sharpness)
+    return cached_verdict(unit.contract, check_sharpness)
 
 
 FAMILY = CheckFamily(

@@ -324,16 +324,16 @@ def mutation_list(contract: Contract) -> list[Mutation]:
     return out
 
 
-def _serving_ids(contract: Contract) -> tuple[int, ...] | None:
-    from ..engines.resolve import serving_ids_or_none
+def _engine_aux_ids(contract: Contract) -> tuple[int, ...] | None:
+    from ..engines.resolve import engine_aux_ids_or_none
 
-    return serving_ids_or_none(contract.serving)
+    return engine_aux_ids_or_none(contract.serving)
 
 
 def _unsort_ids(contract: Contract) -> Mutation | None:
     """The first two aux ids swapped, and the trainer's fc input in that list order."""
     spec = training_spec(contract)
-    ids = _serving_ids(contract)
+    ids = _engine_aux_ids(contract)
     if contract.serving is None or ids is None or len(ids) < 2 or len(spec.fc_input) < 2:
         return None
     if list(ids) != sorted(ids) or ids[0] == ids[1]:

@@ -84,7 +84,7 @@ def audit(args: argparse.Namespace) -> int:
     found = shard_paths(contract, args.paths or None, None, 0)
     reads = outputs.inputs(args.contract, *roots)
     if args.json is not None:
-        outputs.target(args.json, "--json", reads=reads, ours=b'"schema_version"')
+        outputs.checked_output(args.json, "--json", reads=reads, ours=b'"schema_version"')
     previous = load_previous(args.against) if args.against is not None else None
     cache = Cache(args.cache or default_dir(), args.contract.read_bytes(), roots)
     checks = local.shard_families(contract)

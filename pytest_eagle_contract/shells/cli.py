@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..errors import EagleContractError
-from . import audit, commands, gate, matrix, probe
+from . import audit, check, commands, matrix, probe
 from .args import (
     add_annotations,
     add_checks,
@@ -226,11 +226,11 @@ def _parser() -> argparse.ArgumentParser:
 _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "inspect": commands.inspect,
     "infer": commands.infer,
-    "check": gate.check,
+    "check": check.check,
     "resolve": commands.resolve,
     "identify": commands.identify,
     "record": commands.record,
-    "demo": gate.demo,
+    "demo": check.demo,
     "schema": commands.schema,
     "probe": probe.probe,
     "audit": audit.audit,

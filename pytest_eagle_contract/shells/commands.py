@@ -73,7 +73,7 @@ def infer(args: argparse.Namespace) -> int:
         "parents": True,
     }
     if args.output is not None:  # refused now, not after the draft
-        outputs.target(args.output, "-o", **rules)
+        outputs.checked_output(args.output, "-o", **rules)
 
     from ..contract.model import schema_path
 

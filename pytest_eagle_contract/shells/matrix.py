@@ -36,7 +36,7 @@ def matrix(args: argparse.Namespace) -> int:
     from ..engines import matrix as core
     from ..engines.draft_config import read_draft_config
     from ..engines.fixes import ANY
-    from ..engines.resolve import get_engine, serving_ids
+    from ..engines.resolve import engine_aux_ids, get_engine
     from ..render import to_json
 
     contract = load_contract(args.contract)
@@ -54,7 +54,7 @@ def matrix(args: argparse.Namespace) -> int:
             draft = read_draft_config(serving.draft_config)
 
     def ids_of(engine: Engine) -> tuple[int, ...] | None:
-        return None if serving is None else serving_ids(serving, draft, engine.name)
+        return None if serving is None else engine_aux_ids(serving, draft, engine.name)
 
     num_layers = contract.target.num_hidden_layers
     rows = core.matrix(trained, num_layers, arch, ids_of, own)

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from ..plan.request import CheckRequest
 
 
-def _gate(
+def _run_check(
     contract_path: Path,
     request: CheckRequest,
     *,
@@ -111,7 +111,7 @@ def check(args: argparse.Namespace) -> int:
         timeout=args.sglang_timeout,
         serving_args=args.serving_args,
     )
-    return _gate(
+    return _run_check(
         args.contract,
         request,
         quiet=args.quiet,
@@ -124,7 +124,7 @@ def check(args: argparse.Namespace) -> int:
 
 def _sharpness(contract_path: Path, quiet: bool, report: Path | None) -> int:
     from ..contract.model import load_contract
-    from ..outputs import target, write_text
+    from ..outputs import checked_output, write_text
     from ..render import format_findings, to_json
     from ..reports.json_report import MARK, stamped
     from ..sharpness.selftest import format_sharpness_table, sharpness
@@ -133,7 +133,7 @@ def _sharpness(contract_path: Path, quiet: bool, report: Path | None) -> int:
     if contract.training is None:
         raise UsageError(f"{contract_path}: no training section: nothing to mutate")
     if report:  # refused now, not after the self-test
-        target(report, "--json", reads=_contract_inputs(contract), ours=MARK)
+        checked_output(report, "--json", reads=_contract_inputs(contract), ours=MARK)
     start = time.perf_counter()
     result = sharpness(contract)
     took = time.perf_counter() - start
@@ -212,7 +212,7 @@ def demo(args: argparse.Namespace) -> int:
         request = CheckRequest.of(
             shards=[shards], sample=None, target_model=model, reference=bool(model)
         )
-        results[label] = _gate(contract, request)
+        results[label] = _run_check(contract, request)
     print(demo.probe_text(args.out / "probe"))
     took = time.perf_counter() - start
     ok = set(results.values()) == {EXIT_OK, EXIT_FINDINGS} and results["good"] == EXIT_OK

@@ -548,3 +548,18 @@ def test_plugin_reports_the_warnings_of_a_passing_item(project, monkeypatch):
     assert {p.get("name"): p.get("value") for p in case.iter("property")}["eagle_rules"] == "EC507"
     (report,) = _valid(project.path / "report.json")["reports"]
     assert report["ok"] and [f["code"] for f in report["findings"]] == ["EC507"]
+
+
+def test_measure_reads_the_probe_families_estimates(repo):
+    """What the probe family measured (``Estimate.to_dict``) is what the probe plot draws."""
+    from pytest_eagle_contract.contract.model import load_contract
+    from pytest_eagle_contract.layers import Layer
+    from pytest_eagle_contract.models.acceptance import Estimate
+    from pytest_eagle_contract.reports.measure import measure
+    from pytest_eagle_contract.reports.run import CheckRun, UnitResult
+
+    served = Estimate("sglang 0.5.23", (Layer(2), Layer(4)), 1.6743, (0.56, 0.17, 0.2), 96)
+    unit = UnitResult("probe", "", [], None, {"estimates": [served.to_dict()]})
+    contract = load_contract(repo / "contracts" / "demo.yaml")
+    (got,) = measure(CheckRun(contract, [unit], [], "summary")).probe
+    assert got == served

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..findings import Finding, RuleCode, finding
 from ..models.acceptance import CONVENTION, STEPS, Estimate
-from .family import CheckFamily, needed_target
+from .family import CheckFamily
 
 if TYPE_CHECKING:
     from ..contract.model import Contract, ServingSpec
@@ -90,7 +90,6 @@ def _hint(served: Estimate, trainer: Estimate | None) -> str:
 
 
 def _run(runner: Resources, unit: Unit) -> list[Finding]:
-    needed_target(runner, unit)
     return floor_findings(unit.contract, runner.estimates(unit.contract))
 
 

@@ -47,6 +47,17 @@ class Estimate:
             "chains": self.chains,
         }
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Estimate:
+        """Rebuild from :meth:`to_dict` (what the probe family measured for the reports)."""
+        return cls(
+            str(data["name"]),
+            tuple(Layer.parse(str(x)) for x in data["layers"]),
+            float(data["accept_length"]),
+            tuple(float(p) for p in data["per_step"]),
+            int(data["chains"]),
+        )
+
     def quote(self) -> str:
         return f"{self.name} ({', '.join(map(str, self.layers))}) {self.accept_length:.3f}"
 

@@ -147,7 +147,6 @@ class Runner:
         self._keep = keep
         self._targets: dict[Path, TargetModel] = {}
         self._captures: CaptureIndex | None = None
-        self._reported_broken = False  # broken capture files are reported once per run
         self._estimates: dict[Path, list[Estimate]] = {}
         self._asked: set[object] = set()
 
@@ -167,10 +166,7 @@ class Runner:
 
     def unreported_capture_problems(self, index: CaptureIndex) -> list[str]:
         """Broken capture files, reported with the first unit that looks at them."""
-        if self._reported_broken:
-            return []
-        self._reported_broken = True
-        return list(index.problems)
+        return list(index.problems) if self.first_time("capture problems") else []
 
     def target(self, contract: Contract) -> TargetModel | None:
         """The target model (override, else the contract's), opened once."""
@@ -229,31 +225,15 @@ class Runner:
         return True
 
     def check(self, unit: Unit) -> Checked:
-        """One unit's findings (:meth:`run`) and what its family measured for the reports
-        (nothing where the shard could not be read, or the measure could not be taken:
-        it says why)."""
-        from .registry import BY_NAME
-
-        findings = self.run(unit)
-        family = BY_NAME[unit.check]
-        if family.measure is None:
-            return Checked(findings)
-        if family.scope == "shard" and self.shard_of(unit).error is not None:
-            return Checked(findings)
-        try:
-            return Checked(findings, family.measure(self, unit))
-        except (EagleContractError, ValueError) as exc:
-            return Checked(findings, {"problem": f"{unit.label or unit.check}: {exc}"})
-
-    def run(self, unit: Unit) -> list[Finding]:
-        """Findings of one unit, waived codes removed. A shard that cannot be read fails
-        each of its units with its read error (EC001-EC003)."""
+        """One unit's findings, waived codes removed, and what its family measured for the
+        reports. A shard that cannot be read fails each of its units with its read error
+        (EC001-EC003) and measures nothing; a measure that cannot be taken says why."""
         from .registry import BY_NAME
 
         family = BY_NAME[unit.check]
         error = self.shard_of(unit).error if family.scope == "shard" else None
         if error is not None:
-            findings = [
+            found = [
                 finding(
                     error.code,
                     error.message,
@@ -264,8 +244,18 @@ class Runner:
                 )
             ]
         else:
-            findings = family.execute(self, unit)
-        return [f for f in findings if f.code not in unit.contract.waivers]
+            found = family.execute(self, unit)
+        findings = [f for f in found if f.code not in unit.contract.waivers]
+        if family.measure is None or error is not None:
+            return Checked(findings)
+        try:
+            return Checked(findings, family.measure(self, unit))
+        except (EagleContractError, ValueError) as exc:
+            return Checked(findings, {"problem": f"{unit.label or unit.check}: {exc}"})
+
+    def run(self, unit: Unit) -> list[Finding]:
+        """:meth:`check`'s findings alone."""
+        return self.check(unit).findings
 
 
 @dataclass(frozen=True)

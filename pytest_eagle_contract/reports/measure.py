@@ -4,7 +4,7 @@ bounds; with the target's weights, the target's per-layer norm curve with the sl
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .run import CheckRun, ProbeEstimate
@@ -47,7 +47,9 @@ def measure(run: CheckRun) -> Measurements:
     curve = None
     for u in run.units:
         if "estimates" in u.measured and not probe:
-            probe = tuple(_Estimate.of(e) for e in u.measured["estimates"])
+            from ..models.acceptance import Estimate
+
+            probe = tuple(Estimate.from_dict(e) for e in u.measured["estimates"])
         if "curve" in u.measured and curve is None:
             c = u.measured["curve"]
             placed = [(int(i), str(layer), int(x), float(m)) for i, layer, x, m in c["placed"]]
@@ -67,17 +69,3 @@ def measure(run: CheckRun) -> Measurements:
         for i, s in enumerate(spec.slots)
     ]
     return Measurements(slots, curve, problems, probe)
-
-
-@dataclass(frozen=True)
-class _Estimate:
-    """A probe estimate as the probe family measured it (``Estimate.to_dict``)."""
-
-    name: str
-    accept_length: float
-    per_step: tuple[float, ...]
-
-    @classmethod
-    def of(cls, data: dict[str, Any]) -> _Estimate:
-        steps = tuple(float(p) for p in data.get("per_step", ()))
-        return cls(str(data["name"]), float(data["accept_length"]), steps)

@@ -20,6 +20,8 @@ from typing import Any, NamedTuple
 
 import pytest
 
+from .options import CONTRACT_SUFFIXES
+
 _ATTR = "eagle_contract"
 _NO_FINDINGS: tuple[dict[str, Any], ...] = ()
 
@@ -167,8 +169,7 @@ def check_report_path(config: pytest.Config, reads: list[Path]) -> None:
 
 def _is_contract_item(report: pytest.TestReport) -> bool:
     """A contract item's node id is ``CONTRACT.yaml::check[...]``."""
-    path = report.nodeid.partition("::")[0]
-    return path.endswith((".yaml", ".yml"))
+    return report.nodeid.partition("::")[0].endswith(CONTRACT_SUFFIXES)
 
 
 def _runs(seen: list[_Seen], interrupted: bool = False) -> list[Any]:

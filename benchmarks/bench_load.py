@@ -6,11 +6,13 @@ then runs, as whole processes,
 
   audit    eagle-contract audit CONTRACT DIR --workers W   (an empty --cache each time)
   pytest   pytest --eagle-contract CONTRACT --eagle-shards DIR --eagle-sample all -n W
+           --eagle-batch B   (once per B of --batch: by default 1, one item per check and
+           shard, then auto, the default, which batches above 1,000 shards)
 
 and samples the resident memory of the whole process tree (the command and every
 descendant: its workers; the sum of /proc/PID/status VmRSS) every 0.5 s, with the
 progress at that moment (audit: the lines its cache holds, one per finished shard; pytest:
-the results xdist's controller has printed, three items per shard). Per command it prints
+the share of its items xdist's controller has printed, of the shards). Per command it prints
 the shards, the wall time, the peak tree RSS, the tree RSS at 10 %, 50 % and 90 % of the
 progress, and the slope (MiB per 1,000 shards) of a least-squares line through the samples
 after the warm-up (the first 10 % of the progress), for the tree, the main process and the
@@ -27,6 +29,7 @@ Then the interrupt (skipped with --no-interrupt):
 
     python benchmarks/bench_load.py [--shards 10000 | --quick] [--workers 8] [--dir DIR]
                                     [--only audit|pytest] [--no-interrupt] [--samples CSV]
+                                    [--batch 1,auto]
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ from pathlib import Path
 
 T, H = 32, 64
 MEDIANS = (1.0, 20.0, 60.0)
-ITEMS_PER_SHARD = 3  # structure, values, norms
+UNITS_PER_SHARD = 3  # structure, values, norms
 CONTRACT = """contract: load-bench
 version: 1
 target: {num_hidden_layers: 8, hidden_size: 64, vocab_size: 512, dtype: bfloat16}
@@ -231,16 +234,27 @@ _ITEMS = re.compile(r"\[(\d+) items?\]")
 _PERCENT = re.compile(r"\[\s*\d+%\]")
 
 
-def pytest_progress(output: str) -> int:
-    """Shards pytest has finished: the result letters xdist's controller has printed after
-    its ``N workers [M items]`` line, up to the summary, over the items per shard."""
+def pytest_results(output: str) -> tuple[int, int]:
+    """``(results printed, items)``: the result letters xdist's controller has printed after
+    its ``N workers [M items]`` line, up to the summary, and M."""
     m = _ITEMS.search(output)
     if m is None:
-        return 0
+        return 0, 0
     rest = output[m.end() :]
     end = rest.find("\n=")
     rest = _PERCENT.sub("", rest if end < 0 else rest[:end])
-    return sum(rest.count(c) for c in ".FEsxX") // ITEMS_PER_SHARD
+    return sum(rest.count(c) for c in ".FEsxX"), int(m.group(1))
+
+
+def pytest_progress(shards: int) -> Callable[[str], int]:
+    """Shards pytest has finished: its share of the items done, of ``shards`` (an item is
+    one check on one shard, or --eagle-batch's every check on a batch of shards)."""
+
+    def done(output: str) -> int:
+        printed, items = pytest_results(output)
+        return printed * shards // items if items else 0
+
+    return done
 
 
 # -- figures ----------------------------------------------------------------------------------
@@ -379,8 +393,8 @@ def run_pytest(
     contract: Path, work: Path, n: int, workers: int, *extra: str, interval: float = 0.5
 ) -> Run:
     cmd = pytest_cmd(contract, contract.parent / "shards", workers, *extra)
-    name = f"pytest -n {workers}"
-    return watch(name, cmd, n, pytest_progress, cwd=work, interval=interval)
+    name = " ".join(["pytest", f"-n {workers}", *extra])
+    return watch(name, cmd, n, pytest_progress(n), cwd=work, interval=interval)
 
 
 def save_samples(path: Path, runs: list[Run]) -> None:
@@ -455,12 +469,12 @@ def interrupt_pytest(contract: Path, work: Path, n: int, workers: int) -> list[s
         f"--junitxml={xml}",
         f"--eagle-report={report}",
     )
-    run = watch("pytest, interrupted", cmd, n, pytest_progress, stop_at=0.5, cwd=work)
-    printed = pytest_progress(run.output) * ITEMS_PER_SHARD
+    run = watch("pytest, interrupted", cmd, n, pytest_progress(n), stop_at=0.5, cwd=work)
+    printed, items = pytest_results(run.output)
     tail = [line for line in run.output.splitlines() if line.startswith("=")][-1:]
     out = [
         f"pytest: SIGINT at half the shards: exit {run.rc} after {run.wall:.1f} s; "
-        f"about {printed} results printed; last line {tail[0] if tail else '-'}"
+        f"about {printed} of {items} results printed; last line {tail[0] if tail else '-'}"
     ]
     if xml.exists():
         try:
@@ -484,7 +498,8 @@ def interrupt_pytest(contract: Path, work: Path, n: int, workers: int) -> list[s
         )
         out.append(
             f"  --eagle-report written: ok {data.get('ok')}, {units} of "
-            f"{n * ITEMS_PER_SHARD + 2} unit(s); {flags or 'no contract reports'}"
+            f"{n * UNITS_PER_SHARD + 2} unit(s) ({printed} of {items} items printed); "
+            f"{flags or 'no contract reports'}"
         )
     else:
         out.append("  --eagle-report NOT written")
@@ -504,6 +519,12 @@ def main() -> int:
     parser.add_argument("--only", choices=("audit", "pytest"), default=None)
     parser.add_argument("--no-interrupt", action="store_true")
     parser.add_argument("--samples", type=Path, help="write every sample here (CSV)")
+    parser.add_argument(
+        "--batch",
+        default="1,auto",
+        help="the pytest runs' --eagle-batch values, side by side (default 1,auto: one item "
+        "per check and shard, then the default)",
+    )
     args = parser.parse_args()
     n = 1000 if args.quick else args.shards
     root = args.dir or Path(tempfile.gettempdir()) / f"eagle-bench-load-{n}"
@@ -515,10 +536,16 @@ def main() -> int:
         f"3 x [{T}, {H}] bf16; --workers/-n {args.workers}\n"
     )
     runs = []
-    for name, fn in (("audit", run_audit), ("pytest", run_pytest)):
+    todo: list[tuple[str, Callable[[], Run]]] = [
+        ("audit", lambda: run_audit(contract, work, n, args.workers))
+    ]
+    for batch in args.batch.split(","):
+        flag = f"--eagle-batch={batch}"
+        todo.append(("pytest", lambda f=flag: run_pytest(contract, work, n, args.workers, f)))
+    for name, fn in todo:
         if args.only not in (None, name):
             continue
-        run = fn(contract, work, n, args.workers)
+        run = fn()
         runs.append(run)
         print(describe(run), flush=True)
         if run.rc not in (0, 1):

@@ -13,6 +13,9 @@ pytest's tree (about 170 MiB) grows by design: the controller keeps every item's
 2026-12-03), so its real check is the slope (about 33 KiB per shard measured, 100 allowed).
 Growth injected at 50-100 KiB per shard (a leak in Runner.shard) fails both tests.
 
+Batched, one item per 10 shards, the pytest run grows about 2 KiB per shard (the items'
+reports), and that is checked at 10 KiB.
+
 Also here: the pool submits only a few tasks ahead (pool.imap), so the main process of an
 audit or a check does not hold a future per shard file.
 """
@@ -49,7 +52,7 @@ def kib_per_shard(run: load.Run) -> float:
 @pytest.fixture(scope="module")
 def sets(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
     root = tmp_path_factory.mktemp("load")
-    return {n: load.make_set(root / str(n), n) for n in (1200, 500)}
+    return {n: load.make_set(root / str(n), n) for n in (1200, 500, 3000)}
 
 
 @pytest.mark.slow
@@ -75,6 +78,23 @@ def test_pytest_n2_holds_its_memory_flat(sets: dict[int, Path], tmp_path: Path) 
     first, second = load.halves(run)
     assert second <= first * 1.15 + 20 * MIB, figures(run)
     assert kib_per_shard(run) < 100, figures(run)
+
+
+@pytest.mark.slow
+def test_pytest_batched_holds_its_memory_flat(sets: dict[int, Path], tmp_path: Path) -> None:
+    """Batched (``--eagle-batch``; ``auto`` above 1,000 shards) the run grows by the item, not
+    by the shard: measured 2026-12-03, about 2 KiB per shard at 10 shards per item, against
+    24 KiB one item per check and shard; 10 allowed."""
+    n = 3000
+    run = load.run_pytest(
+        sets[n], tmp_path, n, 2, "--eagle-no-sharpness", "--eagle-batch=10", interval=0.05
+    )
+    assert run.rc == 0, figures(run)
+    assert load.pytest_results(run.output)[1] == n // 10, figures(run)  # one item per batch
+    assert len(load.steady(run)) >= 8, "too few samples: " + figures(run)
+    first, second = load.halves(run)
+    assert second <= first * 1.05 + 10 * MIB, figures(run)
+    assert kib_per_shard(run) < 10, figures(run)
 
 
 def test_imap_submits_only_a_few_tasks_ahead() -> None:

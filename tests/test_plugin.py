@@ -253,3 +253,73 @@ def test_options_have_their_own_help_heading(pytester):
             "  --eagle-seed=S*",
         ]
     )
+
+
+def test_batched_items_run_every_shard_check_on_their_shards(project):
+    result = project.runpytest(
+        "--eagle-contract", CONTRACT, "--eagle-sample", "all", "--eagle-batch", "2", "-v"
+    )
+    result.assert_outcomes(passed=2 + 2 + 1)  # layout, sharpness, two batches, the user's test
+    result.stdout.fnmatch_lines(
+        [
+            "contracts/demo.yaml::batch[[]rows_0-2000/data_0.ckpt..rows_0-2000/data_1.ckpt[]]"
+            " PASSED*",
+            "contracts/demo.yaml::batch[[]rows_0-2000/data_2.ckpt..rows_0-2000/data_3.ckpt[]]"
+            " PASSED*",
+        ]
+    )
+
+
+FIRST_BATCH = "batch[[]rows_0-2000/data_0.ckpt..rows_0-2000/data_1.ckpt[]]"  # fnmatch's [
+
+
+def test_a_batch_fails_with_the_findings_of_its_bad_shard(project):
+    shard = project.path / "data" / "good" / "rows_0-2000" / "data_1.ckpt"
+    shard.write_bytes(shard.read_bytes()[:500])
+    args = ["--eagle-contract", CONTRACT, "--eagle-sample", "all", "--eagle-batch", "2"]
+    result = project.runpytest(*args)
+    result.assert_outcomes(passed=3 + 1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            f"*_ demo-tiny-llama-eagle3::{FIRST_BATCH} _*",
+            "EC002 truncated-file: *",
+            "*shard rows_0-2000/data_1.ckpt*",
+            f"FAILED contracts/demo.yaml::{FIRST_BATCH}*",
+        ]
+    )
+    assert "data_0.ckpt, slot" not in result.stdout.str()  # the good shard of the batch: nothing
+    rerun = project.runpytest(*args, "--lf").parseoutcomes()
+    assert rerun["failed"] == 1 and "passed" not in rerun
+
+
+@pytest.mark.slow
+def test_the_report_of_a_batched_run_holds_every_check_on_every_shard(project):
+    import json
+
+    bad = str(project.path / "data" / "embed-in-front")
+    args = ["--eagle-contract", CONTRACT, "--eagle-sample", "all", "--eagle-shards", bad]
+    units = {}
+    for batch, report in (("1", "one.json"), ("3", "batched.json")):
+        project.runpytest(*args, "--eagle-batch", batch, "-n", "2", f"--eagle-report={report}")
+        (run,) = json.loads((project.path / report).read_text())["reports"]
+        units[batch] = sorted(
+            (u["check"], u["shard"], sorted(f["code"] for f in u["findings"])) for u in run["units"]
+        )
+    assert len(units["1"]) == 2 + 4 * 3 and units["3"] == units["1"]
+
+
+def test_auto_batches_only_above_its_threshold(project, monkeypatch):
+    from pytest_eagle_contract.shells import options
+
+    args = ("--eagle-contract", CONTRACT, "--eagle-sample", "all", "--collect-only", "-q")
+    assert sum("::batch[" in line for line in project.runpytest(*args).outlines) == 0
+    monkeypatch.setattr(options, "AUTO_BATCH_ABOVE", 2)  # 4 shards: batches of 2
+    ids = [line for line in project.runpytest(*args).outlines if "::batch[" in line]
+    assert len(ids) == 2 and ids[0].endswith("data_0.ckpt..rows_0-2000/data_1.ckpt]")
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "two", "²"])
+def test_a_bad_batch_size_is_a_usage_error(project, value):
+    result = project.runpytest("--eagle-contract", CONTRACT, f"--eagle-batch={value}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--eagle-batch: expected a whole number >= 1 or auto*"])

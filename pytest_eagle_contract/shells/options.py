@@ -190,6 +190,15 @@ def add_options(parser: pytest.Parser) -> None:
         help="the engine's launch command line, linted and used by "
         "the layout check (overrides serving.launch)",
     )
+    group.addoption(
+        "--eagle-batch",
+        dest="eagle_batch",
+        metavar="N|auto",
+        default=None,
+        help="shards per pytest item: 1 gives one item per check and shard; N > 1 one "
+        "item per N shards (every check on them); auto (default) is 1 up to "
+        f"{AUTO_BATCH_ABOVE:,} sampled shards, then as many as keep {AUTO_BATCH_ABOVE:,} items",
+    )
     _add_report_options(group)
     parser.addini(
         "eagle_contract_paths",
@@ -200,6 +209,22 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("eagle_shards", "default for --eagle-shards", type="paths", default=[])
     parser.addini("eagle_sample", "default for --eagle-sample", default="10")
     parser.addini("eagle_seed", "default for --eagle-seed", default="0")
+    parser.addini("eagle_batch", "default for --eagle-batch", default="auto")
+
+
+AUTO_BATCH_ABOVE = 1000  # sampled shards a contract may have before --eagle-batch auto batches
+
+
+def batch_size(config: pytest.Config, shards: int) -> int:
+    """Shards per item for a contract with ``shards`` sampled shards (``--eagle-batch``)."""
+    value = str(config.getoption("eagle_batch") or config.getini("eagle_batch")).strip()
+    if value == "auto":
+        return 1 if shards <= AUTO_BATCH_ABOVE else -(-shards // AUTO_BATCH_ABOVE)
+    if not (value.isascii() and value.isdigit()) or int(value) < 1:
+        raise pytest.UsageError(
+            f"--eagle-batch: expected a whole number >= 1 or auto, got {value!r}"
+        )
+    return int(value)
 
 
 def _add_report_options(group: Any) -> None:

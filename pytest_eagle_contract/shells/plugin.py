@@ -65,6 +65,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
         try:
             options.sampling(config)
+            options.batch_size(config, 0)
             options.option_contracts(config)
             for shards in options.shards_override(config):
                 if not shards.exists():
@@ -161,7 +162,8 @@ class ContractViolation(Exception):
 
 
 class ContractFile(pytest.File):
-    """A contract YAML file: one item per (check, sampled shard)."""
+    """A contract YAML file: one item per (check, sampled shard), or, batched
+    (``--eagle-batch``), one item per batch of shards running every shard check on them."""
 
     def collect(self) -> Iterator[pytest.Item]:
         from ..contract.model import load_contract
@@ -176,36 +178,59 @@ class ContractFile(pytest.File):
         changes = self.config.stash.get(_CHANGES, {}).get(str(self.path.resolve()))
         if changes:
             yield BaselineItem.from_parent(self, name="baseline", changes=changes)
-        for unit in units:
+        grouped = getattr(self.config.option, "dist", "no") == "loadgroup"
+        for name, batch in _items(units, self.config):
             # The explicit nodeid parses as name + [params], as pytest's own parametrised
             # ids do, so --lf and --sw match the ids they stored.
             item = ContractItem.from_parent(
-                self, name=unit.name, unit=unit, nodeid=f"{self.nodeid}::{unit.name}"
+                self, name=name, units=batch, nodeid=f"{self.nodeid}::{name}"
             )
-            if unit.shard is not None and getattr(self.config.option, "dist", "") == "loadgroup":
-                item.add_marker(pytest.mark.xdist_group(f"eagle-shard:{unit.shard}"))
+            if len(batch) == 1 and batch[0].shard is not None and grouped:
+                item.add_marker(pytest.mark.xdist_group(f"eagle-shard:{batch[0].shard}"))
             yield item
 
 
+def _items(units: list[Unit], config: pytest.Config) -> Iterator[tuple[str, tuple[Unit, ...]]]:
+    """``(name, units)`` of each item: a unit alone, or (batched) the units of a run of
+    consecutive shards, named ``batch[FIRST..LAST]`` by the shards' labels."""
+    shards = list(dict.fromkeys(u.shard for u in units if u.shard is not None))
+    size = options.batch_size(config, len(shards))
+    if size == 1:
+        yield from ((u.name, (u,)) for u in units)
+        return
+    yield from ((u.name, (u,)) for u in units if u.shard is None)
+    per_shard: dict[Path, list[Unit]] = {}
+    for u in units:
+        if u.shard is not None:
+            per_shard.setdefault(u.shard, []).append(u)
+    for start in range(0, len(shards), size):
+        batch = [u for shard in shards[start : start + size] for u in per_shard[shard]]
+        yield f"batch[{batch[0].label}..{batch[-1].label}]", tuple(batch)
+
+
 class ContractItem(pytest.Item):
-    def __init__(self, *, unit: Unit, **kwargs: Any) -> None:
+    """One unit, or a batch of them (the units of consecutive shards)."""
+
+    def __init__(self, *, units: tuple[Unit, ...], **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.unit = unit
+        self.units = units
+        self.unit = units[0]
         self.findings: list[Finding] = []  # warnings too: the reports read them
-        self.measured: dict[str, Any] = {}  # what the family measured, for --eagle-report
+        self.results: list[tuple[Unit, list[Finding], dict[str, Any]]] = []  # for the reports
 
     def runtest(self) -> None:
         from ..errors import EagleContractError
 
+        runner = _runner(self.config)
+        self.findings, self.results = [], []
         try:
-            checked = _runner(self.config).check(self.unit)
-            findings, self.findings, self.measured = (
-                checked.findings,
-                checked.findings,
-                checked.measured,
-            )
+            for unit in self.units:
+                checked = runner.check(unit)
+                self.results.append((unit, checked.findings, checked.measured))
+                self.findings.extend(checked.findings)
         except EagleContractError as exc:  # a bad input named by the run, not a bug
             pytest.fail(str(exc), pytrace=False)
+        findings = self.findings
         errors = [f for f in findings if f.severity == "error"]
         if (
             errors
@@ -219,7 +244,7 @@ class ContractItem(pytest.Item):
 
         gaps = [f for f in findings if f.code == NOT_RUN]
         if gaps:  # a check that did not run is a skip with its reason, never a quiet pass
-            message = "; ".join(f"EC009 {f.message}" for f in gaps)
+            message = "; ".join(dict.fromkeys(f"EC009 {f.message}" for f in gaps))
             raise pytest.skip.Exception(message, _use_item_location=True)
 
     def repr_failure(
@@ -235,8 +260,9 @@ class ContractItem(pytest.Item):
         from ..plan.registry import BY_NAME
 
         contract: Contract = self.unit.contract
-        line = contract.line_of(BY_NAME[self.unit.check].keys[0])
-        return self.path, line - 1, f"{contract.name}::{self.unit.name}"
+        key = BY_NAME[self.unit.check].keys[0] if len(self.units) == 1 else "training.shards"
+        line = contract.line_of(key)
+        return self.path, line - 1, f"{contract.name}::{self.name}"
 
 
 class ContractProblemItem(pytest.Item):

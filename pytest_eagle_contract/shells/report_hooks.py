@@ -1,8 +1,9 @@
 """The plugin's reports: JUnit properties on each contract item, and at the end of the
 session (on the xdist controller) GitHub annotations and the ``--eagle-report`` file.
 
-Each contract item's report carries ``eagle_contract`` (its unit and findings, plain JSON),
-which xdist sends to the controller with the rest of the report.
+Each contract item's report carries ``eagle_contract`` (its contract, and per unit it ran
+the unit's findings and measures, plain JSON), which xdist sends to the controller with the
+rest of the report.
 
 pytest's terminal reporter keeps every report to the end of the session. On the controller,
 the reports of a passing contract item share what its three reports (setup, call, teardown)
@@ -37,12 +38,20 @@ class _Seen(NamedTuple):
     measured: dict[str, Any] | None  # None: nothing (most items, most runs)
 
     @classmethod
-    def of(cls, data: dict[str, Any]) -> _Seen:
-        contract, check, label, shard = (
-            sys.intern(str(data[k])) for k in ("contract", "check", "label", "shard")
-        )
-        found = tuple(data["findings"]) or _NO_FINDINGS
-        return cls(contract, check, label, shard, found, data.get("measured") or None)
+    def of(cls, data: dict[str, Any]) -> list[_Seen]:
+        """The item's units (one, or a batch's)."""
+        contract, intern = sys.intern(str(data["contract"])), sys.intern
+        return [
+            cls(
+                contract,
+                intern(str(u["check"])),
+                intern(str(u["label"])),
+                intern(str(u["shard"])),
+                tuple(u["findings"]) or _NO_FINDINGS,
+                u.get("measured") or None,
+            )
+            for u in data["units"]
+        ]
 
 
 class ReportHooks:
@@ -64,27 +73,28 @@ class ReportHooks:
     def pytest_runtest_makereport(
         self, item: pytest.Item, call: pytest.CallInfo[None]
     ) -> Generator[None, Any, None]:
-        unit = getattr(item, "unit", None)
-        if unit is None or call.when != "call":
+        results = getattr(item, "results", None)
+        if results is None or call.when != "call":
             yield
             return
         from ..reports.junit import properties
 
         findings = list(getattr(item, "findings", []))  # warnings of a passing item too
-        item.user_properties.extend(properties(unit.contract, findings))
+        item.user_properties.extend(properties(item.unit.contract, findings))  # type: ignore[attr-defined]
         outcome = yield
-        setattr(
-            outcome.get_result(),
-            _ATTR,
+        units = [
             {
-                "contract": str(unit.contract.path),
                 "check": unit.check,
                 "label": unit.label,
                 "shard": "" if unit.shard is None else str(unit.shard),
-                "findings": [f.to_dict() for f in findings],
-                "measured": getattr(item, "measured", {}) if self._measures else {},
-            },
-        )
+                "findings": [f.to_dict() for f in found],
+                "measured": measured if self._measures else {},
+            }
+            for unit, found, measured in results
+        ]
+        contract = str(item.unit.contract.path)  # type: ignore[attr-defined]
+        setattr(outcome.get_result(), _ATTR, {"contract": contract, "units": units})
+        results.clear()  # sent with the report: the item keeps nothing per unit it ran
 
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -96,7 +106,7 @@ class ReportHooks:
             return
         data = getattr(report, _ATTR, None)
         if isinstance(data, dict):
-            self.seen.append(_Seen.of(data))
+            self.seen.extend(_Seen.of(data))
         if report.when == "setup":
             if report.passed and _is_contract_item(report):
                 self._open[report.nodeid] = report

@@ -425,6 +425,14 @@ def shard_cells(shard: str, base: str = "") -> list[Cell]:
             fam(contract=TARGET_ON, capture=True, no_sharpness=True),
         ),
         Cell(
+            "shard families, batched",
+            "pytest",
+            lambda f, w: _pytest(
+                "c-base.yaml", ["shards"], "--eagle-batch", "2", "--eagle-no-sharpness"
+            ),
+            fam(no_sharpness=True),
+        ),
+        Cell(
             "fixtures eagle_shard",
             "pytest",
             lambda f, w: _pytest("c-base.yaml", ["shards"], "--eagle-no-sharpness"),

@@ -19,6 +19,10 @@ page-cache rate, and the peak RSS of the check's main process and of its largest
 (in the run whose time is shown: the first run of a changed checkout also runs the
 sharpness self-test, which imports torch, before the workers fork).
 
+Then, in this process on one core, where the time goes: start-up (the whole command on one
+file minus one file's checks), opening and parsing the files, reading the states (pread
+into cache-sized chunks), the norm kernel (widening and reducing), and the rest of the checks.
+
 Every command also runs on the first eighth of the files. The difference between the two
 runs is each command's steady state (its cost per byte once started): start-up (above all
 ``import torch``, 1-6 s on this machine depending on load, paid by the naive scan and the
@@ -36,6 +40,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 NAIVE = """
 import sys, torch
@@ -112,9 +117,60 @@ def in_process(root: Path, files: list[Path], workers: int, kind: str) -> float:
     contract = load_contract(root / "bench.yaml")
     units = plan(contract, files, sample=None, checks=("structure", "values", "norms"))
     start = time.perf_counter()
-    found = [f for _, fs in iter_units(units, Runner(), workers, kind) for f in fs]  # type: ignore[arg-type]
+    done = iter_units(units, Runner(), workers, kind)  # type: ignore[arg-type]
+    found = [f for _, checked in done for f in checked.findings]
     assert not found, found[:3]
     return time.perf_counter() - start
+
+
+def where_time_goes(root: Path, paths: list[Path], whole_one: float) -> list[tuple[str, float]]:
+    """One core, in this process, over every file: what each stage of the check costs.
+    ``whole_one``: the whole command on one file (start-up plus that file)."""
+    from pytest_eagle_contract.shards.mapped import read_stored
+    from pytest_eagle_contract.shards.stats import CHUNK_ELEMENTS, token_norms
+
+    def states(data: Any) -> list[Any]:  # speculators v1: a list of [T, H] states
+        return list(data["hidden_states"])
+
+    start = time.perf_counter()
+    held = [read_stored(p) for p in paths]
+    parse = time.perf_counter() - start
+    start = time.perf_counter()
+    for data in held:
+        for h in states(data):
+            for _ in h.chunks(max(1, CHUNK_ELEMENTS // h.shape[-1])):
+                pass
+    read = time.perf_counter() - start
+    start = time.perf_counter()
+    for data in held:
+        for h in states(data):
+            token_norms(h)
+    norms = time.perf_counter() - start
+    del held
+    from pytest_eagle_contract.shards.stored import Stored
+
+    opened = Stored._open
+    Stored._open = lambda self: None  # type: ignore[method-assign]  # the map's views
+    try:
+        start = time.perf_counter()
+        for path in paths:
+            for h in states(read_stored(path)):
+                token_norms(h)
+        mapped = time.perf_counter() - start
+    finally:
+        Stored._open = opened  # type: ignore[method-assign]
+    checks = in_process(root, paths, 1, "process")
+    per_file = checks / len(paths)
+    return [
+        ("start-up (one file's command minus one file's checks)", whole_one - per_file),
+        ("open, map, parse the zip and pickle", parse),
+        ("read the states (pread, cache-sized chunks)", read),
+        ("widen and reduce (the norm kernel)", norms - read),
+        ("the rest of the checks (verdicts, quantiles)", checks - parse - norms),
+        ("all the checks, one core", checks),
+        ("  side by side: the norms by pread (now)", norms),
+        ("  side by side: the norms over the map, faulted in (before)", mapped),
+    ]
 
 
 def compiled() -> None:
@@ -180,6 +236,12 @@ def main() -> None:
             name = f"in-process pool of {args.workers} {kinds}"
             took = in_process(args.dir, paths, args.workers, kind)
             best[name] = min(best.get(name, took), took)
+    one = [py, "-c", CHECK, "check", contract, files[0], "--sample", "all", "-q", "--workers", "1"]
+    whole_one = min(run([*one, "--no-sharpness"])[0] for _ in range(args.repeat))
+    stages = min(
+        (where_time_goes(args.dir, paths, whole_one) for _ in range(args.repeat)),
+        key=lambda rows: rows[-1][1],
+    )
     shard_mb = paths[0].stat().st_size / 2**20
     print(
         f"{len(paths)} shards, {gb:.2f} GB ({shard_mb:.0f} MiB each), {os.cpu_count()} cores, "
@@ -197,6 +259,9 @@ def main() -> None:
             f"{best['cat > /dev/null'] / took:>7.0%}  {peak}"
         )
     print(f"goal: worker peak <= one shard + 300 MiB = {shard_mb + 300:.0f} MiB")
+    print(f"\nwhere the time goes: one core, {gb:.2f} GB (in-process; start-up: whole commands)")
+    for name, took in stages:
+        print(f"{name:<60}{took:>7.3f} s")
     print(
         f"\nsteady state: {len(files)} files minus the first {len(few)} "
         f"({gb - gb_few:.2f} GB), start-up cancelled out"

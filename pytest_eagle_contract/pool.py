@@ -1,7 +1,7 @@
 """Work over many shard files on every core: a pool of worker processes (or threads).
 
 Each task is one shard file, read once and dropped before the next, so a worker holds at
-most one shard. Most shard checks run on numpy without torch (shards/stored.py); where torch
+most one shard. Most shard checks run on numpy without torch (shards/mapped.py); where torch
 is used, workers run it with one intra-op thread: the cores are shared between files, not
 inside one (small chunked reductions only lose to thread hand-offs).
 Processes are the default: on 2 cores benchmarks/bench_throughput.py measured 64 shards
@@ -46,7 +46,7 @@ def workers_option(value: int | None) -> int:
 
 def one_thread() -> None:
     """torch, when it is in use, on one intra-op thread (most shard checks never import it:
-    see shards/stored.py)."""
+    see shards/mapped.py)."""
     torch = sys.modules.get("torch")
     if torch is not None:
         torch.set_num_threads(1)

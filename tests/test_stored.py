@@ -31,9 +31,10 @@ from pytest_eagle_contract.errors import ShardReadError
 from pytest_eagle_contract.shards import reading
 from pytest_eagle_contract.shards.formats import FORMATS
 from pytest_eagle_contract.shards.inspection import inspect_shard
+from pytest_eagle_contract.shards.mapped import read_stored
 from pytest_eagle_contract.shards.reading import comparable, read_sample
 from pytest_eagle_contract.shards.stats import norm_stats, token_norms
-from pytest_eagle_contract.shards.stored import Stored, read_stored
+from pytest_eagle_contract.shards.stored import Stored
 from pytest_eagle_contract.shards.writing import write_shard
 
 DTYPES = [
@@ -286,6 +287,51 @@ def test_token_norms_match_float64(dtype: torch.dtype, width: int) -> None:
     for kind in (x, x.t().contiguous().t(), Stored(str(dtype)[6:], _raw(x))):
         got = token_norms(kind)  # type: ignore[arg-type]
         np.testing.assert_allclose(got, want, rtol=2e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("suffix", [".pt", ".safetensors"])
+def test_norms_read_the_file_in_chunks_and_match_float64(
+    tmp_path: Path, dtype: torch.dtype, suffix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A mapped state's norms read its bytes from the file (pread, a chunk of rows at a
+    time, rows not a multiple of the chunk), and equal float64's."""
+    x = _values(dtype, (301, 64), seed=3)
+    path = tmp_path / f"x{suffix}"
+    if suffix == ".pt":
+        torch.save({"h": [x]}, path)
+    else:
+        save_file({"h": x}, str(path))
+    data = read_stored(path)
+    assert data is not None
+    h = data["h"][0] if suffix == ".pt" else data["h"]
+    assert h.place is not None and h.place.path == str(path)
+    reads = []
+    real = os.preadv
+    monkeypatch.setattr(os, "preadv", lambda fd, bufs, at: reads.append(at) or real(fd, bufs, at))
+    monkeypatch.setattr("pytest_eagle_contract.shards.stats.CHUNK_ELEMENTS", 64 * 40)
+    got = token_norms(h)
+    np.testing.assert_allclose(got, x.double().norm(dim=-1).numpy(), rtol=2e-6)
+    row = x.element_size() * 64
+    assert reads == [h.place.offset + start * row for start in range(0, 301, 40)]
+
+
+def test_a_file_replaced_after_mapping_is_not_read_again(tmp_path: Path) -> None:
+    """The norms are those of the bytes mapped: a file put in the shard's place (another
+    inode, a FIFO that would block a plain open) is not read; the map's view is."""
+    x = _values(torch.bfloat16, (50, 32), seed=1)
+    path = tmp_path / "x.pt"
+    torch.save({"h": [x]}, path)
+    data = read_stored(path)
+    assert data is not None
+    h = data["h"][0]
+    torch.save({"h": [x * 4]}, tmp_path / "other.pt")
+    os.replace(tmp_path / "other.pt", path)
+    want = x.double().norm(dim=-1).numpy()
+    np.testing.assert_allclose(token_norms(h), want, rtol=2e-6)
+    path.unlink()
+    os.mkfifo(path)
+    np.testing.assert_allclose(token_norms(h), want, rtol=2e-6)  # and no hang
 
 
 def _raw(x: torch.Tensor) -> np.ndarray:

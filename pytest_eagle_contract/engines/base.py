@@ -10,7 +10,6 @@ runs ``resolve`` backwards: which ids make it feed given layers.
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 import importlib.util
 import json
 from abc import ABC, abstractmethod
@@ -144,9 +143,11 @@ def installed_version(distribution: str) -> str | None:
     once: ``reachable`` resolves hundreds of candidates)."""
     if importlib.util.find_spec(distribution) is None:
         return None
+    from importlib import metadata  # 20 ms to import: only when a version is looked up
+
     try:
-        return importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
         return None
 
 

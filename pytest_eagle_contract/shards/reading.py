@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ShardReadError
 from .formats import FORMATS, Format, Slot, detect, dtype_name
-from .stored import Array, Stored, is_array, read_stored, to_torch
+from .mapped import read_stored
+from .stored import Array, Stored, is_array, to_torch
 
 if TYPE_CHECKING:
     import numpy as np

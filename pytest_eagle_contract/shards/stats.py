@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     import numpy as np
     import torch
 
-    from .stored import Array
+    from .stored import Array, Stored
 
 MAX_WIDTH = 1 << 20  # 32 times any model's hidden size: a wider "state" gets no norms
 CHUNK_ELEMENTS = 1 << 19  # 2 MiB of float32 per chunk: stays in L2 (73 rows at H=7168)
@@ -42,91 +42,100 @@ def token_norms(x: Array) -> np.ndarray[Any, np.dtype[np.float32]]:
     """L2 norm of every row of a [T, H] tensor (torch or stored), as float32 [T], a chunk
     of rows at a time.
 
-    Each chunk is widened into reused float32 buffers (:data:`CHUNK_ELEMENTS`, sized to stay
-    in cache) and reduced there: no float32 copy of the whole tensor exists. A row whose
-    squares overflow float32 is summed again in float64."""
-    import numpy as np
-
-    rows = x.shape[0]
-    if rows == 0:
-        return np.empty(0, np.float32)
-    squares, row64 = _reader(x)
-    out = np.empty(rows, np.float32)
-    step = max(1, CHUNK_ELEMENTS // max(1, x.shape[-1]))
-    with np.errstate(over="ignore", invalid="ignore"):  # overflow is summed again below
-        for start in range(0, rows, step):
-            squares(start, min(start + step, rows), out[start : start + step])
-    np.sqrt(out, out=out)
-    for r in np.flatnonzero(np.isinf(out)):  # a finite row whose squares overflowed float32
-        row = row64(int(r))
-        out[r] = np.sqrt(np.dot(row, row))
-    return out
-
-
-Squares = Callable[[int, int, Any], None]  # rows start:stop's sums of squares into out
-Row64 = Callable[[int], Any]  # one row as float64
-
-
-def _reader(x: Array) -> tuple[Squares, Row64]:
-    """How to sum the squares of ``x``'s rows a chunk at a time, and to read one row in
-    float64. numpy reads the dtypes it holds (bfloat16 as bits); the others (float8,
-    complex) are widened by torch a chunk at a time."""
+    Each chunk is read (:meth:`.stored.Stored.chunks`: from the file into a buffer that
+    stays in cache, where the file is known), widened into reused float32 buffers
+    (:data:`CHUNK_ELEMENTS`, sized to stay in cache) and reduced there: no float32 copy of
+    the whole tensor exists. A row whose squares overflow float32 is summed again in float64."""
     import numpy as np
 
     from .stored import Stored
 
-    width = x.shape[-1]
-    buffer = np.empty((max(1, min(x.shape[0], CHUNK_ELEMENTS // max(1, width))), width), np.float32)
+    rows, width = x.shape[0], x.shape[-1]
+    if rows == 0:
+        return np.empty(0, np.float32)
+    out = np.empty(rows, np.float32)
+    step = max(1, CHUNK_ELEMENTS // max(1, width))
+    buffer = np.empty((min(rows, step), width), np.float32)
+    stored = x if isinstance(x, Stored) else Stored.of(x)
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow is summed again below
+        if stored is None:  # a torch dtype numpy lacks (float8, complex): torch widens it
+            import torch
 
-    def reduce(into: Any, out: Any) -> None:
-        np.vecdot(into, into, out=out)  # a BLAS dot per row: faster than einsum
+            tensor: Any = x
+            for start in range(0, rows, step):
+                into = buffer[: min(step, rows - start)]
+                into[...] = _real(tensor[start : start + step], torch.float32).numpy()
+                _reduce(into, out[start : start + len(into)])
+        else:
+            squares = _squares(stored, buffer)
+            for start, chunk in stored.chunks(step):
+                squares(chunk, out[start : start + len(chunk)])
+    np.sqrt(out, out=out)
+    for r in np.flatnonzero(np.isinf(out)):  # a finite row whose squares overflowed float32
+        row = _row64(x, stored, int(r))
+        out[r] = np.sqrt(np.dot(row, row))
+    return out
 
-    if isinstance(x, Stored):
-        stored: Stored | None = x
-    else:
-        tensor = x
-        stored = Stored.of(tensor)
-    if stored is None:  # a torch dtype numpy lacks
+
+Squares = Callable[[Any, Any], None]  # a chunk of raw rows' sums of squares into out
+
+
+def _reduce(into: Any, out: Any) -> None:
+    import numpy as np
+
+    np.vecdot(into, into, out=out)  # a BLAS dot per row: faster than einsum
+
+
+def _row64(x: Array, stored: Stored | None, r: int) -> Any:
+    """Row ``r`` in float64."""
+    import numpy as np
+
+    if stored is None:
         import torch
 
-        def by_torch(start: int, stop: int, out: Any) -> None:
-            into = buffer[: stop - start]
-            into[...] = _real(tensor[start:stop], torch.float32).numpy()
-            reduce(into, out)
+        return _real(x[r], torch.float64).numpy()  # type: ignore[arg-type]
+    return stored[r].values().astype(np.float64)
 
-        return by_torch, lambda r: _real(tensor[r], torch.float64).numpy()
 
-    def row64(r: int) -> Any:
-        return stored[r].values().astype(np.float64)
+def _squares(stored: Stored, buffer: Any) -> Squares:
+    """How to sum the squares of a chunk of ``stored``'s raw rows: numpy widens the dtypes
+    it holds (bfloat16 as bits) into ``buffer``, a chunk at a time."""
+    import numpy as np
 
-    raw = stored.raw
+    from .stored import widen_bf16
+
+    raw, width = stored.raw, stored.raw.shape[-1]
     if stored.dtype == "bfloat16" and width % 2 == 0 and raw.strides[-1] == 2:
-        return _bf16_pairs(raw, buffer, reduce), row64
+        return _bf16_pairs(buffer)
 
-    def by_numpy(start: int, stop: int, out: Any) -> None:
-        reduce(stored[start:stop].values(buffer[: stop - start]), out)
+    def by_numpy(chunk: Any, out: Any) -> None:
+        into = buffer[: len(chunk)]
+        if stored.dtype == "bfloat16":
+            widen_bf16(chunk, into)
+        else:
+            np.copyto(into, chunk, casting="unsafe")
+        _reduce(into, out)
 
-    return by_numpy, row64
+    return by_numpy
 
 
-def _bf16_pairs(raw: Any, buffer: Any, reduce: Callable[[Any, Any], None]) -> Squares:
+def _bf16_pairs(buffer: Any) -> Squares:
     """Sums of squares of bfloat16 rows read two elements (one uint32 word) at a time: the
     high element is the word with its low half cleared, the low one the word shifted up, so
     neither needs widening (about a fifth faster than widening each element)."""
     import numpy as np
 
-    words = raw.view(np.uint32)
-    rows, half = buffer.shape[0], words.shape[-1]
+    rows, half = buffer.shape[0], buffer.shape[1] // 2
     flat = buffer.view(np.uint32).reshape(-1)  # two contiguous [rows, H/2] halves
     high, low = flat[: rows * half].reshape(rows, half), flat[rows * half :].reshape(rows, half)
-    more = np.empty(buffer.shape[0], np.float32)
+    more = np.empty(rows, np.float32)
 
-    def squares(start: int, stop: int, out: Any) -> None:
-        n = stop - start
-        np.bitwise_and(words[start:stop], 0xFFFF0000, out=high[:n])
-        np.left_shift(words[start:stop], 16, out=low[:n])
-        reduce(high[:n].view(np.float32), out)
-        reduce(low[:n].view(np.float32), more[:n])
+    def squares(chunk: Any, out: Any) -> None:
+        n, words = len(chunk), chunk.view(np.uint32)
+        np.bitwise_and(words, 0xFFFF0000, out=high[:n])
+        np.left_shift(words, 16, out=low[:n])
+        _reduce(high[:n].view(np.float32), out)
+        _reduce(low[:n].view(np.float32), more[:n])
         out += more[:n]
 
     return squares

@@ -236,7 +236,7 @@ def test_step_summary_when_the_env_var_is_set(repo, shards, capsys, monkeypatch)
     assert "### Findings by rule" in text
     assert "| EC401 | norm-out-of-bounds | error | 9 | 3: `rows_0-2000/data_0.ckpt`, " in text
     assert "### Layout: training (specforge) vs sglang 0.5.13..0.5.23" in text
-    assert "| 0 | residual:2 | residual:2 | ok |" in text
+    assert "| 0 | residual:2 (declared, unproven) | residual:2 | ok |" in text
 
 
 def test_no_annotations_outside_actions(repo, shards, capsys):
@@ -563,3 +563,53 @@ def test_measure_reads_the_probe_families_estimates(repo):
     contract = load_contract(repo / "contracts" / "demo.yaml")
     (got,) = measure(CheckRun(contract, [unit], [], "summary")).probe
     assert got == served
+
+
+# -- the layout, as every view shows it ---------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAS_MATPLOTLIB, reason="the HTML report needs matplotlib")
+def test_every_layout_view_shows_what_the_reference_capture_proved(
+    repo, shards, tmp_path, monkeypatch
+):
+    """On the buggy set, proven by reference capture: EC501 says the trainer feeds embed,
+    residual:2, residual:4; the JSON layout, the HTML table and the step summary say the
+    same (each row marked proven, with the declared layer beside it), never `ok`."""
+    summary = tmp_path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    contract = repo / "contracts" / "demo.yaml"
+    args = ["check", str(contract), str(shards / "embed-in-front"), "--sample", "all"]
+    model = ["--target-model", str(shards / "target"), "--reference-capture"]
+    outputs = ["--json", str(tmp_path / "r.json"), "--report", str(tmp_path / "r.html")]
+    assert main([*args, *model, *outputs, "--annotations", "github"]) == 1
+    data = _valid(tmp_path / "r.json")
+    (ec501,) = {f["message"] for f in data["findings"] if f["code"] == "EC501"}
+    assert "trained on embed, residual:2, residual:4" in ec501
+    (span,) = data["layout"]
+    assert span["training"] == ["embed", "residual:2", "residual:4"] and not span["same"]
+    assert span["declared"] == ["residual:2", "residual:4", "residual:5"]
+    assert span["proven"] == [True] * 3 and "reference capture" in span["evidence"]
+    page = (tmp_path / "r.html").read_text()
+    rows = [
+        'embed (proven; declared residual:2)</td><td>residual:2</td><td class="differs">DIFFERS',
+        'residual:4 (proven; declared residual:5)</td><td>residual:5</td><td class="differs">DIFF',
+    ]
+    assert all(row in page for row in rows), page[page.find("Layout:") :][:2000]
+    md = summary.read_text()
+    assert "| 0 | embed (proven; declared residual:2) | residual:2 | **DIFFERS** |" in md
+
+
+def test_declared_layers_are_marked_unproven_where_nothing_proved_them(repo, shards, tmp_path):
+    report = tmp_path / "r.json"
+    contract = repo / "contracts" / "demo.yaml"
+    code = main(["check", str(contract), str(shards / "good"), "--json", str(report), "-q"])
+    assert code == 0
+    (span,) = _valid(report)["layout"]
+    assert span["same"] and span["training"] == span["declared"]
+    assert span["proven"] == [False] * 3 and "evidence" not in span
+    run = CheckRun(load_contract(contract), [], [], "")
+    from pytest_eagle_contract.reports.layout import TrainingSide, layout_spans
+
+    (only,) = layout_spans(run.contract, TrainingSide.of(run))
+    assert only.rows()[0] == ("0", "residual:2 (declared, unproven)", "residual:2", "ok")

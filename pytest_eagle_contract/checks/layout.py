@@ -184,6 +184,22 @@ def check_layout(
 def _run(runner: Resources, unit: Unit) -> list[Finding]:
     """Layout, with a sampled shard's norms (and identities, given the target's weights)
     behind the hints."""
+    stats_of, identified, notes = _evidence(runner, unit)
+    found = check_layout(unit.contract, runner.settings.serving_args, stats_of, identified)
+    return [*notes, *found]
+
+
+Evidence = tuple[Callable[[int], object] | None, dict[int, Any] | None, list[Finding]]
+
+
+def _evidence(runner: Resources, unit: Unit) -> Evidence:
+    """The sampled shard's norms, and each slot's identity from a reference capture (once
+    per run: the check and the reports' measure share it), with why a capture did not run."""
+    key = ("layout evidence", unit.contract.path, unit.evidence)
+    return runner.once(key, lambda: _gather(runner, unit))
+
+
+def _gather(runner: Resources, unit: Unit) -> Evidence:
     contract = unit.contract
     stats_of = None
     identified = None
@@ -216,7 +232,31 @@ def _run(runner: Resources, unit: Unit) -> list[Finding]:
                             file=shard.label,
                         )
                     )
-    return [*notes, *check_layout(contract, runner.settings.serving_args, stats_of, identified)]
+    return stats_of, identified, notes
+
+
+def training_side(runner: Resources, unit: Unit) -> dict[str, Any]:
+    """For the reports: the layer at each fc position, proven where the reference capture
+    identified its slot (:class:`..reports.layout.TrainingSide`), else declared."""
+    training = unit.contract.training
+    if training is None:
+        return {}
+    _, identified, _ = _evidence(runner, unit)
+    declared = [str(training.slots[i].layer) for i in training.fc_input]
+    found = identified or {}
+    return {
+        "training_side": {
+            "declared": declared,
+            "layers": [
+                str(found[i].best.layer) if i in found else d
+                for i, d in zip(training.fc_input, declared, strict=True)
+            ],
+            "proven": [i in found for i in training.fc_input],
+            "evidence": f"reference capture of the target on {unit.evidence_label}"
+            if found
+            else "",
+        }
+    }
 
 
 FAMILY = CheckFamily(
@@ -233,4 +273,5 @@ FAMILY = CheckFamily(
     ),
     run=_run,
     needs=frozenset({"serving"}),
+    measure=training_side,
 )

@@ -4,9 +4,10 @@ planner's ``Runner`` provides them: shards read once, the target opened once, ca
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from ..capture.files import CaptureIndex
@@ -48,6 +49,9 @@ class Settings:
     curve: bool = False  # measure the target's per-layer norm curve (an HTML report wants it)
 
 
+T = TypeVar("T")
+
+
 class Resources(Protocol):
     """What a family may ask of the run (:class:`..plan.planner.Runner`)."""
 
@@ -69,4 +73,9 @@ class Resources(Protocol):
 
     def first_time(self, key: object) -> bool:
         """True the first time ``key`` is asked for in this run (a measure taken once)."""
+        ...
+
+    def once(self, key: object, make: Callable[[], T]) -> T:
+        """``make()``, made once per run for ``key`` (what a family's check and its measure
+        share)."""
         ...

@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..checks.unit import Settings, Unit
 from ..contract.model import Contract
 from ..errors import EagleContractError, UsageError
 from ..findings import Finding, finding
 from ..shards.discovery import DEFAULT_SAMPLE, Sampling, shard_paths
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from ..capture.files import CaptureIndex
@@ -149,6 +151,7 @@ class Runner:
         self._captures: CaptureIndex | None = None
         self._estimates: dict[Path, list[Estimate]] = {}
         self._asked: set[object] = set()
+        self._once: dict[object, Any] = {}
 
     def captures(self) -> CaptureIndex:
         """The capture files, indexed once per run."""
@@ -217,6 +220,12 @@ class Runner:
             assert target is not None  # the planner runs the probe only with a target
             self._estimates[contract.path] = probe_contract(contract, target)
         return self._estimates[contract.path]
+
+    def once(self, key: object, make: Callable[[], T]) -> T:
+        """``make()``, made once per run for ``key`` (what two steps of one family share)."""
+        if key not in self._once:
+            self._once[key] = make()
+        return self._once[key]  # type: ignore[no-any-return]
 
     def first_time(self, key: object) -> bool:
         if key in self._asked:

@@ -183,7 +183,7 @@ def step_summary(runs: Sequence[CheckRun], shown: int = 5) -> str:
     """Markdown: per contract the verdict, findings grouped by rule (with the shards
     affected) and the layout side by side per engine version."""
     from ..render import display_path
-    from .layout import layout_spans
+    from .layout import TrainingSide, layout_spans
 
     parts: list[str] = []
     for run in runs:
@@ -228,13 +228,13 @@ def step_summary(runs: Sequence[CheckRun], shown: int = 5) -> str:
                     if f.details:
                         parts += ["", "```", f.details, "```", ""]
                 parts += ["", "</details>", ""]
-        for span in layout_spans(run.contract):
+        for span in layout_spans(run.contract, TrainingSide.of(run)):
             fmt = run.contract.training.format if run.contract.training else ""
             parts += [f"### Layout: training ({fmt}) vs {span.label}", ""]
             if span.refused:
                 parts += [f"refused: {_cell(span.refused)}", ""]
                 continue
-            parts += ["| fc pos | training (declared) | serving | |", "|---:|---|---|---|"]
+            parts += ["| fc pos | training | serving | |", "|---:|---|---|---|"]
             parts += [
                 f"| {p} | {a} | {b} | {'ok' if s == 'ok' else '**DIFFERS**'} |"
                 for p, a, b, s in span.rows()

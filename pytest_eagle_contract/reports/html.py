@@ -114,19 +114,17 @@ def _finding(f: Finding, shards: list[str]) -> str:
 
 
 def _layout(run: CheckRun) -> list[str]:
-    from .layout import layout_spans
+    from .layout import TrainingSide, layout_spans
 
     out = []
     fmt = run.contract.training.format if run.contract.training else ""
-    for span in layout_spans(run.contract):
+    for span in layout_spans(run.contract, TrainingSide.of(run)):
         out.append(f"<h3>Layout: training ({escape(fmt)}) vs {escape(span.label)}</h3>")
         if span.refused:
             out.append(f"<p>refused: {escape(span.refused)}</p>")
             continue
         out.append(
-            _table(
-                ["fc pos", "training (declared)", "serving", ""], [list(row) for row in span.rows()]
-            )
+            _table(["fc pos", "training", "serving", ""], [list(row) for row in span.rows()])
         )
     return out
 

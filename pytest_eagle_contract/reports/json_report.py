@@ -19,7 +19,7 @@ SCHEMA_FILE = "report-v1.schema.json"
 
 def check_report(run: CheckRun) -> dict[str, Any]:
     """One contract's check: verdict, engine, layout per engine version, units, findings."""
-    from .layout import layout_spans
+    from .layout import TrainingSide, layout_spans
     from .run import content_sha256
 
     contract = run.contract
@@ -36,7 +36,7 @@ def check_report(run: CheckRun) -> dict[str, Any]:
         "not_run": run.not_run,
         "summary": run.summary,
         "engine": None if serving is None else {"name": serving.engine, "version": serving.version},
-        "layout": [span.to_dict() for span in layout_spans(contract)],
+        "layout": [span.to_dict() for span in layout_spans(contract, TrainingSide.of(run))],
         "units": [
             {"check": u.check, "shard": u.shard, "findings": [f.to_dict() for f in u.findings]}
             for u in run.units

@@ -38,6 +38,7 @@ KINDS: dict[str, tuple[str, ...]] = {
         "test_strategies",
     ),
     "cli": (
+        "test_action",
         "test_audit",
         "test_audit_ray",
         "test_baseline",

@@ -44,12 +44,14 @@ def _refuse(flag: str, path: Path, why: str) -> UsageError:
 class Rules(TypedDict, total=False):
     """What :func:`checked_output` allows (the module's rules): ``reads``, the run's :func:`inputs`;
     ``replace``, an existing file may be replaced; ``ours``, it may where its first 4 KiB
-    hold these bytes; ``force``, the flag that allows replacing (named in the refusal);
+    hold these bytes (``kind``: what such a file is, for the refusal; default a report of
+    this tool); ``force``, the flag that allows replacing (named in the refusal);
     ``parents``, its folder may be missing (:func:`write_text` creates it)."""
 
     reads: Sequence[Path]
     replace: bool
     ours: bytes | None
+    kind: str
     force: str
     parents: bool
 
@@ -79,7 +81,8 @@ def checked_output(path: Path, flag: str, **rules: Unpack[Rules]) -> Path:
         empty = real.stat().st_size == 0  # nothing to lose (a `mktemp` name)
         ours = rules.get("ours")
         if not (rules.get("replace") or empty or (ours is not None and ours in _head(real))):
-            what = "the file exists" + (" and is not a report of this tool" if ours else "")
+            kind = rules.get("kind", "a report of this tool")
+            what = "the file exists" + (f" and is not {kind}" if ours else "")
             force = rules.get("force")
             also = f", or add {force}" if force else ""
             raise _refuse(flag, path, f"{what}; remove it or choose another path{also}")

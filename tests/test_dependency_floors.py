@@ -53,6 +53,8 @@ SAFE: dict[str, tuple[str, str]] = {
     "pytest-xdist": ("3", "none known"),
     "hypothesis": ("6", "none known"),
     "matplotlib": ("3.8", "none known"),
+    "pre-commit": ("4.0", "none known"),
+    "virtualenv": ("20.26.6", "CVE-2024-53899 activation-script command injection (20.26.6)"),
     "ruff": ("0.6", "none known"),
     "mypy": ("1.10", "none known"),
     "types-pyyaml": ("0", "stubs only"),

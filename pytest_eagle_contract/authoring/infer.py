@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..contract.model import schema_path
+from ..contract.model import schema_id
 from ..engines.sglang_table import RELEASES
 from ..errors import EagleContractError, UsageError
 from ..layers import Layer
@@ -301,7 +301,7 @@ class _Drafting:
         capture, whose cut pairs say why the capture is on."""
         obs, n = self.obs, len(self.named)
         out = [
-            f"# yaml-language-server: $schema={self.schema_ref or schema_path()}",
+            f"# yaml-language-server: $schema={self.schema_ref or schema_id()}",
             f"# Drafted by `eagle-contract infer` from {obs.shards} shard(s). Review every line:",
             "# each slot's layer says where it came from; the bounds are measured (a prediction of",
             "# a fresh shard's median from these shards' medians and lengths, at least their range",

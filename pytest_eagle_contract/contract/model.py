@@ -139,6 +139,16 @@ def schema_path() -> Path:
     return Path(str(resources.files(__package__).joinpath("schema", SCHEMA_FILE)))
 
 
+SCHEMA_MARK = b'"title": "pytest-eagle-contract contract'  # in the first 4 KiB of every copy
+
+
+def schema_id() -> str:
+    """The schema's ``$id``: the same in every copy, whatever folder it sits in."""
+    import json
+
+    return str(json.loads(schema_path().read_text("utf-8"))["$id"])
+
+
 @cache
 def _validator() -> Any:
     """Draft 2020-12, except that ``integer`` means a YAML int (16.0 and true are not)."""

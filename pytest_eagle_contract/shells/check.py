@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from ..plan.request import CheckRequest
 
 
-def _run_check(
+def run_check(
     contract_path: Path,
     request: CheckRequest,
     *,
@@ -111,7 +111,7 @@ def check(args: argparse.Namespace) -> int:
         timeout=args.sglang_timeout,
         serving_args=args.serving_args,
     )
-    return _run_check(
+    return run_check(
         args.contract,
         request,
         quiet=args.quiet,
@@ -212,7 +212,7 @@ def demo(args: argparse.Namespace) -> int:
         request = CheckRequest.of(
             shards=[shards], sample=None, target_model=model, reference=bool(model)
         )
-        results[label] = _run_check(contract, request)
+        results[label] = run_check(contract, request)
     print(demo.probe_text(args.out / "probe"))
     took = time.perf_counter() - start
     ok = set(results.values()) == {EXIT_OK, EXIT_FINDINGS} and results["good"] == EXIT_OK

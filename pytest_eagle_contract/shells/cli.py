@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from ..contract.model import SCHEMA_FILE
 from ..errors import EagleContractError
 from . import audit, check, commands, matrix, probe
 from .args import (
@@ -57,6 +58,18 @@ def _parser() -> argparse.ArgumentParser:
     inf.add_argument("-o", "--output", type=Path, help="write here instead of stdout")
     inf.add_argument(
         "--force", action="store_true", help="let -o replace an existing file (never an input)"
+    )
+    inf.add_argument(
+        "--schema-file",
+        type=Path,
+        metavar="PATH",
+        help="with -o: the copy of the JSON Schema the contract's first line names, written "
+        f"or refreshed there (default {SCHEMA_FILE} beside the contract; commit it)",
+    )
+    inf.add_argument(
+        "--no-schema-file",
+        action="store_true",
+        help="write no schema copy; the first line names the schema's $id instead",
     )
     inf.add_argument("--name", help="contract name (default: the output file's stem)")
     add_format(inf)
@@ -220,6 +233,27 @@ def _parser() -> argparse.ArgumentParser:
 
     sch = sub.add_parser("schema", help="print the contract JSON Schema (for editors)")
     sch.add_argument("--path", action="store_true", help="print the schema file's path instead")
+    sch.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        metavar="PATH",
+        help=f"write it to PATH (e.g. contracts/{SCHEMA_FILE}, committed beside the "
+        "contracts), replacing only an earlier copy of it",
+    )
+
+    val = sub.add_parser(
+        "validate", help="validate contracts against the schema and their own rules (no torch)"
+    )
+    val.add_argument("contracts", nargs="+", type=Path, metavar="CONTRACT")
+    val.add_argument(
+        "--check",
+        action="store_true",
+        help="then check each valid contract's own training.shards (as `check --sample N`)",
+    )
+    val.add_argument(
+        "--sample", default="5", metavar="N|all", help="with --check: shards per contract (5)"
+    )
     return p
 
 
@@ -232,6 +266,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "record": commands.record,
     "demo": check.demo,
     "schema": commands.schema,
+    "validate": commands.validate,
     "probe": probe.probe,
     "audit": audit.audit,
     "matrix": matrix.matrix,

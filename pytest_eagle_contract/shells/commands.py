@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -75,7 +76,7 @@ def infer(args: argparse.Namespace) -> int:
     if args.output is not None:  # refused now, not after the draft
         outputs.checked_output(args.output, "-o", **rules)
 
-    from ..contract.model import schema_path
+    from ..contract.model import SCHEMA_FILE, SCHEMA_MARK
 
     here = (args.output or Path("drafted.yaml")).resolve().parent
 
@@ -83,10 +84,23 @@ def infer(args: argparse.Namespace) -> int:
         return None if path is None else os.path.relpath(path.resolve(), here)
 
     shards_ref = schema_ref = None
+    schema_file: Path | None = None
     if args.output is not None:
-        schema_ref = os.path.relpath(schema_path(), here)
+        if not args.no_schema_file:  # a copy beside the contract: a link that survives a commit
+            schema_file = args.schema_file or args.output.parent / SCHEMA_FILE
+            outputs.checked_output(
+                schema_file,
+                "--schema-file",
+                reads=rules["reads"],
+                ours=SCHEMA_MARK,
+                kind="a copy of the contract schema",
+                parents=True,
+            )
+            schema_ref = ref(schema_file)
         if len(args.paths) == 1:
             shards_ref = ref(args.paths[0])
+    elif args.schema_file is not None:
+        raise UsageError("--schema-file goes with -o (the contract's folder names it)")
     draft = draft_contract(
         args.paths,
         name=name,
@@ -113,6 +127,11 @@ def infer(args: argparse.Namespace) -> int:
     else:
         outputs.write_text(args.output, draft.text, "-o", **rules)
         print(f"wrote {args.output}", file=sys.stderr)
+        if schema_file is not None:
+            write_schema(schema_file, "--schema-file", reads=rules["reads"])
+            print(
+                f"wrote {schema_file} (the schema its first line names: commit it)", file=sys.stderr
+            )
     for note in draft.notes:
         print(f"eagle-contract infer: {note}", file=sys.stderr)
     if not draft.sharp:
@@ -308,5 +327,59 @@ def resolve(args: argparse.Namespace) -> int:
 def schema(args: argparse.Namespace) -> int:
     from ..contract.model import schema_path
 
+    if args.output is not None:
+        written = write_schema(args.output, "-o")
+        print(f"wrote the contract schema to {written}", file=sys.stderr)
+        return EXIT_OK
     print(schema_path() if args.path else schema_path().read_text("utf-8"), end="\n")
     return EXIT_OK
+
+
+def write_schema(path: Path, flag: str, *, reads: Sequence[Path] = ()) -> Path:
+    """A copy of the contract schema at ``path`` (an earlier copy is refreshed; any other
+    file there is refused), for editors to find beside committed contracts."""
+    from .. import outputs
+    from ..contract.model import SCHEMA_MARK, schema_path
+
+    return outputs.write_text(
+        path,
+        schema_path().read_text("utf-8"),
+        flag,
+        reads=reads,
+        ours=SCHEMA_MARK,
+        kind="a copy of the contract schema",
+        parents=True,
+    )
+
+
+def validate(args: argparse.Namespace) -> int:
+    """Each contract loaded as ``check`` loads it (YAML, the schema, its own rules): exit 2
+    when any is invalid, naming file:line:column; with ``--check``, each valid one is then
+    checked on its own shards."""
+    from ..contract.model import load_contract
+    from ..errors import ContractError
+
+    invalid, loaded = 0, []
+    for path in args.contracts:
+        try:
+            loaded.append(load_contract(path))
+        except (ContractError, UsageError) as exc:
+            invalid += 1
+            print(f"{path}: invalid contract:\n{exc}", file=sys.stderr)
+            continue
+        print(f"{path}: valid")
+    code = EXIT_USAGE if invalid else EXIT_OK
+    if not args.check:
+        return code
+    from ..plan.request import CheckRequest
+    from ..shards.discovery import parse_sample
+    from .check import run_check
+
+    request = CheckRequest.of(sample=parse_sample(args.sample))
+    for contract in loaded:
+        try:
+            code = max(code, run_check(contract.path, request))
+        except EagleContractError as exc:  # this contract's shards or target: the next goes on
+            print(f"{contract.path}: error: {exc}", file=sys.stderr)
+            code = EXIT_USAGE
+    return code

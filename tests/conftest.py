@@ -51,6 +51,7 @@ KINDS: dict[str, tuple[str, ...]] = {
         "test_inspect_many",
         "test_journey",
         "test_pre_commit",
+        "test_report_browser",
         "test_reports",
         "test_schema_home",
         "test_shipped",

@@ -16,9 +16,11 @@ if TYPE_CHECKING:
     from .run import CheckRun
 
 _STYLE = """
-body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222}
+body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222;
+padding:0 8px} .finding{overflow-wrap:anywhere}
 h1 .ok{color:#1a7f37} h1 .bad{color:#cf222e} code,pre{font:12px ui-monospace,monospace}
-table{border-collapse:collapse;margin:.5em 0} td,th{border:1px solid #ccc;padding:3px 8px;
+.scroll{overflow-x:auto;max-width:100%} table{border-collapse:collapse;margin:.5em 0}
+td,th{border:1px solid #ccc;padding:3px 8px;
 text-align:left} pre{overflow-x:auto} .differs{color:#cf222e;font-weight:bold}
 .finding{border-left:4px solid #cf222e;padding:2px 10px;margin:8px 0}
 .warning{border-color:#bf8700} span.warning{color:#9a6700} .hint{color:#555}
@@ -47,6 +49,7 @@ def render(runs: Sequence[CheckRun], measured: Sequence[Measurements]) -> str:
         body += _contract(run, m)
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>eagle-contract report</title><style>{_STYLE}</style></head><body>\n"
         + "\n".join(body)
         + "\n</body></html>\n"
@@ -178,7 +181,7 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
         + "</tr>"
         for row in rows
     )
-    return f"<table><tr>{head}</tr>{body}</table>"
+    return f'<div class="scroll"><table><tr>{head}</tr>{body}</table></div>'
 
 
 MARK = b"<title>eagle-contract report</title>"  # a previous page may be replaced

@@ -26,6 +26,7 @@ KINDS: dict[str, tuple[str, ...]] = {
         "test_contract_loading",
         "test_dependency_floors",
         "test_docs",
+        "test_docs_site",
         "test_draft",
         "test_evidence",
         "test_false_alarms",

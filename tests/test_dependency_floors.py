@@ -54,6 +54,8 @@ SAFE: dict[str, tuple[str, str]] = {
     "hypothesis": ("6", "none known"),
     "matplotlib": ("3.8", "none known"),
     "pre-commit": ("4.0", "none known"),
+    "mkdocs": ("1.6", "CVE-2021-40978 dev-server path traversal (1.2.3)"),
+    "mkdocs-material": ("9.5", "none known"),
     "virtualenv": ("20.26.6", "CVE-2024-53899 activation-script command injection (20.26.6)"),
     "ruff": ("0.6", "none known"),
     "mypy": ("1.10", "none known"),

@@ -613,3 +613,32 @@ def test_declared_layers_are_marked_unproven_where_nothing_proved_them(repo, sha
 
     (only,) = layout_spans(run.contract, TrainingSide.of(run))
     assert only.rows()[0] == ("0", "residual:2 (declared, unproven)", "residual:2", "ok")
+
+
+@pytest.mark.slow
+def test_the_layout_items_junit_properties_say_what_was_proven(project, shards):
+    """The JUnit view of the layout: the declared fc layers, and on the layout item the
+    layers the reference capture proved, as EC501 says them."""
+    result = project.runpytest(
+        "--eagle-contract",
+        "contracts/demo.yaml",
+        "--eagle-sample",
+        "1",
+        "--eagle-target-model",
+        str(shards / "target"),
+        "--eagle-reference-capture",
+        "--eagle-checks",
+        "layout",
+        "--junitxml=junit.xml",
+        "-p",
+        "no:cacheprovider",
+    )
+    assert result.parseoutcomes()["failed"] == 1
+    (case,) = [
+        c
+        for c in ET.parse(project.path / "junit.xml").getroot().iter("testcase")
+        if c.get("name") == "layout"
+    ]
+    props = {p.get("name"): p.get("value") for p in case.iter("property")}
+    assert props["eagle_fc_layers"] == "residual:2,residual:4,residual:5"
+    assert props["eagle_fc_layers_proven"] == "embed,residual:2,residual:4"

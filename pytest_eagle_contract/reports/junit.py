@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..contract.model import Contract
@@ -40,13 +40,24 @@ def _contract_properties(contract: Contract) -> tuple[tuple[str, str], ...]:
     return _BY_CONTRACT[contract.path]
 
 
-def properties(contract: Contract, findings: Sequence[Finding]) -> list[tuple[str, str]]:
-    """Contract name and content sha256, engine and version, the fc layers trained and
-    served per engine version, the rule codes found, the estimated acceptance lengths
-    where the findings carry them (:func:`.run.accept_lengths`)."""
+def properties(
+    contract: Contract, findings: Sequence[Finding], measured: Sequence[dict[str, Any]] = ()
+) -> list[tuple[str, str]]:
+    """Contract name and content sha256, engine and version, the fc layers declared and
+    served per engine version, on the layout item the fc layers a reference capture proved
+    (``eagle_fc_layers_proven``, ``?`` where it proved none), the rule codes found, the
+    estimated acceptance lengths where the findings carry them (:func:`.run.accept_lengths`)."""
     from .run import accept_lengths
 
     props = list(_contract_properties(contract))
+    for m in measured:
+        side = m.get("training_side")
+        if isinstance(side, dict) and any(side.get("proven", ())):
+            shown = [
+                str(layer) if proven else "?"
+                for layer, proven in zip(side["layers"], side["proven"], strict=False)
+            ]
+            props.append(("eagle_fc_layers_proven", ",".join(shown)))
     props.append(("eagle_rules", ",".join(sorted({f.code for f in findings}))))
     props += [
         (f"eagle_acceptance_length[{name}]", f"{value:.3f}")

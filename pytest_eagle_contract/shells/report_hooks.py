@@ -80,7 +80,9 @@ class ReportHooks:
         from ..reports.junit import properties
 
         findings = list(getattr(item, "findings", []))  # warnings of a passing item too
-        item.user_properties.extend(properties(item.unit.contract, findings))  # type: ignore[attr-defined]
+        measures = [m for _, _, m in results]
+        contract = item.unit.contract  # type: ignore[attr-defined]
+        item.user_properties.extend(properties(contract, findings, measures))
         outcome = yield
         units = [
             {
@@ -92,8 +94,7 @@ class ReportHooks:
             }
             for unit, found, measured in results
         ]
-        contract = str(item.unit.contract.path)  # type: ignore[attr-defined]
-        setattr(outcome.get_result(), _ATTR, {"contract": contract, "units": units})
+        setattr(outcome.get_result(), _ATTR, {"contract": str(contract.path), "units": units})
         results.clear()  # sent with the report: the item keeps nothing per unit it ran
 
     @pytest.hookimpl(trylast=True)

@@ -99,7 +99,8 @@ def test_the_witness_sits_in_the_overlap():
         demo, s1={"norm": NormBounds(demo.training.slots[1].norm.low, low2 * 1.1)}
     )
     norms = witness(contract, find_mutation(contract, "swap-slots[slots 1 and 2]"))
-    assert low2 < norms[1] < low2 * 1.1 and norms[1] == norms[2]
+    # each swapped slot inside its own good range and inside the bounds of the slot it moves to
+    assert all(low2 <= norms[i] <= low2 * 1.1 for i in (1, 2)), norms
 
 
 def test_a_contract_without_bounds_catches_only_structure():

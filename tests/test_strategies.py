@@ -289,9 +289,31 @@ def test_every_mutation_fails_the_demo_contract():
     assert _mutation_property(load_contract(shipped_contract()))[1] == set()
 
 
+# What the self-test says gets through contracts drafted without a target: on the
+# speculators shards the median grows x1.90 from residual:4 to residual:5, so a record at the
+# bottom of slot 1's bounds shifted one layer deeper lands 0.4 % inside the top of them (a
+# Hypothesis example, length 1, norms 1.26/2.19/4.37/10.74, found it before the self-test
+# judged the shifted slot against the bounds the check enforces; it now says so).
+ESCAPES = {"speculators": {"shift-layers[one deeper]"}}
+
+
 @pytest.mark.parametrize("fmt", list(shardgen.PIPELINES))
 def test_every_mutation_fails_contracts_drafted_by_infer(drafted, fmt):
-    assert _mutation_property(drafted[fmt])[1] == set()
+    """Every mutation the self-test calls caught is caught on every good record, and what
+    it says gets through is exactly what does."""
+    assert _mutation_property(drafted[fmt])[1] == ESCAPES.get(fmt, set())
+
+
+def test_the_shift_the_self_test_now_admits_really_gets_through(drafted):
+    contract = drafted["speculators"]
+    slots = (1.262275078125, 2.188998984375, 4.365097968750001, 10.73874609375)
+    record = build(
+        contract,
+        Recipe(seed=0, length=1, slots=tuple(SlotRecipe(n, 0.2, "dense") for n in slots)),
+    )
+    assert check_record(contract, record) == []
+    shifted = find_mutation(contract, "shift-layers[one deeper]").apply(record)
+    assert not [f for f in check_record(contract, shifted) if f.severity == "error"]
 
 
 def test_kimi_mutations_and_the_two_that_get_through(tmp_path):

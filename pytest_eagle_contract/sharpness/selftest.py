@@ -98,6 +98,14 @@ def _accept(contract: Contract, index: int) -> tuple[float, float]:
     return (0.0, math.inf) if slot.norm is None else rec.norm_range(slot)
 
 
+def _enforced(contract: Contract, index: int) -> tuple[float, float]:
+    """The median norms the check lets through for slot ``index`` (its bounds as written):
+    a mutated slot passes anywhere in them, the edges included."""
+    assert contract.training is not None
+    bounds = contract.training.slots[index].norm
+    return (0.0, math.inf) if bounds is None else (bounds.low, bounds.high)
+
+
 def _centers(contract: Contract) -> list[float]:
     assert contract.training is not None
     return [rec.center(*rec.norm_range(s)) for s in contract.training.slots]
@@ -113,6 +121,7 @@ def witness(contract: Contract, mutation: Mutation) -> list[float]:
     assert contract.training is not None
     n = len(contract.training.slots)
     ranges = [_accept(contract, j) for j in range(n)]
+    enforced = [_enforced(contract, k) for k in range(n)]
     norms = _centers(contract)
     if mutation.op != "slots" or len(mutation.slot_map) != n:
         return norms
@@ -120,7 +129,7 @@ def witness(contract: Contract, mutation: Mutation) -> list[float]:
         lo, hi = ranges[j]
         for k, entry in enumerate(mutation.slot_map):
             if isinstance(entry, Source) and entry.slot == j and k < n:
-                klo, khi = ranges[k]
+                klo, khi = enforced[k]  # what the check lets through, not the good range
                 lo, hi = max(lo, klo / entry.factor), min(hi, khi / entry.factor)
         if lo <= hi:
             norms[j] = rec.center(lo, hi)

@@ -15,6 +15,10 @@ _EXPORTS = {
     "Contract": "contract.model",
     "load_contract": "contract.model",
     "ContractError": "errors",
+    "ContractViolation": "errors",
+    "Guard": "guard.core",
+    "GuardedLoader": "guard.trainers",
+    "specforge_collator": "guard.trainers",
     "EagleContractError": "errors",
     "UsageError": "errors",
     "Finding": "findings",
@@ -38,9 +42,12 @@ __all__ = [
     "RULES",
     "Contract",
     "ContractError",
+    "ContractViolation",
     "EagleContractError",
     "EagleShard",
     "Finding",
+    "Guard",
+    "GuardedLoader",
     "Layer",
     "Resolution",
     "Sample",
@@ -55,6 +62,7 @@ __all__ = [
     "read_sample",
     "resolve",
     "run_units",
+    "specforge_collator",
 ]
 
 if TYPE_CHECKING:
@@ -63,8 +71,10 @@ if TYPE_CHECKING:
     from .checks.layout import check_layout
     from .contract.model import Contract, load_contract
     from .engines.resolve import Resolution, resolve
-    from .errors import ContractError, EagleContractError, UsageError
+    from .errors import ContractError, ContractViolation, EagleContractError, UsageError
     from .findings import RULES, Finding
+    from .guard.core import Guard
+    from .guard.trainers import GuardedLoader, specforge_collator
     from .layers import Layer
     from .models.target import TargetModel
     from .plan.planner import plan, run_units

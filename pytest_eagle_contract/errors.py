@@ -9,7 +9,9 @@
           ├── Unservable          the engine would not serve this case (EC510)
           ├── CaptureError        the server gave no usable capture (EC702-EC705)
           ├── CaptureFileError    a capture file is unreadable or inconsistent (EC707)
-          └── NoCapture           no capture of a shard exists (EC706)
+          ├── NoCapture           no capture of a shard exists (EC706)
+          └── ContractViolation   a training batch breaks the contract (the guard): the
+                                  batch's first finding, with its index and slot
 
 Problems found *in the data* are never exceptions: they are :class:`Finding` objects.
 A :class:`Problem` is a coded problem that is not raised (a launch-line lint, a resolver
@@ -23,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
-    from .findings import RuleCode
+    from .findings import Finding, RuleCode
 
 
 class EagleContractError(Exception):
@@ -130,3 +132,24 @@ class NoCapture(_OneCode):
     """Neither a live server nor the capture files hold a capture of the shard (EC706)."""
 
     rule = "EC706"
+
+
+class ContractViolation(CodedError):
+    """A training batch breaks the contract (raised by ``Guard.check``): ``finding`` is the
+    batch's first finding (``code``, ``slot`` are its own), ``batch`` the batch's index in
+    the run, ``findings`` every finding of that batch."""
+
+    def __init__(self, batch: int, findings: list[Finding]) -> None:
+        first = findings[0]
+        super().__init__(first.code, first.message, first.hint)
+        self.batch = batch
+        self.slot = first.slot
+        self.finding = first
+        self.findings = findings
+
+    def __str__(self) -> str:
+        from .render import format_finding
+
+        more = len(self.findings) - 1
+        tail = f"\n({more} more finding(s) in this batch: .findings)" if more else ""
+        return f"batch {self.batch} breaks the contract\n{format_finding(self.finding)}{tail}"

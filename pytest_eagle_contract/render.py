@@ -18,8 +18,8 @@ def format_finding(f: Finding) -> str:
     if f.contract:
         contract = display_path(f.contract)
         where.append(f"{contract}:{f.line}" if f.line else contract)
-    if f.file:
-        where.append(f"shard {f.file}")
+    if f.file:  # a shard's label, or the training guard's "batch I [row R]"
+        where.append(f.file if f.file.startswith("batch ") else f"shard {f.file}")
     if f.slot is not None:
         where.append(f"slot {f.slot}")
     if where:

@@ -18,6 +18,12 @@ if TYPE_CHECKING:
 
 
 def check_values(contract: Contract, shard: Shard) -> list[Finding]:
+    return check_ids_and_mask(contract, shard) + check_finite(contract, shard)
+
+
+def check_ids_and_mask(contract: Contract, shard: Shard) -> list[Finding]:
+    """EC301-EC303: the ids inside the vocabulary, the loss mask binary and not empty (the
+    training guard runs it on every batch, without the states' statistics)."""
     import numpy as np
 
     spec, sample = shard_input(contract, shard)
@@ -82,6 +88,14 @@ def check_values(contract: Contract, shard: Shard) -> list[Finding]:
                     "if such samples are intended",
                 )
             )
+    return out
+
+
+def check_finite(contract: Contract, shard: Shard) -> list[Finding]:
+    """EC304: NaN or Inf in a [T, H] slot, from the slot's norm statistics (computed once
+    per shard, shared with the norms family)."""
+    out: list[Finding] = []
+    at = partial(finding, contract=contract, file=shard.label)
     for slot in shard.slots:
         if slot.array.dim() != 2:
             continue

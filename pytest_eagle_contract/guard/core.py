@@ -1,0 +1,218 @@
+"""The training-loop guard: a contract held to every batch a trainer takes (docs/online.md).
+
+    guard = Guard("contracts/run7.yaml", warmup=100, every=100)
+    for batch in guard.wrap(loader):      # or guard.check(batch) in the loop
+        ...
+
+Each batch is split into rows (:mod:`.batch`) and checked by the shard families' own
+functions: structure (keys, dtypes, widths, slot count, lengths: EC1xx, EC2xx) and ids and
+mask (EC301-EC303) on every batch; finiteness (EC304) on every batch, through one cheap
+screen that computes the per-token statistics only when it fails; the norm profile (EC401)
+on the schedule's batches (:mod:`.profile`), keeping each slot's running profile.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal, TypeVar
+
+from ..checks.norms import check_norms
+from ..checks.structure import check_structure
+from ..checks.values import check_finite, check_ids_and_mask
+from ..contract.model import Contract, load_contract
+from ..errors import ContractViolation
+from ..shards.reading import widens
+from .batch import Rows, split_batch
+from .layouts import LAYOUT_NAMES, BatchLayout
+from .profile import RunningProfile, Schedule
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..findings import Finding
+    from ..shards.shard import Shard
+
+B = TypeVar("B")
+OnViolation = Literal["raise", "log", "skip"]
+LOGGER = logging.getLogger("pytest_eagle_contract.guard")
+_SCREENED = ("float32", "float16", "bfloat16", "float64")
+
+
+class Guard:
+    """Holds ``contract`` to each batch. ``on_violation``: ``raise`` a
+    :class:`~..errors.ContractViolation` at the first bad batch; ``log`` it (a warning on
+    the ``pytest_eagle_contract.guard`` logger) and count it; ``skip``: log, count, and
+    leave the batch out of :meth:`wrap`. ``layout``: how batches are read (``auto``: by
+    their keys; see :data:`.layouts.LAYOUTS`). ``start``: the index of the first batch (a
+    resumed run)."""
+
+    def __init__(
+        self,
+        contract: str | Path | Contract,
+        *,
+        warmup: int = 100,
+        every: int = 100,
+        on_violation: OnViolation = "raise",
+        layout: str = "auto",
+        logger: logging.Logger | None = None,
+        start: int = 0,
+    ) -> None:
+        self.contract = contract if isinstance(contract, Contract) else load_contract(contract)
+        if self.contract.training is None:
+            raise ValueError(f"{self.contract.path}: the guard needs a 'training' section")
+        self.schedule = Schedule(warmup, every)
+        if on_violation not in ("raise", "log", "skip"):
+            raise ValueError(f"on_violation is {on_violation!r}: raise, log or skip")
+        if layout not in LAYOUT_NAMES:
+            raise ValueError(f"layout is {layout!r}: one of {', '.join(LAYOUT_NAMES)}")
+        if type(start) is not int or start < 0:
+            raise ValueError(f"start is {start!r}: a batch index >= 0")
+        self.on_violation: OnViolation = on_violation
+        self.layout = layout
+        self.logger = logger or LOGGER
+        self.next_batch = start
+        self.checked = 0  # batches checked
+        self.profiled = 0  # of which the norm profile was measured on
+        self.violations = 0  # batches with a finding
+        self.last: ContractViolation | None = None
+        self.profiles: dict[int, RunningProfile] = {}
+        self._lock = threading.Lock()  # a collator may run in several loader threads
+
+    # -- the two ways in -------------------------------------------------------------------
+
+    def check(self, batch: object) -> list[Finding]:
+        """The findings of ``batch`` (the next batch index); raises
+        :class:`~..errors.ContractViolation` on one unless ``on_violation`` says otherwise.
+        A batch that is not a dict of tensors raises TypeError or ValueError."""
+        with self._lock:
+            index = self.next_batch
+            self.next_batch += 1
+            found = [f for f in self._findings(batch, index) if f.code not in self._waived]
+            self.checked += 1
+            if not found:
+                return found
+            self.violations += 1
+            self.last = ContractViolation(index, found)
+        if self.on_violation == "raise":
+            raise self.last
+        self.logger.warning("%s", self.last)
+        return found
+
+    def wrap(self, loader: Iterable[B]) -> Iterator[B]:
+        """``loader``'s batches, each checked before it is handed on (``skip``: a bad one is
+        not handed on)."""
+        for batch in loader:
+            if self.check(batch) and self.on_violation == "skip":
+                continue
+            yield batch
+
+    def summary(self) -> str:
+        """Batches checked, profiled and broken, and each slot's running profile."""
+        lines = [
+            f"{self.checked} batch(es) checked, {self.profiled} profiled, "
+            f"{self.violations} with findings"
+        ]
+        for slot, profile in sorted(self.profiles.items()):
+            lines.append(f"  slot {slot}: {profile.describe()}")
+        return "\n".join(lines)
+
+    # -- the checks ------------------------------------------------------------------------
+
+    @property
+    def _waived(self) -> dict[str, str]:
+        return self.contract.waivers
+
+    def _findings(self, batch: object, index: int) -> list[Finding]:
+        profile = self.schedule.profiles(index)
+        rows = split_batch(batch, self.contract, index, self.layout)
+        if rows.problems:
+            return rows.problems
+        contract = self._contract_for(rows)
+        out: list[Finding] = []
+        for shard in rows.shards:
+            out += check_structure(contract, shard)
+        if out:  # values and norms of a malformed batch would mislead
+            return out
+        for shard in rows.shards:
+            if _numeric(shard):
+                out += check_ids_and_mask(contract, shard)
+        if not profile and _finite(rows.states):
+            return out
+        if not all(t.device.type == "cpu" for t in rows.states):
+            rows = split_batch(batch, self.contract, index, self.layout, to_cpu=True)
+        for shard in rows.shards:
+            if not all(widens(slot.array.dtype) for slot in shard.slots):
+                continue  # a packed dtype (float4): EC201 said so, nothing to measure
+            out += check_finite(contract, shard)
+            if profile:
+                out += self._profile(contract, shard)
+        self.profiled += profile
+        return out
+
+    def _profile(self, contract: Contract, shard: Shard) -> list[Finding]:
+        """EC401 on the row, each finding's hint with the slot's running profile so far;
+        then the row's medians join the running profiles."""
+        found = [
+            dataclasses.replace(f, hint=f"{f.hint}; slot {f.slot} so far: {self._so_far(f)}")
+            for f in check_norms(contract, shard)
+        ]
+        for slot in shard.slots:
+            median = shard.stats(slot.index).median if slot.array.dim() == 2 else float("nan")
+            if median == median:  # not NaN
+                self.profiles.setdefault(slot.index, RunningProfile()).add(median)
+        return found
+
+    def _so_far(self, f: Finding) -> str:
+        profile = self.profiles.get(f.slot if f.slot is not None else -1)
+        return profile.describe() if profile else "not measured yet"
+
+    def _contract_for(self, rows: Rows) -> Contract:
+        """The contract as the batch's layout holds it: a trainer's batch holds the fc input
+        then the target, so the contract's must be slots 0..k-1 then k; a batch whose target
+        is logits is held to the fc input's slots alone."""
+        spec = self.contract.training
+        assert spec is not None
+        if not isinstance(rows.layout, BatchLayout):
+            return self.contract
+        k = len(spec.fc_input)
+        target = () if spec.target_slot is None else (spec.target_slot,)
+        if spec.fc_input != tuple(range(k)) or target not in ((), (k,)):
+            raise ValueError(
+                f"{self.contract.path}: a {rows.layout.name} holds the fc input then the "
+                f"target, but training.fc_input is {list(spec.fc_input)} and target_slot "
+                f"{spec.target_slot}: the guard reads trainer batches for contracts whose fc "
+                "input is slots 0..k-1 and target slot k"
+            )
+        if not rows.target_dropped:
+            return self.contract
+        fc_only = dataclasses.replace(spec, slots=spec.slots[:k], target_slot=None)
+        return dataclasses.replace(self.contract, training=fc_only)
+
+
+def _numeric(shard: Shard) -> bool:
+    """Whether the row's ids and mask can be read as numbers (a packed dtype cannot: EC201
+    names it)."""
+    sample = shard.sample
+    assert sample is not None
+    return all(t is None or widens(t.dtype) for t in (sample.ids, sample.mask))
+
+
+def _finite(states: list[torch.Tensor]) -> bool:
+    """Whether every state tensor is surely finite, from one float32 sum each (NaN and Inf
+    survive a sum; an overflow only sends the batch to the exact check)."""
+    import torch
+
+    sums = []
+    for t in states:
+        if not t.numel():
+            continue
+        kind = str(t.dtype).removeprefix("torch.")
+        if kind in _SCREENED:
+            sums.append(t.sum(dtype=torch.float32).reshape(1))
+        elif t.is_floating_point() or t.is_complex():
+            return False  # float8 and the like: the exact check widens them
+    return not sums or bool(torch.isfinite(torch.cat(sums)).all())

@@ -103,34 +103,38 @@ def _random_shard(rng: random.Random) -> dict[Any, Any]:
     return out
 
 
+CKPT = "rows_0-2000/data_0.ckpt"  # the bad shard's place under shards/
+
+
+def saved(obj: Any) -> bytes:
+    """``obj`` as torch.save writes it."""
+    with tempfile.TemporaryFile() as f:
+        torch.save(obj, f)
+        f.seek(0)
+        return f.read()
+
+
 def _shard_inputs(rng: random.Random) -> Iterator[tuple[str, str, bytes]]:
     """(name, file name under shards/, bytes)."""
     import test_hostile_shards as hs
 
-    def saved(obj: Any) -> bytes:
-        with tempfile.TemporaryFile() as f:
-            torch.save(obj, f)
-            f.seek(0)
-            return f.read()
-
-    ckpt = "rows_0-2000/data_0.ckpt"
     for name, (shard, _) in hs.CASES.items():
-        yield name, ckpt, saved(shard)
+        yield name, CKPT, saved(shard)
     for how in ("exec", "system", "open"):
-        yield f"payload {how}", ckpt, saved({**hs.good(), "input_ids": _Payload(how)})
+        yield f"payload {how}", CKPT, saved({**hs.good(), "input_ids": _Payload(how)})
     member = gzip.compress(bytes(64 << 20), compresslevel=9)
     yield "gzip bomb 3 GiB", "rows_0-2000/data_0.ckpt.gz", member * 48
     yield "gzip truncated", "rows_0-2000/data_0.ckpt.gz", gzip.compress(saved(hs.good()))[:-40]
     good = saved(hs.good())
     for i in range(8):
-        yield f"truncated {i}", ckpt, good[: rng.randrange(1, len(good))]
+        yield f"truncated {i}", CKPT, good[: rng.randrange(1, len(good))]
     for i in range(8):
         data = bytearray(good)
         for _ in range(rng.randint(1, 16)):
             data[rng.randrange(len(data))] = rng.randrange(256)
-        yield f"flipped bytes {i}", ckpt, bytes(data)
+        yield f"flipped bytes {i}", CKPT, bytes(data)
     for i in range(40):
-        name = rng.choice([ckpt, "rows_0-2000/data_0.ckpt.gz", "data_0.pt"])
+        name = rng.choice([CKPT, "rows_0-2000/data_0.ckpt.gz", "data_0.pt"])
         data = saved(_random_shard(rng))
         yield f"random {i}", name, gzip.compress(data) if name.endswith(".gz") else data
     for i in range(10):

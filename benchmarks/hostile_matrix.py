@@ -58,7 +58,7 @@ import time
 import warnings
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +68,7 @@ sys.path.insert(0, str(HERE))
 
 import torch  # noqa: E402
 from hostile_inputs import (  # noqa: E402
+    CKPT,
     Case,
     _each_shard_judged,
     _mutated,
@@ -75,6 +76,7 @@ from hostile_inputs import (  # noqa: E402
     _shard_inputs,
     demo_world,
     output_cases,
+    saved,
 )
 
 SHELLS = ("cli", "pytest", "pytest -n 2")
@@ -122,27 +124,35 @@ def write_draft(folder: Path, hidden: int = H, vocab: int = V) -> Path:
     return folder
 
 
-def build_world(root: Path, http: bool) -> World:
+def capture_data(folder: Path) -> dict[str, Any]:
+    """A valid capture of test_hostile_shards.good() written in ``folder``, and what
+    test_hostile_captures' cases are made from: good()'s ids and aux states, the capture's
+    bytes and metadata."""
     import test_hostile_captures as hcap
     import test_hostile_shards as hs
 
     from pytest_eagle_contract.capture.files import CaptureMeta, write_capture
+
+    good = hs.good()
+    aux = good["aux_hidden_state"][0]
+    meta = CaptureMeta(layer_ids=(1, 3, 4), arch="LlamaForCausalLM", version="0.5.23")
+    valid = write_capture(folder, good["input_ids"], aux, meta)
+    return {
+        "bytes": valid.read_bytes(),
+        "aux": aux,
+        "ids": good["input_ids"],
+        "meta": json.loads(CaptureMeta.from_json(hcap._meta_of(valid)).to_json()),
+    }
+
+
+def build_world(root: Path, http: bool) -> World:
     from pytest_eagle_contract.models.tiny import tiny_target
     from pytest_eagle_contract.shells.demo import SPEC
 
     w = root / "world"
     tiny_target(SPEC).save_pretrained(w / "model")
     write_draft(w / "draft")
-    good = hs.good()
-    aux = good["aux_hidden_state"][0]
-    meta = CaptureMeta(layer_ids=(1, 3, 4), arch="LlamaForCausalLM", version="0.5.23")
-    valid = write_capture(w / "captures", good["input_ids"], aux, meta)
-    data = {
-        "bytes": valid.read_bytes(),
-        "aux": aux,
-        "ids": good["input_ids"],
-        "meta": json.loads(CaptureMeta.from_json(hcap._meta_of(valid)).to_json()),
-    }
+    data = capture_data(w / "captures")
     demo = demo_world(w) if http else None
     return World(w, w / "model", w / "draft", w / "captures", data, demo)
 
@@ -314,6 +324,30 @@ def _pytest(
     return argv
 
 
+def _alone(
+    family: str, contract: str, *, label: str = "", on: dict[str, Any] | None = None, base: str = ""
+) -> Cell:
+    """``check CONTRACT --checks FAMILY`` in the CLI: the family alone, under the contract
+    variant that ``on`` names (``label``: the row's name, the family's by default)."""
+    return Cell(
+        label or family,
+        "cli",
+        lambda f, w: _check(contract, extra=["--checks", family]),
+        _fam([family], base=base, contract=on),
+    )
+
+
+def _xdist(cell: Cell) -> Cell:
+    """The pytest ``cell`` under pytest-xdist (``-n 2``): slow, so every --n2-every-th input."""
+    return replace(
+        cell,
+        shell="pytest -n 2",
+        argv=lambda f, w: [*cell.argv(f, w), "-n", "2"],
+        heavy=True,
+        timeout=180,
+    )
+
+
 def _audit(contract: str, *paths: str) -> list[str]:
     return ["audit", contract, *paths, "--json", "out/a.json", "--cache", "out/cache"]
 
@@ -369,20 +403,10 @@ def shard_cells(shard: str, base: str = "") -> list[Cell]:
             verify=True,
         ),
         *(
-            Cell(
-                name,
-                "cli",
-                lambda f, w, n=name: _check("c-base.yaml", extra=["--checks", n]),
-                fam([name]),
-            )
+            _alone(name, "c-base.yaml", base=base)
             for name in ("structure", "values", "norms", "layout")
         ),
-        Cell(
-            "evidence",
-            "cli",
-            lambda f, w: _check("c-target.yaml", extra=["--checks", "evidence"]),
-            fam(["evidence"], contract=TARGET_ON),
-        ),
+        _alone("evidence", "c-target.yaml", on=TARGET_ON, base=base),
         Cell(
             "evidence --target-model",
             "cli",
@@ -470,6 +494,14 @@ def _with_captures(argv: list[str], world: World) -> list[str]:
 Make = Callable[[Path, World], None]
 
 
+def _good_shard(folder: Path) -> None:
+    """test_hostile_shards.good() as the one shard under ``folder/shards``."""
+    import test_hostile_shards as hs
+
+    (folder / "shards" / CKPT).parent.mkdir(parents=True)
+    torch.save(hs.good(), folder / "shards" / CKPT)
+
+
 def _prepare(folder: Path, user_test: str = "") -> None:
     (folder / "out" / "tests").mkdir(parents=True, exist_ok=True)
     (folder / "out" / "pytest.ini").write_text("[pytest]\n")
@@ -480,13 +512,6 @@ def _prepare(folder: Path, user_test: str = "") -> None:
 def shard_inputs(rng: random.Random) -> list[tuple[str, Make]]:
     import test_hostile_shards as hs
 
-    def saved(obj: Any) -> bytes:
-        with tempfile.TemporaryFile() as f:
-            torch.save(obj, f)
-            f.seek(0)
-            return f.read()
-
-    ckpt = "rows_0-2000/data_0.ckpt"
     full = lambda v, dtype=torch.int64: torch.full((T,), v, dtype=dtype)  # noqa: E731
     extra = {  # ids a target-model contract runs the target on (the reference capture)
         "ids past the vocabulary (600)": hs.good(input_ids=full(600)),
@@ -502,7 +527,7 @@ def shard_inputs(rng: random.Random) -> list[tuple[str, Make]]:
         ),
         "one token": {k: v[..., :1, :] if v.dim() == 3 else v[:1] for k, v in hs.good().items()},
     }
-    inputs = [(n, ckpt, saved(d)) for n, d in extra.items()]
+    inputs = [(n, CKPT, saved(d)) for n, d in extra.items()]
     out: list[tuple[str, Make]] = []
     for name, rel, data in [*_shard_inputs(rng), *inputs]:
 
@@ -522,7 +547,7 @@ def _shard_rel(name: str) -> str:
         "data_0.ckpt.gz": "rows_0-2000/data_0.ckpt.gz",
         "data_0.pt": "data_0.pt",
         "hs_0.safetensors": "hidden_states/hs_0.safetensors",
-    }.get(name.rsplit("[", 1)[-1].rstrip("]"), "rows_0-2000/data_0.ckpt")
+    }.get(name.rsplit("[", 1)[-1].rstrip("]"), CKPT)
 
 
 # speculators Arrow datasets ---------------------------------------------------------------
@@ -832,10 +857,7 @@ def contract_inputs(rng: random.Random, world_paths: tuple[Path, Path]) -> list[
     for name, data in texts:
 
         def make(folder: Path, world: World, data: bytes = data) -> None:
-            import test_hostile_shards as hs
-
-            (folder / "shards" / "rows_0-2000").mkdir(parents=True)
-            torch.save(hs.good(), folder / "shards" / "rows_0-2000" / "data_0.ckpt")
+            _good_shard(folder)
             (folder / "c.yaml").write_bytes(data)
 
         out.append((name, make))
@@ -844,6 +866,12 @@ def contract_inputs(rng: random.Random, world_paths: tuple[Path, Path]) -> list[
 
 def contract_cells() -> list[Cell]:
     full = PROBE_ON
+    every = Cell(
+        "every default family",
+        "pytest",
+        lambda f, w: _pytest("c.yaml", ["shards"], "--eagle-captures", "{captures}"),
+        _fam(contract=full, capture=True),
+    )
     return [
         Cell(
             "every default family",
@@ -851,30 +879,13 @@ def contract_cells() -> list[Cell]:
             lambda f, w: _check("c.yaml", "shards", extra=["--captures", "{captures}"]),
             _fam(contract=full, capture=True),
         ),
-        Cell(
-            "draft",
-            "cli",
-            lambda f, w: _check("c.yaml", extra=["--checks", "draft"]),
-            _fam(["draft"], contract=full),
-        ),
+        _alone("draft", "c.yaml", on=full),
         Cell(
             "sharpness", "cli", lambda f, w: ["check", "c.yaml", "--sharpness"], _fam(["sharpness"])
         ),
         *audit_cells("c.yaml"),
-        Cell(
-            "every default family",
-            "pytest",
-            lambda f, w: _pytest("c.yaml", ["shards"], "--eagle-captures", "{captures}"),
-            _fam(contract=full, capture=True),
-        ),
-        Cell(
-            "every default family",
-            "pytest -n 2",
-            lambda f, w: _pytest("c.yaml", ["shards"], "--eagle-captures", "{captures}", n2=True),
-            _fam(contract=full, capture=True),
-            heavy=True,
-            timeout=180,
-        ),
+        every,
+        _xdist(every),
     ]
 
 
@@ -883,7 +894,6 @@ def contract_cells() -> list[Cell]:
 
 def model_inputs() -> list[tuple[str, Make]]:
     import test_hostile_models as hm
-    import test_hostile_shards as hs
 
     changes = {
         **{k: v[0] for k, v in hm.CASES.items()},
@@ -895,15 +905,14 @@ def model_inputs() -> list[tuple[str, Make]]:
         def make(folder: Path, world: World, change: Any = change) -> None:
             shutil.copytree(world.model, folder / "model", symlinks=True)
             change(folder / "model")
-            (folder / "shards" / "rows_0-2000").mkdir(parents=True)
-            torch.save(hs.good(), folder / "shards" / "rows_0-2000" / "data_0.ckpt")
+            _good_shard(folder)
             write_variants(folder, world, _base_text(), model=folder / "model")
 
         out.append((name, make))
     return out
 
 
-SHARD = "shards/rows_0-2000/data_0.ckpt"
+SHARD = f"shards/{CKPT}"
 
 
 def _probe_cmd(draft: str, model: str) -> list[str]:
@@ -935,24 +944,9 @@ def model_cells() -> list[Cell]:
             ),
             _fam(["evidence"], target=True),
         ),
-        Cell(
-            "evidence",
-            "cli",
-            lambda f, w: _check("c-target.yaml", extra=["--checks", "evidence"]),
-            _fam(["evidence"], contract=TARGET_ON),
-        ),
-        Cell(
-            "probe",
-            "cli",
-            lambda f, w: _check("c-probe.yaml", extra=["--checks", "probe"]),
-            _fam(["probe"], contract=PROBE_ON),
-        ),
-        Cell(
-            "draft",
-            "cli",
-            lambda f, w: _check("c-probe.yaml", extra=["--checks", "draft"]),
-            _fam(["draft"], contract=PROBE_ON),
-        ),
+        _alone("evidence", "c-target.yaml", on=TARGET_ON),
+        _alone("probe", "c-probe.yaml", on=PROBE_ON),
+        _alone("draft", "c-probe.yaml", on=PROBE_ON),
         Cell(
             "identify", "cli", lambda f, w: ["identify", SHARD, "--target-model", "model"], _only()
         ),
@@ -985,15 +979,21 @@ def model_cells() -> list[Cell]:
 # draft folders ----------------------------------------------------------------------------
 
 
+def _edited(mapping: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    """``mapping`` with each of ``changes`` set, or dropped where its value is None."""
+    out = dict(mapping)
+    for k, v in changes.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = v
+    return out
+
+
 def _cfg(**changes: Any) -> Callable[[Path], None]:
     def change(d: Path) -> None:
         config = json.loads((d / "config.json").read_text())
-        for k, v in changes.items():
-            if v is None:
-                config.pop(k, None)
-            else:
-                config[k] = v
-        (d / "config.json").write_text(json.dumps(config))
+        (d / "config.json").write_text(json.dumps(_edited(config, changes)))
 
     return change
 
@@ -1002,12 +1002,7 @@ def _tensors(**changes: Any) -> Callable[[Path], None]:
     def change(d: Path) -> None:
         from safetensors.torch import load_file, save_file
 
-        weights = load_file(str(d / "model.safetensors"))
-        for k, v in changes.items():
-            if v is None:
-                weights.pop(k, None)
-            else:
-                weights[k] = v
+        weights = _edited(load_file(str(d / "model.safetensors")), changes)
         save_file({k: v.contiguous() for k, v in weights.items()}, str(d / "model.safetensors"))
 
     return change
@@ -1017,6 +1012,17 @@ def _weights_bytes(f: Callable[[bytes], bytes]) -> Callable[[Path], None]:
     def change(d: Path) -> None:
         p = d / "model.safetensors"
         p.write_bytes(f(p.read_bytes()))
+
+    return change
+
+
+def _replaced(name: str, by: Callable[[Path], object]) -> Callable[[Path], None]:
+    """A change that puts ``by(path)`` (a link, a FIFO, a folder) where the file ``name``
+    of the draft folder was."""
+
+    def change(d: Path) -> None:
+        (d / name).unlink()
+        by(d / name)
 
     return change
 
@@ -1043,19 +1049,9 @@ def draft_inputs() -> list[tuple[str, Make]]:
         "config-deep": lambda d: (d / "config.json").write_text("[" * 100_000 + "]" * 100_000),
         "config-sparse-65MiB": _sparse_config,
         "config-missing": lambda d: (d / "config.json").unlink(),
-        "config-link-dev-zero": lambda d: (
-            (
-                (d / "config.json").unlink(),
-                (d / "config.json").symlink_to("/dev/zero"),
-            )
-            and None
-        ),
-        "config-fifo": lambda d: (
-            ((d / "config.json").unlink(), os.mkfifo(d / "config.json")) and None
-        ),
-        "config-a-folder": lambda d: (
-            ((d / "config.json").unlink(), (d / "config.json").mkdir()) and None
-        ),
+        "config-link-dev-zero": _replaced("config.json", lambda p: p.symlink_to("/dev/zero")),
+        "config-fifo": _replaced("config.json", os.mkfifo),
+        "config-a-folder": _replaced("config.json", Path.mkdir),
         "hidden-size-float": _cfg(hidden_size=64.0),
         "hidden-size-string": _cfg(hidden_size="64"),
         "hidden-size-zero": _cfg(hidden_size=0),
@@ -1101,33 +1097,11 @@ def draft_inputs() -> list[tuple[str, Make]]:
         "weights-truncated": _weights_bytes(lambda b: b[: len(b) // 2]),
         "weights-huge-header": _weights_bytes(lambda b: struct.pack("<Q", 1 << 62) + b[8:]),
         "weights-missing": lambda d: (d / "model.safetensors").unlink(),
-        "weights-a-folder": lambda d: (
-            (
-                (d / "model.safetensors").unlink(),
-                (d / "model.safetensors").mkdir(),
-            )
-            and None
-        ),
-        "weights-fifo": lambda d: (
-            (
-                (d / "model.safetensors").unlink(),
-                os.mkfifo(d / "model.safetensors"),
-            )
-            and None
-        ),
-        "weights-link-out": lambda d: (
-            (
-                (d / "model.safetensors").unlink(),
-                (d / "model.safetensors").symlink_to("/etc/passwd"),
-            )
-            and None
-        ),
-        "weights-link-dev-zero": lambda d: (
-            (
-                (d / "model.safetensors").unlink(),
-                (d / "model.safetensors").symlink_to("/dev/zero"),
-            )
-            and None
+        "weights-a-folder": _replaced("model.safetensors", Path.mkdir),
+        "weights-fifo": _replaced("model.safetensors", os.mkfifo),
+        "weights-link-out": _replaced("model.safetensors", lambda p: p.symlink_to("/etc/passwd")),
+        "weights-link-dev-zero": _replaced(
+            "model.safetensors", lambda p: p.symlink_to("/dev/zero")
         ),
         "pickle-only": _pickled_draft,
         "fc-1d": _tensors(**{"fc.weight": torch.zeros(7)}),
@@ -1175,12 +1149,9 @@ def draft_inputs() -> list[tuple[str, Make]]:
     for name, change in changes.items():
 
         def make(folder: Path, world: World, change: Any = change) -> None:
-            import test_hostile_shards as hs
-
             shutil.copytree(world.draft, folder / "draft")
             change(folder / "draft")
-            (folder / "shards" / "rows_0-2000").mkdir(parents=True)
-            torch.save(hs.good(), folder / "shards" / "rows_0-2000" / "data_0.ckpt")
+            _good_shard(folder)
             write_variants(folder, world, _base_text())
 
         out.append((name, make))
@@ -1188,60 +1159,29 @@ def draft_inputs() -> list[tuple[str, Make]]:
 
 
 def draft_cells() -> list[Cell]:
+    draft_on = {"draft": True}
+    every = Cell(
+        "layout+probe+shard families",
+        "pytest",
+        lambda f, w: _pytest("c-probe.yaml", ["shards"], "--eagle-no-sharpness"),
+        _fam(contract=PROBE_ON, no_sharpness=True),
+    )
+    draft = Cell(
+        "draft",
+        "pytest",
+        lambda f, w: _pytest("c-draft.yaml", ["shards"], "--eagle-checks", "draft"),
+        _fam(["draft"], contract=draft_on),
+    )
     return [
-        Cell(
-            "draft",
-            "cli",
-            lambda f, w: _check("c-draft.yaml", extra=["--checks", "draft"]),
-            _fam(["draft"], contract={"draft": True}),
-        ),
-        Cell(
-            "draft+target",
-            "cli",
-            lambda f, w: _check("c-probe.yaml", extra=["--checks", "draft"]),
-            _fam(["draft"], contract=PROBE_ON),
-        ),
-        Cell(
-            "probe",
-            "cli",
-            lambda f, w: _check("c-probe.yaml", extra=["--checks", "probe"]),
-            _fam(["probe"], contract=PROBE_ON),
-        ),
-        Cell(
-            "layout",
-            "cli",
-            lambda f, w: _check("c-draft.yaml", extra=["--checks", "layout"]),
-            _fam(["layout"], contract={"draft": True}),
-        ),
+        _alone("draft", "c-draft.yaml", on=draft_on),
+        _alone("draft", "c-probe.yaml", label="draft+target", on=PROBE_ON),
+        _alone("probe", "c-probe.yaml", on=PROBE_ON),
+        _alone("layout", "c-draft.yaml", on=draft_on),
         Cell("probe (command)", "cli", lambda f, w: _probe_cmd("draft", str(w.model)), _only()),
-        Cell(
-            "layout+probe+shard families",
-            "pytest",
-            lambda f, w: _pytest("c-probe.yaml", ["shards"], "--eagle-no-sharpness"),
-            _fam(contract=PROBE_ON, no_sharpness=True),
-        ),
-        Cell(
-            "draft",
-            "pytest",
-            lambda f, w: _pytest("c-draft.yaml", ["shards"], "--eagle-checks", "draft"),
-            _fam(["draft"], contract={"draft": True}),
-        ),
-        Cell(
-            "draft",
-            "pytest -n 2",
-            lambda f, w: _pytest("c-draft.yaml", ["shards"], "--eagle-checks", "draft", n2=True),
-            _fam(["draft"], contract={"draft": True}),
-            heavy=True,
-            timeout=180,
-        ),
-        Cell(
-            "layout+probe+shard families",
-            "pytest -n 2",
-            lambda f, w: _pytest("c-probe.yaml", ["shards"], "--eagle-no-sharpness", n2=True),
-            _fam(contract=PROBE_ON, no_sharpness=True),
-            heavy=True,
-            timeout=180,
-        ),
+        every,
+        draft,
+        _xdist(draft),
+        _xdist(every),
     ]
 
 
@@ -1256,20 +1196,15 @@ def capture_inputs(world_data: Callable[[], dict[str, Any]]) -> list[tuple[str, 
     for name, case in hcap._cases(data).items():
 
         def make(folder: Path, world: World, name: str = name, case: Any = case) -> None:
-            import test_hostile_shards as hs
-
             (folder / "captures").mkdir(parents=True)
             hcap._write_case(world.capture_data, folder / "captures", f"capture_{name}", case)
-            (folder / "shards" / "rows_0-2000").mkdir(parents=True)
-            torch.save(hs.good(), folder / "shards" / "rows_0-2000" / "data_0.ckpt")
+            _good_shard(folder)
             write_variants(folder, world, _base_text())
 
         out.append((name, make))
 
     def things(kind: str) -> Make:
         def make(folder: Path, world: World) -> None:
-            import test_hostile_shards as hs
-
             caps = folder / "captures"
             caps.mkdir(parents=True)
             target = caps / "capture_x.safetensors"
@@ -1283,8 +1218,7 @@ def capture_inputs(world_data: Callable[[], dict[str, Any]]) -> list[tuple[str, 
                 target.mkdir()
             elif kind == "loop":
                 (caps / "sub").symlink_to(caps)
-            (folder / "shards" / "rows_0-2000").mkdir(parents=True)
-            torch.save(hs.good(), folder / "shards" / "rows_0-2000" / "data_0.ckpt")
+            _good_shard(folder)
             write_variants(folder, world, _base_text())
 
         return make
@@ -1292,6 +1226,18 @@ def capture_inputs(world_data: Callable[[], dict[str, Any]]) -> list[tuple[str, 
     for kind in ("fifo", "dev-zero", "dangling", "folder", "loop"):
         out.append((f"not a file: {kind}", things(kind)))
     return out
+
+
+def _with_capture(contract: str, shards: list[str], *options: str) -> list[Cell]:
+    """The shard families and capture in pytest (``options``: where the captures come
+    from), again with a user's test on the ``eagle_capture`` fixture, and under xdist."""
+    cell = Cell(
+        "shard families+capture",
+        "pytest",
+        lambda f, w: _pytest(contract, shards, *options, "--eagle-no-sharpness"),
+        _fam(capture=True, no_sharpness=True),
+    )
+    return [cell, replace(cell, family="fixtures eagle_capture", user_test=USER_TEST), _xdist(cell)]
 
 
 def capture_cells() -> list[Cell]:
@@ -1303,38 +1249,7 @@ def capture_cells() -> list[Cell]:
             lambda f, w: _check("c-base.yaml", "shards", extra=caps),
             _fam(["capture"], capture=True),
         ),
-        Cell(
-            "shard families+capture",
-            "pytest",
-            lambda f, w: _pytest(
-                "c-base.yaml", ["shards"], "--eagle-captures", "captures", "--eagle-no-sharpness"
-            ),
-            _fam(capture=True, no_sharpness=True),
-        ),
-        Cell(
-            "fixtures eagle_capture",
-            "pytest",
-            lambda f, w: _pytest(
-                "c-base.yaml", ["shards"], "--eagle-captures", "captures", "--eagle-no-sharpness"
-            ),
-            _fam(capture=True, no_sharpness=True),
-            user_test=USER_TEST,
-        ),
-        Cell(
-            "shard families+capture",
-            "pytest -n 2",
-            lambda f, w: _pytest(
-                "c-base.yaml",
-                ["shards"],
-                "--eagle-captures",
-                "captures",
-                "--eagle-no-sharpness",
-                n2=True,
-            ),
-            _fam(capture=True, no_sharpness=True),
-            heavy=True,
-            timeout=180,
-        ),
+        *_with_capture("c-base.yaml", ["shards"], "--eagle-captures", "captures"),
     ]
 
 
@@ -1393,7 +1308,7 @@ def _server(name: str) -> Callable[[], contextlib.AbstractContextManager[str]]:
 
 def http_cells() -> list[Cell]:
     url = ["--sglang-url", "{url}", "--sglang-timeout", "5"]
-    purl = ["--eagle-sglang-url", "{url}", "--eagle-sglang-timeout", "5", "--eagle-no-sharpness"]
+    purl = ["--eagle-sglang-url", "{url}", "--eagle-sglang-timeout", "5"]
     shards = ["data_0.ckpt", "data_1.ckpt"]
     return [
         Cell(
@@ -1418,27 +1333,7 @@ def http_cells() -> list[Cell]:
             ],
             _only(),
         ),
-        Cell(
-            "shard families+capture",
-            "pytest",
-            lambda f, w: _pytest("c.yaml", shards, *purl),
-            _fam(capture=True, no_sharpness=True),
-        ),
-        Cell(
-            "fixtures eagle_capture",
-            "pytest",
-            lambda f, w: _pytest("c.yaml", shards, *purl),
-            _fam(capture=True, no_sharpness=True),
-            user_test=USER_TEST,
-        ),
-        Cell(
-            "shard families+capture",
-            "pytest -n 2",
-            lambda f, w: _pytest("c.yaml", shards, *purl, n2=True),
-            _fam(capture=True, no_sharpness=True),
-            heavy=True,
-            timeout=180,
-        ),
+        *_with_capture("c.yaml", shards, *purl),
     ]
 
 
@@ -1456,24 +1351,10 @@ class Planned:
 
 
 def _capture_data_stub() -> dict[str, Any]:
-    """What test_hostile_captures' cases are made from, without the world: good()'s ids and
-    aux states, their capture's bytes and metadata."""
-    import test_hostile_captures as hcap
-    import test_hostile_shards as hs
-
-    from pytest_eagle_contract.capture.files import CaptureMeta, write_capture
-
-    good = hs.good()
-    aux = good["aux_hidden_state"][0]
-    meta = CaptureMeta(layer_ids=(1, 3, 4), arch="LlamaForCausalLM", version="0.5.23")
+    """What test_hostile_captures' cases are made from, without the world
+    (:func:`capture_data` in a folder of its own)."""
     with tempfile.TemporaryDirectory() as tmp:
-        valid = write_capture(Path(tmp), good["input_ids"], aux, meta)
-        return {
-            "bytes": valid.read_bytes(),
-            "aux": aux,
-            "ids": good["input_ids"],
-            "meta": json.loads(CaptureMeta.from_json(hcap._meta_of(valid)).to_json()),
-        }
+        return capture_data(Path(tmp))
 
 
 def plan_matrix(

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ..findings import finding
 from ..shards.reading import Sample
 from ..shards.shard import Shard
-from .layouts import LAYOUTS, detect_layout
+from .layouts import LAYOUTS, SPECFORGE_BATCH, SPECFORGE_LOGITS_BATCH, detect_layout
 
 if TYPE_CHECKING:
     import torch
@@ -74,6 +74,8 @@ def split_batch(
     if dropped:  # the teacher's logits: no state to hold to a slot
         tensors = {k: v for k, v in tensors.items() if k != "target"}
     fmt = LAYOUTS[layout] if layout != "auto" else _detect(tensors, contract, dropped)
+    if dropped and fmt is SPECFORGE_BATCH:
+        fmt = SPECFORGE_LOGITS_BATCH
     states = _checked(tensors, fmt)
     hidden = contract.target.hidden_size
     ids = tensors.get(fmt.ids_key)

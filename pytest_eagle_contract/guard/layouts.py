@@ -81,8 +81,23 @@ SPECULATORS_BATCH = BatchLayout(
     valid="document_ids",
     trainer="speculators",
 )
+SPECFORGE_LOGITS_BATCH = BatchLayout(
+    "specforge-batch-logits",
+    (),
+    "input_ids",
+    "loss_mask",
+    (("hidden_state", "concat"),),
+    signature="hidden_state",
+    target_post_norm=True,
+    optional_keys=frozenset({"attention_mask", "position_ids"}),
+    valid="attention_mask",
+    trainer="specforge",
+)
+"""A SpecForge batch whose ``target`` is the teacher's logits (``target_repr`` logits or
+pruned_logits): the fc input alone is held to the contract."""
 LAYOUTS: dict[str, Format] = {
     SPECFORGE_BATCH.name: SPECFORGE_BATCH,
+    SPECFORGE_LOGITS_BATCH.name: SPECFORGE_LOGITS_BATCH,
     SPECULATORS_BATCH.name: SPECULATORS_BATCH,
     **FORMATS,
 }

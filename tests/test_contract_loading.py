@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from jsonschema import Draft202012Validator
 
+from pytest_eagle_contract.contract import model
 from pytest_eagle_contract.contract.model import load_contract, schema, schema_path
 from pytest_eagle_contract.errors import ContractError
 
@@ -32,10 +34,14 @@ serving:
 """
 
 
-def load_text(tmp_path, text):
+def _write(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "c.yaml"
     path.write_text(text)
-    return load_contract(path)
+    return path
+
+
+def load_text(tmp_path, text):
+    return load_contract(_write(tmp_path, text))
 
 
 def problems(tmp_path, text):
@@ -117,3 +123,45 @@ def test_shipped_contracts_validate():
 
     for path in sorted(Path(__file__).parent.parent.joinpath("contracts").glob("*.yaml")):
         load_contract(path)
+
+
+@pytest.fixture
+def kept(tmp_path, monkeypatch) -> Path:
+    """The schema's kept passes, in a cache of this test's own."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv("EAGLE_CONTRACT_SCHEMA_CACHE", raising=False)
+    return tmp_path / "xdg" / "eagle-contract" / "valid"
+
+
+def test_a_schema_pass_is_kept_and_an_edit_is_validated_again(tmp_path, kept, monkeypatch):
+    p = _write(tmp_path, VALID)
+    load_contract(p)
+    (entry,) = kept.iterdir()
+    calls = []
+    monkeypatch.setattr(model, "_schema_problems", lambda *a: calls.append(a) or [])
+    load_contract(p)  # the same data: the kept pass, the schema not run
+    assert calls == []
+    monkeypatch.undo()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    p.write_text(VALID.replace("  hidden_size: 64", "  hidden_size: 64\n  hiden: 1"))
+    with pytest.raises(ContractError, match=r"unknown key 'hiden'"):  # new data: validated
+        load_contract(p)
+    with pytest.raises(ContractError, match=r"unknown key 'hiden'"):  # a failure is not kept
+        load_contract(p)
+    assert list(kept.iterdir()) == [entry]
+
+
+def test_a_schema_cache_that_cannot_be_used_changes_nothing(tmp_path, kept):
+    kept.parent.mkdir(parents=True)
+    kept.write_text("a file where the folder should be")
+    p = _write(tmp_path, VALID)
+    assert load_contract(p).target.hidden_size == 64
+    p.write_text(VALID.replace("  hidden_size: 64", "  hidden_size: 64\n  hiden: 1"))
+    with pytest.raises(ContractError, match=r"unknown key 'hiden'"):
+        load_contract(p)
+
+
+def test_the_schema_cache_can_be_turned_off(tmp_path, kept, monkeypatch):
+    monkeypatch.setenv("EAGLE_CONTRACT_SCHEMA_CACHE", "off")
+    load_contract(_write(tmp_path, VALID))
+    assert not kept.exists()

@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING, Any
 from ..contract.model import Contract
 from ..findings import Finding, RuleCode, codes, finding, not_run
 from ..layers import Layer
-from ..models.inputs import unfit
-from ..models.target import TargetModel
-from ..shards.stored import to_torch
 from .family import CheckFamily, needed_target, shard_input
 
+# The target's code (models/) and torch are imported by the functions that run it: a check
+# that names no target model imports neither (the CLI's start-up, docs/audit.md).
 if TYPE_CHECKING:
     import torch
 
+    from ..models.target import TargetModel
     from ..shards.shard import Shard
     from .unit import Resources, Unit
 
@@ -78,6 +78,7 @@ def identify(
     pre-norm input even where they point the same way); cosine is reported beside it.
     """
     from ..errors import CodedError
+    from ..models.inputs import unfit
     from ..models.reference import capture_canonical
 
     bad = unfit(input_ids, target, slots=slots)
@@ -168,6 +169,9 @@ def check_evidence(
     contract: Contract, shard: Shard, target: TargetModel, reference: bool
 ) -> list[Finding]:
     """EC601-EC605 on one shard; EC009 (not run) for a shard the target may not run on."""
+    from ..models.inputs import unfit
+    from ..shards.stored import to_torch
+
     training, sample = shard_input(contract, shard)
     at = partial(finding, contract=contract, file=shard.label)  # where every finding is
     problems = check_target_config(contract, target)
@@ -324,6 +328,7 @@ def measured_curve(runner: Resources, unit: Unit) -> dict[str, Any]:
     residual stream, L+1 final_norm) on this shard's tokens, each slot placed at its
     declared layer with the median it measured: once per run and contract, where a report
     asks for it (``Settings.curve``)."""
+    from ..models.inputs import unfit
     from ..models.reference import capture_canonical
     from ..shards.stats import norm_stats
 

@@ -12,28 +12,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..contract.model import Contract, ServingSpec
-from ..engines.draft_config import DraftConfig, read_draft_config
-from ..engines.fixes import ANY, Fixes, runs, span_label
-from ..engines.matrix import matrix as serving_matrix
-from ..engines.matrix import summary
-from ..engines.resolve import Resolution, engine_aux_ids, get_engine, resolve
-from ..errors import EagleContractError, Unservable
 from ..findings import Finding, codes, not_run
-from ..models.draft import read_draft_weights
 from .family import CheckFamily
-from .layout_compare import compare
-from .layout_serving import (
-    LayoutReport,
-    fc_width,
-    id_order,
-    lint_launch,
-    read_ids,
-    served_dtype_check,
-    target_norm,
-)
 
+# The engines' rules and the draft's files are imported by the functions that read them: a
+# contract without a serving section never loads them (the CLI's start-up, docs/audit.md).
 if TYPE_CHECKING:
+    from ..contract.model import Contract, ServingSpec
+    from ..engines.draft_config import DraftConfig
+    from ..engines.resolve import Resolution
     from .unit import Resources, Unit
 
 
@@ -47,12 +34,18 @@ class Span:
 
     @property
     def label(self) -> str:
+        from ..engines.fixes import span_label
+
         return span_label(self.versions)
 
 
 def _resolve_spans(
     serving: ServingSpec, arch: str | None, num_layers: int, ids: tuple[int, ...] | None
 ) -> list[Span]:
+    from ..engines.fixes import ANY, runs
+    from ..engines.resolve import get_engine, resolve
+    from ..errors import Unservable
+
     versions = [v or ANY for v in get_engine(serving.engine).versions(serving.version)]
     found: dict[str, tuple[Resolution | None, str | None]] = {}
     for version in versions:
@@ -80,6 +73,24 @@ def check_layout(
     ``identified`` (slot -> evidence.Identification from a reference capture) replaces the
     declared layers on the training side; the report says which evidence it relied on.
     """
+    from ..engines.draft_config import read_draft_config
+    from ..engines.fixes import Fixes
+    from ..engines.matrix import matrix as serving_matrix
+    from ..engines.matrix import summary
+    from ..engines.resolve import engine_aux_ids, get_engine
+    from ..errors import EagleContractError
+    from ..models.draft import read_draft_weights
+    from .layout_compare import compare
+    from .layout_serving import (
+        LayoutReport,
+        fc_width,
+        id_order,
+        lint_launch,
+        read_ids,
+        served_dtype_check,
+        target_norm,
+    )
+
     training, serving = contract.training, contract.serving
     if serving is None:
         return []

@@ -6,16 +6,18 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..findings import Finding, RuleCode, finding
-from ..models.acceptance import CONVENTION, STEPS, Estimate
 from .family import CheckFamily
 
 if TYPE_CHECKING:
     from ..contract.model import Contract, ServingSpec
+    from ..models.acceptance import Estimate
     from .unit import Resources, Unit
 
 
 def floor_findings(contract: Contract, estimates: list[Estimate]) -> list[Finding]:
     """EC906 under ``serving.min_accept_length``; EC907 past ``serving.max_accept_drop``."""
+    from ..models.acceptance import CONVENTION, STEPS
+
     serving = contract.serving
     if serving is None or not estimates:
         return []
@@ -40,7 +42,7 @@ _LIMIT: dict[RuleCode, str] = {
     "EC906": "serving.min_accept_length",
     "EC907": "serving.max_accept_drop",
 }  # the contract key each probe rule holds a served layout to
-_Shortfall = tuple[Estimate, RuleCode, str, str, str]  # estimate, code, message, expected, found
+_Shortfall = tuple["Estimate", RuleCode, str, str, str]  # estimate, code, message, expected, found
 
 
 def _shortfalls(

@@ -19,6 +19,7 @@ from typing import Any
 from ..errors import ContractError, ContractProblem
 from ..findings import RULES
 from ..layers import Layer
+from . import validated
 from .safe_yaml import compose, join, read_text, short
 
 SCHEMA_FILE = "contract-v1.schema.json"
@@ -130,9 +131,13 @@ def _parent(key_path: str) -> str:
 @cache
 def schema() -> dict[str, Any]:
     """The JSON Schema every contract is validated against."""
-    text = resources.files(__package__).joinpath("schema", SCHEMA_FILE).read_text("utf-8")
-    data: dict[str, Any] = json.loads(text)
+    data: dict[str, Any] = json.loads(_schema_text())
     return data
+
+
+@cache
+def _schema_text() -> str:
+    return resources.files(__package__).joinpath("schema", SCHEMA_FILE).read_text("utf-8")
 
 
 def schema_path() -> Path:
@@ -238,9 +243,13 @@ def parse_contract(text: str, path: str | Path) -> Contract:
     path = Path(path)
     file = str(path)
     data, lines = compose(text, file)
-    problems = _schema_problems(data, lines, file)
-    if problems:
-        raise _error(problems)
+    kept = validated.key(data, _schema_text())
+    if kept is None or not validated.passed(kept):
+        problems = _schema_problems(data, lines, file)
+        if problems:
+            raise _error(problems)
+        if kept is not None:
+            validated.remember(kept, path)
     return _build(data, path, {k: v[0] for k, v in lines.items()})
 
 

@@ -113,8 +113,7 @@ def _identity(path: Path) -> list[object]:
 
 @functools.cache
 def _tool() -> list[object]:
-    from ..engines.base import installed_version
-    from ..version import __version__
+    from ..version import __version__, installed
 
     root = Path(__file__).resolve().parents[1]
     code = hashlib.sha256()
@@ -124,8 +123,8 @@ def _tool() -> list[object]:
     return [
         __version__,
         code.hexdigest(),
-        installed_version("torch"),
-        installed_version("sglang"),
+        installed("torch"),
+        installed("sglang"),
         sys.version.split()[0],
     ]
 
@@ -151,6 +150,7 @@ def _read(path: Path, key: str) -> list[Finding] | None:
 
 def _write(path: Path, key: str, contract: Contract, found: list[Finding]) -> None:
     from ..outputs import inputs, write_text
+    from ..version import prune
 
     entry = {
         "kind": KIND,
@@ -176,17 +176,7 @@ def _write(path: Path, key: str, contract: Contract, found: list[Finding]) -> No
     except (UsageError, OSError, TypeError, ValueError) as exc:
         _warn(str(exc))
         return
-    _prune(path.parent)
-
-
-def _prune(where: Path) -> None:
-    """Keep the newest MAX_ENTRIES entries (tidiness: a failure leaves more)."""
-    try:
-        entries = sorted(where.glob("*.json"), key=lambda p: p.stat().st_mtime_ns)
-        for old in entries[:-MAX_ENTRIES]:
-            old.unlink(missing_ok=True)
-    except OSError:
-        pass
+    prune(path.parent, MAX_ENTRIES, "*.json")
 
 
 def _warn(message: str) -> None:

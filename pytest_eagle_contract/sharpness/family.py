@@ -12,14 +12,22 @@ from ..checks.family import CheckFamily
 
 if TYPE_CHECKING:
     from ..checks.unit import Resources, Unit
+    from ..contract.model import Contract
     from ..findings import Finding
 
 
 def _run(runner: Resources, unit: Unit) -> list[Finding]:
     from .cache import cached_verdict
+
+    return cached_verdict(unit.contract, _self_test)
+
+
+def _self_test(contract: Contract) -> list[Finding]:
+    """The self-test, imported only when no verdict is kept (its witnesses and mutations
+    are a tenth of the CLI's start-up)."""
     from .selftest import check_sharpness
 
-    return cached_verdict(unit.contract, check_sharpness)
+    return check_sharpness(contract)
 
 
 FAMILY = CheckFamily(

@@ -42,6 +42,7 @@ class Rows:
     problems: list[Finding] = field(default_factory=list)
     states: list[torch.Tensor] = field(default_factory=list)
     target_dropped: bool = False  # a SpecForge batch whose target is logits, not a state
+    padding_rows: int = 0  # rows whose valid-token marks mark none: nothing to check
 
 
 def batch_tensors(batch: object) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
@@ -80,9 +81,9 @@ def split_batch(
     hidden = contract.target.hidden_size
     ids = tensors.get(fmt.ids_key)
     if ids is None or ids.dim() == 1:  # one sample without a batch dimension
-        label = f"batch {index}"
         row = _row(tensors, fmt, None, to_cpu)
-        return Rows(fmt, [_shard(label, hidden, fmt, row)], states=states, target_dropped=dropped)
+        shards = [] if row is None else [_shard(f"batch {index}", hidden, fmt, row)]
+        return Rows(fmt, shards, states=states, target_dropped=dropped, padding_rows=row is None)
     if ids.dim() != 2:
         raise ValueError(
             f"batch[{fmt.ids_key!r}] has shape {list(ids.shape)}: expected [B, T] or [T]"
@@ -116,11 +117,15 @@ def split_batch(
             found=f"{fmt.ids_key} of shape {list(ids.shape)}",
         )
         return Rows(fmt, [], [problem], states, dropped)
-    shards = []
+    shards, padding = [], 0
     for r in range(size):
         label = f"batch {index}" if size == 1 else f"batch {index} row {r}"
-        shards.append(_shard(label, hidden, fmt, _row(tensors, fmt, r, to_cpu)))
-    return Rows(fmt, shards, states=states, target_dropped=dropped)
+        row = _row(tensors, fmt, r, to_cpu)
+        if row is None:  # padding only (speculators' batch after a failed generation)
+            padding += 1
+            continue
+        shards.append(_shard(label, hidden, fmt, row))
+    return Rows(fmt, shards, states=states, target_dropped=dropped, padding_rows=padding)
 
 
 def _detect(tensors: Mapping[str, Any], contract: Contract, dropped: bool) -> Format:
@@ -183,9 +188,12 @@ def _extent(t: torch.Tensor) -> int:
     return 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()) if n > 0)
 
 
-def _row(tensors: Mapping[str, Any], fmt: Format, r: int | None, to_cpu: bool) -> dict[str, Any]:
+def _row(
+    tensors: Mapping[str, Any], fmt: Format, r: int | None, to_cpu: bool
+) -> dict[str, Any] | None:
     """Row ``r`` of every tensor the layout reads (all of a tensor when ``r`` is None), cut
-    to the valid tokens; other keys as they are (EC102 names an unexpected one)."""
+    to the valid tokens; other keys as they are (EC102 names an unexpected one). None when
+    the valid-token marks mark no token (a row of padding, which trains nothing)."""
     known = dict(_known(tensors, fmt))
     states = {k for k, _ in fmt.states}
     out: dict[str, Any] = {}
@@ -203,13 +211,15 @@ def _row(tensors: Mapping[str, Any], fmt: Format, r: int | None, to_cpu: bool) -
     valid_key = getattr(fmt, "valid", "")
     valid = out.pop(valid_key, None) if valid_key else None
     if valid is not None and valid.dim() == 1:
+        if valid.numel() and not bool(_marks(valid, valid_key).any()):
+            return None
         out = _cut(out, valid, valid_key, set(known) - {valid_key})
     return out
 
 
 def _cut(out: dict[str, Any], valid: torch.Tensor, key: str, cut: set[str]) -> dict[str, Any]:
     """The tensors in ``cut`` of ``valid``'s length kept to the tokens it marks."""
-    marks = valid >= 0 if key == "document_ids" else valid != 0
+    marks = _marks(valid, key)
     n = int(marks.sum())
     prefix = bool(marks[:n].all())
     length = int(valid.shape[0])
@@ -223,6 +233,11 @@ def _cut(out: dict[str, Any], valid: torch.Tensor, key: str, cut: set[str]) -> d
         v = out[k]
         out[k] = [keep(t) for t in v] if isinstance(v, list) else keep(v)
     return out
+
+
+def _marks(valid: torch.Tensor, key: str) -> torch.Tensor:
+    """The real tokens: ``document_ids`` not -1, an ``attention_mask`` not 0."""
+    return valid >= 0 if key == "document_ids" else valid != 0
 
 
 def _shard(label: str, hidden: int, fmt: Format, tensors: dict[str, Any]) -> Shard:

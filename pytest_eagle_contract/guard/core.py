@@ -78,6 +78,7 @@ class Guard:
         self.checked = 0  # batches checked
         self.profiled = 0  # of which the norm profile was measured on
         self.violations = 0  # batches with a finding
+        self.padding_rows = 0  # rows that held no real token (skipped)
         self.last: ContractViolation | None = None
         self.profiles: dict[int, RunningProfile] = {}
         self._lock = threading.Lock()  # a collator may run in several loader threads
@@ -129,6 +130,7 @@ class Guard:
     def _findings(self, batch: object, index: int) -> list[Finding]:
         profile = self.schedule.profiles(index)
         rows = split_batch(batch, self.contract, index, self.layout)
+        self.padding_rows += rows.padding_rows
         if rows.problems:
             return rows.problems
         contract = self._contract_for(rows)

@@ -50,20 +50,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
 T, H = 32, 64
-MEDIANS = (1.0, 20.0, 60.0)
 UNITS_PER_SHARD = 3  # structure, values, norms
-CONTRACT = """contract: load-bench
-version: 1
-target: {num_hidden_layers: 8, hidden_size: 64, vocab_size: 512, dtype: bfloat16}
-training:
-  format: speculators-v1
-  shards: shards
-  slots:
-    - {layer: embed, norm: {median: 1.0, rtol: 0.5}}
-    - {layer: residual:3, norm: {median: 20.0, rtol: 0.5}}
-    - {layer: residual:6, norm: {median: 60.0, rtol: 0.5}}
-"""
 MIB = 1 << 20
 WARM_UP = 0.10  # the share of the progress left out of the fit
 
@@ -71,29 +61,18 @@ WARM_UP = 0.10  # the share of the progress left out of the fit
 def make_set(root: Path, n: int) -> Path:
     """``n`` shards under ``root/shards`` and the contract ``root/c.yaml``; made once (a
     stamp file says the set is complete)."""
-    import torch
-
-    from pytest_eagle_contract.shards.writing import write_shard
+    from test_audit import contract_text, write_set  # the audit tests' shards, larger
 
     stamp = root / f".made-{n}"
     contract = root / "c.yaml"
-    if stamp.exists() and contract.read_text() == CONTRACT:
+    text = contract_text("load-bench", H)
+    if stamp.exists() and contract.read_text() == text:
         return contract
     shutil.rmtree(root / "shards", ignore_errors=True)
     (root / "shards").mkdir(parents=True)
-    contract.write_text(CONTRACT)
+    contract.write_text(text)
     start = time.perf_counter()
-    for i in range(n):
-        g = torch.Generator().manual_seed(i)
-        slots = []
-        for m in MEDIANS:
-            x = torch.randn(T, H, generator=g)
-            scale = m * (1 + 0.02 * torch.randn(T, 1, generator=g))
-            slots.append((x / x.norm(dim=-1, keepdim=True) * scale).to(torch.bfloat16))
-        ids = torch.randint(0, 512, (T,), generator=g)
-        mask = torch.ones(T, dtype=torch.long)
-        mask[: i % 4] = 0
-        write_shard(root / "shards", "speculators-v1", i, ids, mask, slots)
+    write_set(root / "shards", n, tokens=T, hidden=H)
     stamp.touch()
     print(f"made {n} shards in {root / 'shards'} in {time.perf_counter() - start:.0f} s")
     return contract

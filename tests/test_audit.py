@@ -14,31 +14,46 @@ from pytest_eagle_contract.shards.writing import write_shard
 H, T = 16, 8
 MEDIANS = (1.0, 20.0, 60.0)
 SHIFTED = (1.0, 26.0, 75.0)  # a one-layer shift: the deeper slots' norms move
-CONTRACT = """contract: tiny-audit
+
+
+def contract_text(name: str = "tiny-audit", hidden: int = H) -> str:
+    """The contract of :func:`write_set`'s shards (also benchmarks/bench_load.py's)."""
+    return f"""contract: {name}
 version: 1
-target: {num_hidden_layers: 8, hidden_size: 16, vocab_size: 512, dtype: bfloat16}
+target: {{num_hidden_layers: 8, hidden_size: {hidden}, vocab_size: 512, dtype: bfloat16}}
 training:
   format: speculators-v1
   shards: shards
   slots:
-    - {layer: embed, norm: {median: 1.0, rtol: 0.5}}
-    - {layer: residual:3, norm: {median: 20.0, rtol: 0.5}}
-    - {layer: residual:6, norm: {median: 60.0, rtol: 0.5}}
+    - {{layer: embed, norm: {{median: 1.0, rtol: 0.5}}}}
+    - {{layer: residual:3, norm: {{median: 20.0, rtol: 0.5}}}}
+    - {{layer: residual:6, norm: {{median: 60.0, rtol: 0.5}}}}
 """
 
 
-def write_set(root: Path, n: int, shifted: set[int] = frozenset(), start: int = 0) -> None:
+CONTRACT = contract_text()
+
+
+def write_set(
+    root: Path,
+    n: int,
+    shifted: set[int] = frozenset(),
+    start: int = 0,
+    *,
+    tokens: int = T,
+    hidden: int = H,
+) -> None:
     """``n`` tiny shards from index ``start``; those in ``shifted`` with shifted norms."""
     root.mkdir(parents=True, exist_ok=True)
     for i in range(start, start + n):
         g = torch.Generator().manual_seed(i)
         slots = []
         for m in SHIFTED if i in shifted else MEDIANS:
-            x = torch.randn(T, H, generator=g)
-            scale = m * (1 + 0.02 * torch.randn(T, 1, generator=g))
+            x = torch.randn(tokens, hidden, generator=g)
+            scale = m * (1 + 0.02 * torch.randn(tokens, 1, generator=g))
             slots.append((x / x.norm(dim=-1, keepdim=True) * scale).to(torch.bfloat16))
-        ids = torch.randint(0, 512, (T,), generator=g)
-        mask = torch.ones(T, dtype=torch.long)
+        ids = torch.randint(0, 512, (tokens,), generator=g)
+        mask = torch.ones(tokens, dtype=torch.long)
         mask[: i % 4] = 0
         write_shard(root, "speculators-v1", i, ids, mask, slots)
 

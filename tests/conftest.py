@@ -1,12 +1,16 @@
 from __future__ import annotations
 
 import os
+import resource
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-import torch  # noqa: F401
+import torch
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
 
 # torch is imported here, once per process (each xdist worker), before any in-process
 # pytester run: pytester restores sys.modules after each run, so a torch first imported
@@ -106,8 +110,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(kind)
 
 
-def run_cli(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """Run the installed ``eagle-contract`` command as a user would."""
+def capped(memory: int) -> Callable[[], None]:
+    """A child's ``preexec_fn`` that caps its address space at ``memory`` bytes."""
+    return lambda: resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+
+
+def run_cli(
+    *args: object,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    memory: int | None = None,
+    timeout: float = 300,
+) -> subprocess.CompletedProcess[str]:
+    """Run the installed ``eagle-contract`` command as a user would (``env``: added to the
+    environment; ``memory``: its address space capped at that many bytes)."""
     exe = Path(sys.executable).with_name("eagle-contract")
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "pytest_eagle_contract"]
     return subprocess.run(
@@ -115,8 +131,87 @@ def run_cli(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedP
         capture_output=True,
         text=True,
         cwd=cwd,
-        env={**os.environ, "PYTHONWARNINGS": "ignore"},
-        timeout=300,
+        env={**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})},
+        preexec_fn=None if memory is None else capped(memory),
+        timeout=timeout,
+    )
+
+
+def no_traceback(res: subprocess.CompletedProcess[str]) -> None:
+    """The run printed no Python traceback."""
+    assert "Traceback" not in res.stdout + res.stderr, res.stdout + res.stderr
+
+
+def hostile_values(words: list[str], key_size: int, leaves: int) -> st.SearchStrategy[object]:
+    """Any value a hostile JSON or YAML document holds: scalars of every kind and ``words``
+    (what the format gives a meaning), nested in lists and maps (keys up to ``key_size``
+    characters, up to ``leaves`` leaves)."""
+    scalars = (
+        st.none()
+        | st.booleans()
+        | st.integers(-(2**70), 2**70)
+        | st.floats(allow_nan=True, allow_infinity=True)
+        | st.text(max_size=12)
+        | st.sampled_from(words)
+    )
+    return st.recursive(
+        scalars,
+        lambda inner: (
+            st.lists(inner, max_size=4)
+            | st.dictionaries(st.text(max_size=key_size), inner, max_size=4)
+        ),
+        max_leaves=leaves,
+    )
+
+
+def speculators_states(
+    data: Path, files: int, tokens: int, hidden: int, g: torch.Generator
+) -> list[torch.Tensor]:
+    """``files`` current-speculators shards ``data/hidden_states/hs_{i}.safetensors`` of
+    ``tokens`` random ids (vocabulary 100) and four bf16 slots whose per-token norms sit
+    around 1, 2, 3 and 4; each file's ids (its dataset row is the caller's)."""
+    from pytest_eagle_contract.shards.synthetic import states_with_norms
+    from pytest_eagle_contract.shards.writing import save
+
+    out = []
+    for i in range(files):
+        ids = torch.randint(0, 100, (tokens,), generator=g)
+        slots = [
+            states_with_norms(tokens, hidden, m, 0.1, g, torch.bfloat16)
+            for m in (1.0, 2.0, 3.0, 4.0)
+        ]
+        states = torch.stack(slots, dim=1)
+        save(
+            data / "hidden_states" / f"hs_{i}.safetensors",
+            {"hidden_states": states, "token_ids": ids},
+        )
+        out.append(ids)
+    return out
+
+
+def speculators_contract(hidden: int, slots: list[str]) -> str:
+    """The contract of :func:`speculators_states`' files under ``data/``: ``slots`` its
+    ``training.slots`` entries (YAML)."""
+    return f"""\
+contract: speculators-current
+version: 1
+target: {{num_hidden_layers: 8, hidden_size: {hidden}, vocab_size: 100}}
+training:
+  format: speculators
+  shards: data/hidden_states
+  slots:
+""" + "".join(f"    - {slot}\n" for slot in slots)
+
+
+def fuzz_settings(examples: int) -> settings:
+    """Seeded Hypothesis settings for the hostile fuzz tests: ``examples`` each, unless
+    EAGLE_FUZZ_EXAMPLES says how many."""
+    return settings(
+        max_examples=int(os.environ.get("EAGLE_FUZZ_EXAMPLES", str(examples))),
+        derandomize=True,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
     )
 
 

@@ -5,44 +5,24 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import speculators_contract, speculators_states
 
 pytest.importorskip("pyarrow")
 
 from pytest_eagle_contract.contract.model import load_contract
 from pytest_eagle_contract.plan.planner import plan, run_units
-from pytest_eagle_contract.shards.synthetic import states_with_norms
-from pytest_eagle_contract.shards.writing import save, write_speculators_dataset
+from pytest_eagle_contract.shards.writing import write_speculators_dataset
 
 H, T = 32, 30
-CONTRACT = f"""\
-contract: speculators-current
-version: 1
-target: {{num_hidden_layers: 8, hidden_size: {H}, vocab_size: 100}}
-training:
-  format: speculators
-  shards: data/hidden_states
-  slots: [{{layer: residual:2}}, {{layer: residual:4}}, {{layer: residual:5}},
-          {{layer: residual:8}}]
-"""
+CONTRACT = speculators_contract(H, [f"{{layer: residual:{k}}}" for k in (2, 4, 5, 8)])
 ROW_CODES = {"EC202", "EC206", "EC303"}
 
 
 def make(tmp_path, edit=None):
-    g = torch.Generator().manual_seed(0)
-    rows = []
-    for i in range(3):
-        ids = torch.randint(0, 100, (T,), generator=g)
-        mask = torch.ones(T, dtype=torch.long)
-        mask[:10] = 0
-        states = torch.stack(
-            [states_with_norms(T, H, m, 0.1, g, torch.bfloat16) for m in (1.0, 2.0, 3.0, 4.0)],
-            dim=1,
-        )
-        save(
-            tmp_path / "data" / "hidden_states" / f"hs_{i}.safetensors",
-            {"hidden_states": states, "token_ids": ids},
-        )
-        rows.append((ids, mask))
+    mask = torch.ones(T, dtype=torch.long)
+    mask[:10] = 0
+    ids = speculators_states(tmp_path / "data", 3, T, H, torch.Generator().manual_seed(0))
+    rows = [(i, mask.clone()) for i in ids]
     if edit:
         edit(rows)
     write_speculators_dataset(tmp_path / "data", rows)

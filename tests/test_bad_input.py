@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from conftest import no_traceback
 
 from pytest_eagle_contract.shells import demo
 
@@ -16,10 +17,6 @@ def demo_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("demo")
     demo.write_demo_shards(root, shards=2, save_target=True)
     return root
-
-
-def no_traceback(res):
-    assert "Traceback" not in res.stdout + res.stderr, res.stdout + res.stderr
 
 
 @pytest.mark.slow

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 import torch
+from conftest import no_traceback
 
 from pytest_eagle_contract.shells import demo
 
@@ -22,10 +23,6 @@ def demo_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("demo")
     demo.write_demo_shards(root, shards=3, save_target=True)
     return root
-
-
-def no_traceback(res):
-    assert "Traceback" not in res.stdout + res.stderr, res.stdout + res.stderr
 
 
 def _one_short(demo_dir, tmp_path):
@@ -175,27 +172,26 @@ def test_fixtures_use_the_contract_named_on_the_command_line(demo_dir, pytester)
     res.assert_outcomes(passed=2 + 1 + 2 * 3)  # the user's test per shard, layout, shard items
 
 
-@pytest.mark.slow
-def test_help_shows_the_optional_path():
+def _pytest_help() -> str:
+    """What ``pytest --help`` prints, the plugin loaded."""
     res = subprocess.run(
         [sys.executable, "-m", "pytest", "--help", "-p", "no:cacheprovider"],
         capture_output=True,
         text=True,
         timeout=120,
     )
-    assert "--eagle-contract=[PATH]" in res.stdout
+    return res.stdout
+
+
+@pytest.mark.slow
+def test_help_shows_the_optional_path():
+    assert "--eagle-contract=[PATH]" in _pytest_help()
 
 
 @pytest.mark.slow
 def test_docs_show_each_option_as_pytest_help_does():
     """Item 3: the docs spell every option as `pytest --help` prints it."""
-    res = subprocess.run(
-        [sys.executable, "-m", "pytest", "--help", "-p", "no:cacheprovider"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    shown = re.findall(r"^\s+(--eagle-[a-z-]+(?:=\S+)?)", res.stdout, re.M)
+    shown = re.findall(r"^\s+(--eagle-[a-z-]+(?:=\S+)?)", _pytest_help(), re.M)
     docs = (CHECKOUT_CONTRACT.parent.parent / "docs" / "pytest-plugin.md").read_text()
     docs = docs.replace("\\|", "|")  # a table cell escapes its pipes
     assert shown and [o for o in shown if f"`{o}" not in docs] == []

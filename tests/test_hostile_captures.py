@@ -8,16 +8,14 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import struct
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from conftest import fuzz_settings, hostile_values, run_cli
+from hypothesis import given
 from hypothesis import strategies as st
 from safetensors.torch import save_file
 
@@ -39,14 +37,7 @@ from pytest_eagle_contract.shells.demo import SPEC, shipped_contract, write_demo
 
 MEMORY = 3 << 30
 H = SPEC.hidden_size
-EXAMPLES = int(os.environ.get("EAGLE_FUZZ_EXAMPLES", "40"))
-FUZZ = settings(
-    max_examples=EXAMPLES,
-    derandomize=True,
-    deadline=None,
-    database=None,
-    suppress_health_check=list(HealthCheck),
-)
+FUZZ = fuzz_settings(40)
 ALLOWED = {"EC701", "EC704", "EC706", "EC707"}
 
 
@@ -185,25 +176,17 @@ def test_the_cli_reports_them_and_goes_on(world: dict[str, Any], tmp_path: Path)
     for name, case in _cases(world).items():
         _write_case(world, folder, name, case)
     (folder / "valid.safetensors").write_bytes(world["bytes"])
-    exe = Path(sys.executable).with_name("eagle-contract")
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "pytest_eagle_contract"]
-    res = subprocess.run(
-        [
-            *cmd,
-            "check",
-            str(shipped_contract()),
-            str(world["shard_path"]),
-            "--captures",
-            str(folder),
-            "--checks",
-            "capture",
-            "--sample",
-            "all",
-        ],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONWARNINGS": "ignore"},
-        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (MEMORY, MEMORY)),
+    res = run_cli(
+        "check",
+        shipped_contract(),
+        world["shard_path"],
+        "--captures",
+        folder,
+        "--checks",
+        "capture",
+        "--sample",
+        "all",
+        memory=MEMORY,
         timeout=240,
     )
     out = res.stdout + res.stderr
@@ -215,31 +198,19 @@ def test_the_cli_reports_them_and_goes_on(world: dict[str, Any], tmp_path: Path)
 
 # -- fuzz -------------------------------------------------------------------------------
 
-_SCALARS = (
-    st.none()
-    | st.booleans()
-    | st.integers(-(2**70), 2**70)
-    | st.floats(allow_nan=True, allow_infinity=True)
-    | st.text(max_size=12)
-    | st.sampled_from(
-        [
-            "residual:3",
-            "embed",
-            "final_norm",
-            "bfloat16",
-            "0.5.23",
-            "LlamaForCausalLM",
-            "0" * 64,
-            "aux",
-        ]
-    )
-)
-_VALUES = st.recursive(
-    _SCALARS,
-    lambda inner: (
-        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
-    ),
-    max_leaves=10,
+_VALUES = hostile_values(
+    [
+        "residual:3",
+        "embed",
+        "final_norm",
+        "bfloat16",
+        "0.5.23",
+        "LlamaForCausalLM",
+        "0" * 64,
+        "aux",
+    ],
+    key_size=8,
+    leaves=10,
 )
 _KEYS = [
     "format",

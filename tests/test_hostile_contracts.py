@@ -4,17 +4,17 @@ hang or a memory blow-up. The child runs under a 3 GiB address-space limit."""
 
 from __future__ import annotations
 
-import os
 import re
-import resource
 import subprocess
 import sys
 from pathlib import Path
 
+import conftest
 import pytest
 import torch
 import yaml
-from hypothesis import HealthCheck, given, settings
+from conftest import capped, fuzz_settings, hostile_values
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pytest_eagle_contract.contract.model import (
@@ -57,8 +57,7 @@ serving:
 TARGET = "target: {arch: LlamaForCausalLM, num_hidden_layers: 8, hidden_size: 64, vocab_size: 512}"
 
 
-def _limit_memory() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY, MEMORY))
+_limit_memory = capped(MEMORY)
 
 
 def run_cli(
@@ -67,17 +66,7 @@ def run_cli(
     env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """``eagle-contract`` as users run it, memory-capped, with a hang guard."""
-    exe = Path(sys.executable).with_name("eagle-contract")
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "pytest_eagle_contract"]
-    return subprocess.run(
-        [*cmd, *map(str, args)],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env={**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})},
-        preexec_fn=_limit_memory,
-        timeout=120,
-    )
+    return conftest.run_cli(*args, cwd=cwd, env=env, memory=MEMORY, timeout=120)
 
 
 def refused(res: subprocess.CompletedProcess[str], *words: str) -> None:
@@ -264,14 +253,7 @@ def test_plugin_reports_a_hostile_contract_without_a_traceback(tmp_path: Path) -
 
 # -- fuzz -------------------------------------------------------------------------------
 
-EXAMPLES = int(os.environ.get("EAGLE_FUZZ_EXAMPLES", "60"))
-FUZZ = settings(
-    max_examples=EXAMPLES,
-    derandomize=True,
-    deadline=None,
-    database=None,
-    suppress_health_check=list(HealthCheck),
-)
+FUZZ = fuzz_settings(60)
 _PIECES = [
     "&a ",
     "*a",
@@ -342,22 +324,10 @@ def test_fuzz_text_mutations(data: st.DataObject) -> None:
     _ok_or_contract_error(text)
 
 
-_SCALARS = (
-    st.none()
-    | st.booleans()
-    | st.integers(-(2**70), 2**70)
-    | st.floats(allow_nan=True, allow_infinity=True)
-    | st.text(max_size=12)
-    | st.sampled_from(
-        ["embed", "final_norm", "residual:3", "specforge", "sglang", "EC201", "bfloat16", "int64"]
-    )
-)
-_VALUES = st.recursive(
-    _SCALARS,
-    lambda inner: (
-        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4)
-    ),
-    max_leaves=12,
+_VALUES = hostile_values(
+    ["embed", "final_norm", "residual:3", "specforge", "sglang", "EC201", "bfloat16", "int64"],
+    key_size=10,
+    leaves=12,
 )
 
 

@@ -31,28 +31,34 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def _project(pytester: pytest.Pytester, shards: Path) -> None:
+def _project(pytester: pytest.Pytester) -> Path:
+    """The demo contract and the user's test, the contract reading an empty
+    ``shards/rows_0-2000`` (returned, for the caller to fill)."""
+    shards = pytester.path / "shards" / "rows_0-2000"
+    shards.mkdir(parents=True)
     (pytester.path / "contracts").mkdir()
-    text = shipped_contract().read_text().replace("../eagle-demo/good", str(shards))
+    text = shipped_contract().read_text().replace("../eagle-demo/good", str(shards.parent))
     (pytester.path / "contracts" / "demo.yaml").write_text(text)
     pytester.makepyfile(test_fc=USER_TEST)
+    return shards
 
 
-def _no_traceback(out: str) -> None:
+def _output(result: pytest.RunResult) -> str:
+    """The run's output, which holds no traceback into this package."""
+    out = result.stdout.str() + result.stderr.str()
     assert "Traceback" not in out and "INTERNALERROR" not in out, out[-4000:]
     assert "pytest_eagle_contract/" not in out, out[-4000:]  # no frame of this package
+    return out
 
 
 @pytest.mark.slow
 def test_eagle_capture_fails_each_bad_server_answer_with_its_code(
     demo: Path, pytester: pytest.Pytester
 ) -> None:
-    shards = pytester.path / "shards" / "rows_0-2000"
-    shards.mkdir(parents=True)
+    shards = _project(pytester)
     first = demo / "good" / "rows_0-2000" / "data_0.ckpt"
     for i in range(len(GENERATE)):
         shutil.copyfile(first, shards / f"data_{i}.ckpt")
-    _project(pytester, shards.parent)
     script = Script({"/generate": [fault for fault, _ in GENERATE.values()]}, always=LOOP)
     with SGLangStandin(
         Launch(mode="aux", layer_ids=[1, 3, 4], fault=script, max_requests=200)
@@ -68,8 +74,7 @@ def test_eagle_capture_fails_each_bad_server_answer_with_its_code(
             "--eagle-sample",
             "all",
         )
-    out = result.stdout.str() + result.stderr.str()
-    _no_traceback(out)
+    out = _output(result)
     failed = sum(code is not None for _, code in GENERATE.values())
     outcomes = result.parseoutcomes()
     assert outcomes.get("errors", 0) + outcomes.get("error", 0) == failed, out[-4000:]
@@ -82,11 +87,9 @@ def test_eagle_capture_fails_each_bad_server_answer_with_its_code(
 def test_eagle_shard_fails_an_unreadable_shard_with_its_code(
     demo: Path, pytester: pytest.Pytester
 ) -> None:
-    shards = pytester.path / "shards" / "rows_0-2000"
-    shards.mkdir(parents=True)
+    shards = _project(pytester)
     shutil.copyfile(demo / "good" / "rows_0-2000" / "data_0.ckpt", shards / "data_0.ckpt")
     (shards / "data_1.ckpt").write_bytes(b"PK\x03\x04 not a zip at all")
-    _project(pytester, shards.parent)
     pytester.makepyfile(
         test_read="""
         def test_reads(eagle_shard):
@@ -94,7 +97,6 @@ def test_eagle_shard_fails_an_unreadable_shard_with_its_code(
         """
     )
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "test_read.py")
-    out = result.stdout.str() + result.stderr.str()
-    _no_traceback(out)
+    out = _output(result)
     result.assert_outcomes(passed=1, errors=1)
     assert "eagle_shard: " in out and "EC00" in out, out[-4000:]

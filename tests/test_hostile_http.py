@@ -8,13 +8,10 @@ per shard: counted in the requests the stand-in saw, never in seconds."""
 from __future__ import annotations
 
 import json
-import os
-import resource
 import select
 import shutil
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -22,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import run_cli
 from sglang_standin import Launch, SGLangStandin
 
 from pytest_eagle_contract.capture import transport
@@ -339,25 +337,34 @@ def test_a_dead_server_is_asked_once_per_process(fault: Fault, ids: list[int]) -
 # -- from outside: the CLI, memory-capped ---------------------------------------------------
 
 
-def _limit_memory() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY, MEMORY))
-
-
 def _cli(*args: object) -> subprocess.CompletedProcess[str]:
-    exe = Path(sys.executable).with_name("eagle-contract")
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "pytest_eagle_contract"]
-    res = subprocess.run(
-        [*cmd, *map(str, args)],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONWARNINGS": "ignore"},
-        preexec_fn=_limit_memory,
-        timeout=240,
-    )
+    res = run_cli(*args, memory=MEMORY, timeout=240)
     out = res.stdout + res.stderr
     assert "Traceback" not in out and "MemoryError" not in out, out[-3000:]
     assert res.returncode in (1, 2), out[-3000:]
     return res
+
+
+def _check_capture(
+    url: str, report: Path, *shards: object, timeout: str = ""
+) -> subprocess.CompletedProcess[str]:
+    """``check --checks capture --sample all`` of ``shards`` against the server at ``url``
+    (``timeout``: its --sglang-timeout), the JSON report written to ``report``."""
+    wait = ["--sglang-timeout", timeout] if timeout else []
+    return _cli(
+        "check",
+        shipped_contract(),
+        *shards,
+        "--checks",
+        "capture",
+        "--sample",
+        "all",
+        "--sglang-url",
+        url,
+        *wait,
+        "--json",
+        report,
+    )
 
 
 def _codes(report: Path) -> list[list[str]]:
@@ -376,21 +383,7 @@ def test_check_goes_on_through_every_bad_answer(shards: Path, tmp_path: Path) ->
     with SGLangStandin(
         Launch(mode="aux", layer_ids=[1, 3, 4], fault=script, max_requests=200)
     ) as url:
-        res = _cli(
-            "check",
-            shipped_contract(),
-            shards,
-            "--checks",
-            "capture",
-            "--sample",
-            "all",
-            "--sglang-url",
-            url,
-            "--sglang-timeout",
-            "20",
-            "--json",
-            tmp_path / "r.json",
-        )
+        res = _check_capture(url, tmp_path / "r.json", shards, timeout="20")
     assert res.returncode == 1
     want = sorted([[code or "EC701"] for _, code in GENERATE.values()] + [[]])
     assert _codes(tmp_path / "r.json") == want
@@ -409,19 +402,7 @@ def test_check_goes_on_through_every_bad_server_info(shards: Path, tmp_path: Pat
     with SGLangStandin(
         Launch(mode="aux", layer_ids=[1, 3, 4], fault=script, max_requests=200)
     ) as url:
-        res = _cli(
-            "check",
-            shipped_contract(),
-            *paths,
-            "--checks",
-            "capture",
-            "--sample",
-            "all",
-            "--sglang-url",
-            url,
-            "--json",
-            tmp_path / "r.json",
-        )
+        res = _check_capture(url, tmp_path / "r.json", *paths)
     assert res.returncode == 1
     assert _codes(tmp_path / "r.json") == [[]] + [["EC705"]] * (len(server) + len(model))
 
@@ -430,21 +411,7 @@ def test_check_goes_on_through_every_bad_server_info(shards: Path, tmp_path: Pat
 def test_a_dead_server_costs_one_timeout_per_run(shards: Path, tmp_path: Path) -> None:
     standin = SGLangStandin(Launch(fault=_hang))
     with standin as url:
-        res = _cli(
-            "check",
-            shipped_contract(),
-            *discover(shards)[:4],
-            "--checks",
-            "capture",
-            "--sample",
-            "all",
-            "--sglang-url",
-            url,
-            "--sglang-timeout",
-            "1",
-            "--json",
-            tmp_path / "r.json",
-        )
+        res = _check_capture(url, tmp_path / "r.json", *discover(shards)[:4], timeout="1")
     assert res.returncode == 1 and "did not answer within 1 s" in res.stdout
     assert _codes(tmp_path / "r.json") == [["EC705"]] * 4
     assert standin.state.requests == 1  # not one per shard

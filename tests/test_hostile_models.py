@@ -207,14 +207,20 @@ def _replace(folder: Path, name: str, tensor: torch.Tensor) -> None:
     save_file(tensors, _weights(folder))
 
 
+def _changed(tmp_path: Path, base: tuple[Path, Path], change: Callable[[Path], None]) -> Path:
+    """A copy of the tiny target at ``tmp_path/model``, ``change`` made to it."""
+    folder = tmp_path / "model"
+    shutil.copytree(base[0], folder)
+    change(folder)
+    return folder
+
+
 @pytest.mark.parametrize("name", OPEN_CASES)
 def test_hostile_model_folder_fails_to_open_cleanly(
     tmp_path: Path, base: tuple[Path, Path], name: str
 ) -> None:
     change, words = OPEN_CASES[name]
-    folder = tmp_path / "model"
-    shutil.copytree(base[0], folder)
-    change(folder)
+    folder = _changed(tmp_path, base, change)
     with pytest.raises(UsageError, match=re.escape(words)):
         model = TargetModel.open(folder)
         model.embedding, model.final_norm_weight, model.lm_head  # noqa: B018
@@ -234,9 +240,7 @@ def test_hostile_model_folder_is_a_usage_error(
     tmp_path: Path, base: tuple[Path, Path], name: str
 ) -> None:
     change, words = CASES[name]
-    folder = tmp_path / "model"
-    shutil.copytree(base[0], folder)
-    change(folder)
+    folder = _changed(tmp_path, base, change)
     before = _digest(folder)
     res = run_cli("identify", base[1], "--target-model", folder, cwd=tmp_path)
     refused(res, f"target model {folder}", *words)

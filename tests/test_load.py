@@ -49,6 +49,18 @@ def kib_per_shard(run: load.Run) -> float:
     return float(load.slopes(run)["tree"]) * 1024 / 1000
 
 
+def assert_flat(
+    run: load.Run, samples: int, growth: float, slack_mib: int, kib_per_shard_max: float
+) -> None:
+    """The run passed with at least ``samples`` steady samples, its second half at most
+    ``growth`` times the first plus ``slack_mib``, and under ``kib_per_shard_max`` a shard."""
+    assert run.rc == 0, figures(run)
+    assert len(load.steady(run)) >= samples, "too few samples: " + figures(run)
+    first, second = load.halves(run)
+    assert second <= first * growth + slack_mib * MIB, figures(run)
+    assert kib_per_shard(run) < kib_per_shard_max, figures(run)
+
+
 @pytest.fixture(scope="module")
 def sets(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
     root = tmp_path_factory.mktemp("load")
@@ -59,11 +71,7 @@ def sets(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
 def test_an_audit_holds_its_memory_flat(sets: dict[int, Path], tmp_path: Path) -> None:
     n = 1200
     run = load.run_audit(sets[n], tmp_path, n, 2, interval=0.05)
-    assert run.rc == 0, figures(run)
-    assert len(load.steady(run)) >= 6, "too few samples: " + figures(run)
-    first, second = load.halves(run)
-    assert second <= first * 1.15 + 20 * MIB, figures(run)
-    assert kib_per_shard(run) < 100, figures(run)
+    assert_flat(run, samples=6, growth=1.15, slack_mib=20, kib_per_shard_max=100)
 
 
 @pytest.mark.slow
@@ -73,11 +81,7 @@ def test_pytest_n2_holds_its_memory_flat(sets: dict[int, Path], tmp_path: Path) 
     runners."""
     n = 500
     run = load.run_pytest(sets[n], tmp_path, n, 2, "--eagle-no-sharpness", interval=0.1)
-    assert run.rc == 0, figures(run)
-    assert len(load.steady(run)) >= 8, "too few samples: " + figures(run)
-    first, second = load.halves(run)
-    assert second <= first * 1.15 + 20 * MIB, figures(run)
-    assert kib_per_shard(run) < 100, figures(run)
+    assert_flat(run, samples=8, growth=1.15, slack_mib=20, kib_per_shard_max=100)
 
 
 @pytest.mark.slow
@@ -91,10 +95,7 @@ def test_pytest_batched_holds_its_memory_flat(sets: dict[int, Path], tmp_path: P
     )
     assert run.rc == 0, figures(run)
     assert load.pytest_results(run.output)[1] == n // 10, figures(run)  # one item per batch
-    assert len(load.steady(run)) >= 8, "too few samples: " + figures(run)
-    first, second = load.halves(run)
-    assert second <= first * 1.05 + 10 * MIB, figures(run)
-    assert kib_per_shard(run) < 10, figures(run)
+    assert_flat(run, samples=8, growth=1.05, slack_mib=10, kib_per_shard_max=10)
 
 
 def test_imap_submits_only_a_few_tasks_ahead() -> None:

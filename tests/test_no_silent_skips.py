@@ -17,44 +17,29 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import speculators_contract, speculators_states
 
 pytest.importorskip("pyarrow")
 
-from pytest_eagle_contract.shards.synthetic import states_with_norms
-from pytest_eagle_contract.shards.writing import save, write_speculators_dataset
+from pytest_eagle_contract.shards.writing import write_speculators_dataset
 
 CLI = (sys.executable, "-m", "pytest_eagle_contract")
 PYTEST = (sys.executable, "-m", "pytest", "-p", "no:cacheprovider")
 H, T = 32, 30
-CONTRACT = f"""\
-contract: speculators-current
-version: 1
-target: {{num_hidden_layers: 8, hidden_size: {H}, vocab_size: 100}}
-training:
-  format: speculators
-  shards: data/hidden_states
-  slots:
-    - {{layer: residual:2, norm: {{min: 0.5, max: 1.5}}}}
-    - {{layer: residual:4, norm: {{min: 1.5, max: 2.5}}}}
-    - {{layer: residual:5, norm: {{min: 2.5, max: 3.5}}}}
-    - {{layer: residual:8, norm: {{min: 3.5, max: 4.5}}}}
-"""
+CONTRACT = speculators_contract(
+    H,
+    [
+        "{layer: residual:2, norm: {min: 0.5, max: 1.5}}",
+        "{layer: residual:4, norm: {min: 1.5, max: 2.5}}",
+        "{layer: residual:5, norm: {min: 2.5, max: 3.5}}",
+        "{layer: residual:8, norm: {min: 3.5, max: 4.5}}",
+    ],
+)
 
 
 def _project(tmp_path: Path, dataset: bool) -> Path:
-    g = torch.Generator().manual_seed(0)
-    rows = []
-    for i in range(2):
-        ids = torch.randint(0, 100, (T,), generator=g)
-        states = torch.stack(
-            [states_with_norms(T, H, m, 0.1, g, torch.bfloat16) for m in (1.0, 2.0, 3.0, 4.0)],
-            dim=1,
-        )
-        save(
-            tmp_path / "data" / "hidden_states" / f"hs_{i}.safetensors",
-            {"hidden_states": states, "token_ids": ids},
-        )
-        rows.append((ids, torch.ones(T, dtype=torch.long)))
+    ids = speculators_states(tmp_path / "data", 2, T, H, torch.Generator().manual_seed(0))
+    rows = [(i, torch.ones(T, dtype=torch.long)) for i in ids]
     if dataset:
         write_speculators_dataset(tmp_path / "data", rows)
     (tmp_path / "c.yaml").write_text(CONTRACT)

@@ -45,6 +45,11 @@ def repo(tmp_path) -> Path:
     return tmp_path
 
 
+def _check(repo: Path, shards: Path, shard_set: str, *options: str) -> int:
+    """``eagle-contract check`` of the repository's demo contract on one demo shard set."""
+    return main(["check", str(repo / "contracts" / "demo.yaml"), str(shards / shard_set), *options])
+
+
 def _valid(path: Path) -> dict:
     data = json.loads(path.read_text())
     assert json_report.problems(data) == []
@@ -64,18 +69,8 @@ def _line_of(path: Path, text: str) -> tuple[int, int]:
 @pytest.mark.parametrize(("shard_set", "ok"), [("good", True), ("embed-in-front", False)])
 def test_check_json_validates(repo, shards, shard_set, ok, capsys):
     report = repo / "report.json"
-    code = main(
-        [
-            "check",
-            str(repo / "contracts" / "demo.yaml"),
-            str(shards / shard_set),
-            "--sample",
-            "all",
-            "--json",
-            str(report),
-            "--annotations",
-            "none",
-        ]
+    code = _check(
+        repo, shards, shard_set, "--sample", "all", "--json", str(report), "--annotations", "none"
     )
     assert code == (0 if ok else 1)
     data = _valid(report)
@@ -220,16 +215,7 @@ def test_step_summary_when_the_env_var_is_set(repo, shards, capsys, monkeypatch)
     summary.write_text("earlier step\n")
     monkeypatch.setenv("GITHUB_ACTIONS", "true")
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
-    main(
-        [
-            "check",
-            str(repo / "contracts" / "demo.yaml"),
-            str(shards / "embed-in-front"),
-            "--sample",
-            "all",
-            "-q",
-        ]
-    )
+    _check(repo, shards, "embed-in-front", "--sample", "all", "-q")
     assert "::error " in capsys.readouterr().out
     text = summary.read_text()
     assert text.startswith("earlier step\n## eagle-contract FAILED: demo-tiny-llama-eagle3")
@@ -240,7 +226,7 @@ def test_step_summary_when_the_env_var_is_set(repo, shards, capsys, monkeypatch)
 
 
 def test_no_annotations_outside_actions(repo, shards, capsys):
-    main(["check", str(repo / "contracts" / "demo.yaml"), str(shards / "embed-in-front"), "-q"])
+    _check(repo, shards, "embed-in-front", "-q")
     assert "::error" not in capsys.readouterr().out
 
 
@@ -276,19 +262,7 @@ def _page(path: Path) -> _Page:
 
 def _html(repo: Path, shards: Path, *extra: str) -> _Page:
     report = repo / "report.html"
-    main(
-        [
-            "check",
-            str(repo / "contracts" / "demo.yaml"),
-            str(shards / "embed-in-front"),
-            "--sample",
-            "all",
-            "--report",
-            str(report),
-            "-q",
-            *extra,
-        ]
-    )
+    _check(repo, shards, "embed-in-front", "--sample", "all", "--report", str(report), "-q", *extra)
     return _page(report)
 
 
@@ -458,13 +432,19 @@ def project(pytester, shards):
     return pytester
 
 
+def _plugin(project: pytest.Pytester, *options: str) -> pytest.RunResult:
+    """``pytest --eagle-contract contracts/demo.yaml OPTIONS`` in the project."""
+    return project.runpytest(
+        "--eagle-contract", "contracts/demo.yaml", *options, "-p", "no:cacheprovider"
+    )
+
+
 @pytest.mark.slow
 def test_plugin_junit_properties_and_json_under_xdist(project, monkeypatch):
     monkeypatch.setenv("GITHUB_WORKSPACE", str(project.path))
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(project.path / "summary.md"))
-    result = project.runpytest(
-        "--eagle-contract",
-        "contracts/demo.yaml",
+    result = _plugin(
+        project,
         "--eagle-sample",
         "all",
         "-n",
@@ -472,8 +452,6 @@ def test_plugin_junit_properties_and_json_under_xdist(project, monkeypatch):
         "--junitxml=junit.xml",
         "--eagle-report=report.json",
         "--eagle-annotations=github",
-        "-p",
-        "no:cacheprovider",
     )
     assert result.parseoutcomes()["failed"] == 3  # norms, on each of the 3 shards
     line, col = _line_of(project.path / "contracts" / "demo.yaml", "{layer: residual:2")
@@ -504,15 +482,7 @@ def test_plugin_html_and_annotations(project, monkeypatch):
     monkeypatch.setenv("GITHUB_ACTIONS", "true")
     monkeypatch.setenv("GITHUB_WORKSPACE", str(project.path))
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(project.path / "summary.md"))
-    result = project.runpytest(
-        "--eagle-contract",
-        "contracts/demo.yaml",
-        "--eagle-sample",
-        "all",
-        "--eagle-report=report.html",
-        "-p",
-        "no:cacheprovider",
-    )
+    result = _plugin(project, "--eagle-sample", "all", "--eagle-report=report.html")
     assert result.parseoutcomes()["failed"] == 3
     result.stdout.fnmatch_lines(
         [
@@ -530,16 +500,13 @@ def test_plugin_reports_the_warnings_of_a_passing_item(project, monkeypatch):
     contract = project.path / "contracts" / "demo.yaml"
     contract.write_text(contract.read_text().replace("aux_layer_ids: [1, 3, 4]", ""))
     monkeypatch.setenv("GITHUB_WORKSPACE", str(project.path))
-    result = project.runpytest(
-        "--eagle-contract",
-        "contracts/demo.yaml",
+    result = _plugin(
+        project,
         "-k",
         "layout",
         "--junitxml=junit.xml",
         "--eagle-report=report.json",
         "--eagle-annotations=github",
-        "-p",
-        "no:cacheprovider",
     )
     outcomes = result.parseoutcomes()  # the layout item passes with its warning
     assert outcomes["passed"] == 1 and "failed" not in outcomes
@@ -619,9 +586,8 @@ def test_declared_layers_are_marked_unproven_where_nothing_proved_them(repo, sha
 def test_the_layout_items_junit_properties_say_what_was_proven(project, shards):
     """The JUnit view of the layout: the declared fc layers, and on the layout item the
     layers the reference capture proved, as EC501 says them."""
-    result = project.runpytest(
-        "--eagle-contract",
-        "contracts/demo.yaml",
+    result = _plugin(
+        project,
         "--eagle-sample",
         "1",
         "--eagle-target-model",
@@ -630,8 +596,6 @@ def test_the_layout_items_junit_properties_say_what_was_proven(project, shards):
         "--eagle-checks",
         "layout",
         "--junitxml=junit.xml",
-        "-p",
-        "no:cacheprovider",
     )
     assert result.parseoutcomes()["failed"] == 1
     (case,) = [

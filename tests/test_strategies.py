@@ -139,6 +139,14 @@ def _assert_good(contract, record):
     assert not findings, [f"{f.code} {f.message}" for f in findings]
 
 
+def _centered(contract, seed, length):
+    """A record of ``length`` tokens with every slot's norm at the centre of its bounds."""
+    slots = tuple(
+        SlotRecipe(strategies.center(*strategies.norm_range(s))) for s in contract.training.slots
+    )
+    return build(contract, Recipe(seed=seed, length=length, slots=slots))
+
+
 # -- good records pass ----------------------------------------------------------------------
 
 
@@ -185,17 +193,7 @@ def test_generated_records_pass_variant_contracts(tmp_path, name):
 def test_one_token_speculators_shard(drafted):
     """Found by the property tests: a 1-token [1, k, H] state is not a batch of one."""
     contract = drafted["speculators"]
-    record = build(
-        contract,
-        Recipe(
-            seed=0,
-            length=1,
-            slots=tuple(
-                SlotRecipe(strategies.center(*strategies.norm_range(s)))
-                for s in contract.training.slots
-            ),
-        ),
-    )
+    record = _centered(contract, seed=0, length=1)
     _assert_good(contract, record)
 
 
@@ -407,17 +405,7 @@ def test_a_record_prints_as_the_line_that_rebuilds_it():
 def test_saved_records_read_back_the_same(drafted, tmp_path, fmt):
     """A record written to disk passes the file-based checks exactly as in memory."""
     contract = drafted[fmt]
-    record = build(
-        contract,
-        Recipe(
-            seed=1,
-            length=12,
-            slots=tuple(
-                SlotRecipe(strategies.center(*strategies.norm_range(s)))
-                for s in contract.training.slots
-            ),
-        ),
-    )
+    record = _centered(contract, seed=1, length=12)
     record.save(tmp_path / record.file_name())
     runner = Runner()
     units = plan(contract, [tmp_path], sample=None, checks=("structure", "values", "norms"))

@@ -33,7 +33,7 @@ from pytest_eagle_contract.shards.formats import FORMATS
 from pytest_eagle_contract.shards.inspection import inspect_shard
 from pytest_eagle_contract.shards.mapped import read_stored
 from pytest_eagle_contract.shards.reading import comparable, read_sample
-from pytest_eagle_contract.shards.stats import norm_stats, token_norms
+from pytest_eagle_contract.shards.stats import norm_stats, quantiles, token_norms
 from pytest_eagle_contract.shards.stored import Stored
 from pytest_eagle_contract.shards.writing import write_shard
 
@@ -365,6 +365,20 @@ def test_empty_and_absurdly_wide_states_allocate_nothing() -> None:
     assert norm_stats(wide).tokens == 0
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.floats(min_value=-1e150, max_value=1e150, allow_nan=False),
+        min_size=1,
+        max_size=300,
+    ),
+)
+def test_the_quantiles_are_numpys_to_the_last_bit(values: list[float]) -> None:
+    qs = (0.05, 0.5, 0.95)
+    a = np.array(values, dtype=np.float64)
+    assert quantiles(np.sort(a), qs) == [float(x) for x in np.quantile(a, qs)]
+
+
 def test_numbers_of_stored_and_torch_agree() -> None:
     for dtype in DTYPES:
         x = _values(dtype, (9,))
@@ -379,6 +393,7 @@ import sys
 from pytest_eagle_contract.shells.cli import main
 rc = main(sys.argv[1:])
 print("TORCH", "torch" in sys.modules, file=sys.stderr)
+print("NUMPY.MA", "numpy.ma" in sys.modules, file=sys.stderr)  # np.quantile imports it
 sys.exit(rc)
 """
 
@@ -408,6 +423,7 @@ def test_a_shard_check_never_imports_torch(tmp_path: Path, workers: str) -> None
         capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONWARNINGS": "ignore"},
     )  # fmt: skip
     assert "TORCH False" in done.stderr, done.stderr
+    assert "NUMPY.MA False" in done.stderr, done.stderr
     assert done.returncode == 1, done.stdout + done.stderr
     found = json.loads(report.read_text())["findings"]
     assert [(f["code"], Path(f["file"]).name, f["slot"]) for f in found] == [

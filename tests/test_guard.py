@@ -391,3 +391,51 @@ def test_a_contract_the_trainer_layout_cannot_hold_is_a_usage_error(
 def test_bad_settings_are_usage_errors(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         Guard(DEMO, **kwargs)
+
+
+def test_the_trainer_examples_use_the_trainers_seams_and_the_public_api() -> None:
+    """docs/examples: each compiles, imports only what the package exports, and hands the
+    guard to the trainer's own seam (``collate_fn=``, the ``train_loader`` argument)."""
+    import ast
+
+    import pytest_eagle_contract
+
+    seams = {"guard_specforge.py": "collate_fn=collate", "guard_speculators.py": "GuardedLoader("}
+    for name, seam in seams.items():
+        text = (ROOT / "docs" / "examples" / name).read_text()
+        tree = ast.parse(text)
+        ours = [
+            alias.name
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.module == "pytest_eagle_contract"
+            for alias in node.names
+        ]
+        assert ours and set(ours) <= set(pytest_eagle_contract.__all__), name
+        assert seam in text, name
+        assert f"(examples/{name})" in (ROOT / "docs" / "online.md").read_text()  # linked
+
+
+def test_a_check_that_cannot_run_is_logged_once_not_raised(
+    target: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A plain dict in the current speculators format (``token_ids``, ``hidden_states``
+    [B, T, k, H]) whose loss mask lives in the dataset, not in the batch: the mask checks
+    cannot run (EC009, a warning), said once; the states are still checked."""
+    from pytest_eagle_contract.models.reference import capture_canonical
+
+    contract = measured_contract(tmp_path, target, "speculators", SPECULATORS_LAYERS)
+    ids = torch.randint(0, SPEC.vocab_size, (2, 90), generator=torch.Generator().manual_seed(4))
+    stacked = []
+    for row in ids:
+        states = capture_canonical(target, row)
+        stacked.append(torch.stack([states[layer] for layer in SPECULATORS_LAYERS], 1))
+    batch = {"token_ids": ids, "hidden_states": torch.stack(stacked).bfloat16()}
+    guard = Guard(contract, warmup=5)
+    with caplog.at_level(logging.WARNING, logger="pytest_eagle_contract.guard"):
+        assert guard.check(batch) == [] and guard.check(batch) == []
+    assert len(caplog.records) == 1 and "EC009" in caplog.records[0].getMessage()
+    assert guard.violations == 0 and guard.profiles[3].count == 4  # 2 batches x 2 rows
+    swapped = dict(batch, hidden_states=batch["hidden_states"][:, :, [0, 2, 1, 3]])
+    with pytest.raises(ContractViolation) as caught:
+        guard.check(swapped)
+    assert (caught.value.code, caught.value.slot) == ("EC401", 1)

@@ -74,6 +74,7 @@ def test_speculators_collate_fn_in_a_data_loader(target: Any, tmp_path: Path) ->
     loader checks what the trainer receives; an empty batch (every generation failed) is
     padding only and passes."""
     data = pytest.importorskip("speculators.train.data")
+    shift_batch = pytest.importorskip("speculators.models.eagle3.data").shift_batch
     contract = measured_contract(tmp_path, target, "speculators", SPECULATORS_LAYERS)
 
     def item(seed: int, last: Layer = SPECULATORS_LAYERS[-1]) -> dict[str, torch.Tensor]:
@@ -88,7 +89,9 @@ def test_speculators_collate_fn_in_a_data_loader(target: Any, tmp_path: Path) ->
             "position_ids": torch.arange(len(ids)),
         }
 
-    collate = data.CollateFn(400, SPEC.hidden_size, num_target_layers=3, dtype=torch.bfloat16)
+    collate = data.CollateFn(
+        400, SPEC.hidden_size, num_target_layers=3, dtype=torch.bfloat16, preprocess=shift_batch
+    )
     samples = [item(1), item(2), item(3), item(4)]
     loader = torch.utils.data.DataLoader(samples, batch_size=2, collate_fn=collate)
     guard = Guard(contract, warmup=10, every=10)

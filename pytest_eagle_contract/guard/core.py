@@ -25,6 +25,7 @@ from ..checks.structure import check_structure
 from ..checks.values import check_finite, check_ids_and_mask
 from ..contract.model import Contract, load_contract
 from ..errors import ContractViolation
+from ..render import format_finding
 from ..shards.reading import widens
 from .batch import Rows, split_batch
 from .layouts import LAYOUT_NAMES, BatchLayout
@@ -82,18 +83,25 @@ class Guard:
         self.last: ContractViolation | None = None
         self.profiles: dict[int, RunningProfile] = {}
         self._lock = threading.Lock()  # a collator may run in several loader threads
+        self._warned: set[str] = set()
 
     # -- the two ways in -------------------------------------------------------------------
 
     def check(self, batch: object) -> list[Finding]:
-        """The findings of ``batch`` (the next batch index); raises
+        """The findings (errors) of ``batch`` (the next batch index); raises
         :class:`~..errors.ContractViolation` on one unless ``on_violation`` says otherwise.
+        A warning (a check that cannot run on such batches: EC009) is logged once per code.
         A batch that is not a dict of tensors raises TypeError or ValueError."""
         with self._lock:
             index = self.next_batch
             self.next_batch += 1
             found = [f for f in self._findings(batch, index) if f.code not in self._waived]
             self.checked += 1
+            for warning in (f for f in found if f.severity != "error"):
+                if warning.code not in self._warned:  # a check that cannot run: said once
+                    self._warned.add(warning.code)
+                    self.logger.warning("batch %d: %s", index, format_finding(warning))
+            found = [f for f in found if f.severity == "error"]
             if not found:
                 return found
             self.violations += 1

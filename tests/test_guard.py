@@ -439,3 +439,24 @@ def test_a_check_that_cannot_run_is_logged_once_not_raised(
     with pytest.raises(ContractViolation) as caught:
         guard.check(swapped)
     assert (caught.value.code, caught.value.slot) == ("EC401", 1)
+
+
+def test_a_collator_called_from_loader_threads_counts_every_batch(target: Any) -> None:
+    """SpecForge's loader collates in a thread pool (``dataloader_num_workers``): every
+    batch is checked once, the running profiles count every row, a bad batch is named."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    guard = Guard(DEMO, warmup=100)
+    collate = specforge_collator(guard, concatenate)
+    work = [specforge_features(target, 2, seed=s) for s in range(8)]
+    with ThreadPoolExecutor(4) as pool:
+        batches = list(pool.map(collate, work))
+    assert len(batches) == 8 and (guard.checked, guard.violations) == (8, 0)
+    assert guard.next_batch == 8 and all(p.count == 16 for p in guard.profiles.values())
+    bad = specforge_features(target, 2, seed=9)
+    bad[1]["target"][0, 4, :] = float("nan")
+    with ThreadPoolExecutor(2) as pool:
+        futures = [pool.submit(collate, w) for w in (work[0], bad)]
+    with pytest.raises(ContractViolation) as caught:
+        futures[1].result()
+    assert caught.value.code == "EC304" and caught.value.finding.file.endswith("row 1")

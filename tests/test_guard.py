@@ -460,3 +460,18 @@ def test_a_collator_called_from_loader_threads_counts_every_batch(target: Any) -
     with pytest.raises(ContractViolation) as caught:
         futures[1].result()
     assert caught.value.code == "EC304" and caught.value.finding.file.endswith("row 1")
+
+
+def test_a_resumed_run_names_the_runs_batches_and_warms_up_again(target: Any) -> None:
+    from pytest_eagle_contract.guard.profile import Schedule
+
+    assert [b for b in range(12) if Schedule(3, 4).profiles(b)] == [0, 1, 2, 3, 7, 11]
+    resumed = Guard(DEMO, warmup=2, every=50, start=1000)
+    for seed in range(3):
+        assert resumed.check(concatenate(specforge_features(target, 1, seed))) == []
+    assert (resumed.profiled, resumed.next_batch) == (3, 1003)  # 1000-1001 warm, 1002 = K
+    guard = Guard(DEMO, warmup=2, every=50, start=1000, on_violation="log")
+    bad = {"input_ids": torch.zeros(1, 4, dtype=torch.long)}  # three keys missing
+    found = [guard.check(bad) for _ in range(3)]
+    assert all(f and f[0].code == "EC101" for f in found)
+    assert guard.last is not None and guard.last.batch == 1002 and guard.next_batch == 1003

@@ -49,7 +49,8 @@ class Guard:
     the ``pytest_eagle_contract.guard`` logger) and count it; ``skip``: log, count, and
     leave the batch out of :meth:`wrap`. ``layout``: how batches are read (``auto``: by
     their keys; see :data:`.layouts.LAYOUTS`). ``start``: the index of the first batch (a
-    resumed run)."""
+    resumed run: violations name the run's batch numbers; the warmup counts from it, as the
+    running profiles start empty)."""
 
     def __init__(
         self,
@@ -75,6 +76,7 @@ class Guard:
         self.on_violation: OnViolation = on_violation
         self.layout = layout
         self.logger = logger or LOGGER
+        self.start = start
         self.next_batch = start
         self.checked = 0  # batches checked
         self.profiled = 0  # of which the norm profile was measured on
@@ -136,7 +138,7 @@ class Guard:
         return self.contract.waivers
 
     def _findings(self, batch: object, index: int) -> list[Finding]:
-        profile = self.schedule.profiles(index)
+        profile = self.schedule.profiles(index - self.start)
         rows = split_batch(batch, self.contract, index, self.layout)
         self.padding_rows += rows.padding_rows
         if rows.problems:

@@ -83,7 +83,9 @@ def split_batch(
     if ids is None or ids.dim() == 1:  # one sample without a batch dimension
         row = _row(tensors, fmt, None, to_cpu)
         shards = [] if row is None else [_shard(f"batch {index}", hidden, fmt, row)]
-        return Rows(fmt, shards, states=states, target_dropped=dropped, padding_rows=row is None)
+        return Rows(
+            fmt, shards, states=states, target_dropped=dropped, padding_rows=int(row is None)
+        )
     if ids.dim() != 2:
         raise ValueError(
             f"batch[{fmt.ids_key!r}] has shape {list(ids.shape)}: expected [B, T] or [T]"

@@ -309,6 +309,25 @@ def capture_cases(root: Path, world: tuple[Path, Path, dict[str, Any]]) -> list[
     return cases
 
 
+def vllm_file_cases(root: Path) -> list[Case]:
+    """One hostile vLLM hidden-state file per case (tests/test_hostile_vllm_files.py), given to
+    ``record --vllm-files`` beside the shipped contract: EC707 or exit 2, never a traceback."""
+    import test_hostile_vllm_files as hv
+
+    from pytest_eagle_contract.shells.demo import shipped_contract
+
+    made = {**{n: (lambda p, d=d: p.write_bytes(d)) for n, d in hv.cases().items()}, **hv.SPECIAL}
+    cases = []
+    for i, (name, make) in enumerate(made.items()):
+        folder = root / "vllm-files" / f"{i:03d}"
+        (folder / "vllm").mkdir(parents=True)
+        shutil.copyfile(shipped_contract(), folder / "c.yaml")
+        make(folder / "vllm" / "cmpl-0.safetensors")
+        argv = ["record", "c.yaml", "--vllm-files", "vllm", *hv.LAUNCH, "-o", "caps"]
+        cases.append(Case("vllm-files", name, folder, argv))
+    return cases
+
+
 def http_cases(root: Path, world: tuple[Path, Path, dict[str, Any]]) -> list[Case]:
     import socketserver
 

@@ -58,6 +58,7 @@ from hostile_inputs import (
     model_cases,
     output_cases,
     shard_cases,
+    vllm_file_cases,
 )
 
 GIB = 1 << 30
@@ -329,7 +330,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=90.0, help="seconds before a run is a hang")
-    ap.add_argument("--surfaces", default="shards,contracts,models,captures,http,outputs")
+    ap.add_argument(
+        "--surfaces", default="shards,contracts,models,captures,vllm-files,http,outputs"
+    )
     ap.add_argument("--seed", type=int, default=16)
     ap.add_argument("--fresh", action="store_true", help="a new interpreter per input")
     ap.add_argument("--keep", action="store_true", help="keep the inputs and logs")
@@ -351,6 +354,7 @@ def main() -> None:
         "contracts": lambda: contract_cases(root, rng),
         "models": lambda: model_cases(root),
         "captures": lambda: capture_cases(root, world) if world else [],
+        "vllm-files": lambda: vllm_file_cases(root),
         "http": lambda: http_cases(root, world) if world else [],
         "outputs": lambda: output_cases(root),
     }

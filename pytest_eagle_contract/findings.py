@@ -53,6 +53,10 @@ RuleCode = Literal[
     "EC705",
     "EC706",
     "EC707",
+    "EC708",
+    "EC709",
+    "EC710",
+    "EC711",
     "EC801",
     "EC802",
     "EC901",
@@ -149,6 +153,23 @@ _RULES: tuple[Rule, ...] = (
     ),
     Rule("EC706", "capture-missing", "no capture file holds this shard's input_ids"),
     Rule("EC707", "capture-invalid", "a capture file is unreadable or inconsistent"),
+    # topology parity (compare-captures): a production layout against a single-GPU reference
+    Rule(
+        "EC708",
+        "topology-mismatch",
+        "a production capture's state differs from the reference's at some tokens",
+    ),
+    Rule(
+        "EC709",
+        "topology-shape",
+        "a production capture holds another number of states, width or rows than the reference",
+    ),
+    Rule("EC710", "topology-unpaired", "a prompt was captured on one layout only"),
+    Rule(
+        "EC711",
+        "token-order",
+        "a production capture holds the reference's rows or ids in another token order",
+    ),
     # -- EC8xx: contract sharpness (mutations) --
     Rule("EC801", "not-sharp", "a class of pipeline bug passes the contract"),
     Rule("EC802", "baseline-fails", "a shard built to the contract's own description fails it"),

@@ -1,0 +1,63 @@
+"""A stand-in for vLLM's hidden-state writer (not vLLM, which needs a GPU to serve): the
+files an ``extract_hidden_states`` server with ``ExampleHiddenStatesConnector`` writes, from
+a tiny transformers model's states, byte for byte as vLLM writes them.
+
+Why these bytes, from vLLM 0.34.0's wheel (``tests/test_vllm_writer.py`` runs vLLM's own
+functions from the wheel, under ``tox -e vllm-writer``, and checks the bytes are equal):
+
+- ``v1/worker/gpu/spec_decode/extract_hidden_states.py:133``: the target's aux list is
+  ``torch.stack(aux_hidden_states, dim=1)`` -> [T, n, H], in the list's order (the target's
+  layer loop appends in ascending layer order), in the model dtype (``self.dtype``, l. 47-53).
+- ``model_executor/models/extract_hidden_states.py:81-90`` (``basic_cache``): the [T, n, H]
+  rows go into a cache [blocks, n, block_size, H] at ``slot // block_size, :, slot %
+  block_size``; ``distributed/kv_transfer/kv_connector/v1/example_hidden_states_connector.py:37-45``
+  (``extract_from_kv_cache``) reads them back with the same indexing, the request's blocks
+  in order, cut to ``num_tokens``.
+- same connector, l. 416-419: the tensors saved are ``{"hidden_states": pinned_hs,
+  "token_ids": pending.token_ids.clone()}``, the ids ``token_ids_to_tensor(prompt_token_ids)``
+  (l. 546; int64, ``utils/torch_utils.py:98-103``); l. 329-347 (``_write_tensors``):
+  ``save_file(tensors, filename)``, no metadata; l. 497-499: ``{shared_storage_path}/
+  {req_id}.safetensors``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+from pytest_eagle_contract.layers import Layer
+from pytest_eagle_contract.models.reference import capture_canonical
+
+BLOCK = 16  # cache_config.block_size's default
+
+
+def aux_list(model: object, ids: torch.Tensor, layer_ids: Sequence[int]) -> list[torch.Tensor]:
+    """What vLLM's target appends for ``layer_ids``: residual:k for id k, ascending."""
+    states = capture_canonical(model, ids)
+    return [states[Layer(k)].to(torch.bfloat16) for k in sorted(set(layer_ids))]
+
+
+def through_cache(stacked: torch.Tensor, first_block: int = 3) -> torch.Tensor:
+    """The rows written into a block cache and read back for one request (as vLLM does)."""
+    tokens, n, hidden = stacked.shape
+    blocks = list(range(first_block, first_block + (tokens + BLOCK - 1) // BLOCK))
+    cache = torch.zeros(first_block + len(blocks) + 1, n, BLOCK, hidden, dtype=stacked.dtype)
+    slots = torch.tensor([b * BLOCK + o for b in blocks for o in range(BLOCK)])[:tokens]
+    cache[slots // BLOCK, :, slots % BLOCK] = stacked
+    return cache[slots // BLOCK, :, slots % BLOCK][:tokens]
+
+
+def write_vllm_file(out: Path, name: str, ids: torch.Tensor, aux: Sequence[torch.Tensor]) -> Path:
+    """One file as the connector writes it: ``{out}/{name}.safetensors``."""
+    stacked = torch.stack(list(aux), dim=1)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{name}.safetensors"
+    tensors = {
+        "hidden_states": through_cache(stacked).contiguous(),
+        "token_ids": torch.as_tensor(ids, dtype=torch.int64).clone(),
+    }
+    save_file(tensors, str(path))
+    return path

@@ -104,3 +104,56 @@ def test_speculators_collate_fn_in_a_data_loader(target: Any, tmp_path: Path) ->
     with pytest.raises(ContractViolation) as caught:
         guard.check(shifted)
     assert (caught.value.code, caught.value.slot) == ("EC401", 3)
+
+
+def test_specforge_feature_loader_with_the_guarded_collator(target: Any) -> None:
+    """SpecForge's own ``FeatureDataLoader`` over its ``LocalFeatureStore`` (what its
+    ``Trainer`` builds from the ``collate_fn`` it is given), in order and with prefetch
+    threads: clean batches pass as ``TrainBatch``es; a bad sample stops the iteration with
+    the violation, from the loader's thread."""
+    data_plane = pytest.importorskip("specforge.runtime.data_plane")
+    eagle3 = pytest.importorskip("specforge.algorithms.eagle3.data")
+
+    def refs(store: Any, bad: int | None) -> list[Any]:
+        out = []
+        for i in range(6):
+            ids, states = captured(target, 64, 100 + i)
+            aux = [AUX[1], AUX[0], AUX[2]] if i == bad else AUX
+            features = {
+                "input_ids": ids[None],
+                "attention_mask": torch.ones(1, 64, dtype=torch.long),
+                "loss_mask": (torch.arange(64) >= 16).long()[None],
+                "hidden_state": torch.cat([states[a] for a in aux], -1)[None].bfloat16(),
+                "target": states[TARGET][None].bfloat16(),
+            }
+            meta = {"target_repr": "hidden_state", "strategy": "eagle3"}
+            out.append(store.put(features, sample_id=f"s{i}", metadata=meta))
+        return out
+
+    for workers in (0, 2):
+        store = data_plane.LocalFeatureStore()
+        guard = Guard(DEMO, warmup=10, every=10)
+        loader = data_plane.FeatureDataLoader(
+            store,
+            refs=refs(store, None),
+            batch_size=2,
+            collate_fn=specforge_collator(guard, eagle3.build_server_collator()),
+            num_workers=workers,
+            strategy="eagle3",
+        )
+        batches = list(loader)
+        assert [type(b).__name__ for b in batches] == ["TrainBatch"] * 3
+        assert (guard.checked, guard.violations) == (3, 0)
+    store = data_plane.LocalFeatureStore()
+    guard = Guard(DEMO, warmup=10, every=10)
+    loader = data_plane.FeatureDataLoader(
+        store,
+        refs=refs(store, bad=5),
+        batch_size=2,
+        collate_fn=specforge_collator(guard, eagle3.build_server_collator()),
+        strategy="eagle3",
+    )
+    with pytest.raises(ContractViolation) as caught:
+        list(loader)
+    assert (caught.value.batch, caught.value.code) == (2, "EC401")
+    assert caught.value.finding.file == "batch 2 row 1"

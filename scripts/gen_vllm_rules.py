@@ -12,7 +12,9 @@ Reads every ``vllm-X-*.whl`` in WHEEL_DIR with zipfile and ast (vllm is never im
   ``v2``: v1/worker/gpu/model_runner.py), and the draft config.json keys each reads, in
   order: found by *running* the release's own reader (``*aux_layers_from_config``) on stub
   configs holding each spelling it names, top level and under ``eagle_config``;
-- the default runner (``VLLM_USE_V2_MODEL_RUNNER``'s default in envs.py);
+- the runner a default EAGLE-3 launch starts, per architecture (``vllm_runner.py``: the only
+  one that feeds aux states, ``VLLM_USE_V2_MODEL_RUNNER``'s fixed default, or the release's own
+  ``VllmConfig.use_v2_model_runner`` run on stub configs), and what makes it start the other;
 - the default ids, by running the release's ``get_eagle3_*aux_hidden_state_layers``;
 - per served architecture (registry classes that support EAGLE-3), the capture rule of its
   layer loop: ``plus`` (id k captures residual:k+plus), what id 0 does (``embed``: the
@@ -29,7 +31,9 @@ import argparse
 import ast
 import builtins
 import copy
+import hashlib
 import json
+import multiprocessing
 import re
 import subprocess
 import sys
@@ -38,7 +42,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from vllm_capture import MODELS, Release, archs, functions, imported_modules
+from vllm_capture import MODELS, Release, archs, functions, imported_modules, registry
+from vllm_runner import choice, flags
 
 OUT = Path(__file__).resolve().parents[1] / "pytest_eagle_contract/engines/vllm_rules.json"
 RUNNERS = {"v1": "vllm/v1/worker/gpu_model_runner.py", "v2": "vllm/v1/worker/gpu/model_runner.py"}
@@ -134,12 +139,6 @@ def _read_by(fn: ast.FunctionDef, keys: list[str]) -> tuple[int, int] | None:
     return n, shift
 
 
-def _default_runner(release: Release) -> str:
-    text = release.text("vllm/envs.py") or ""
-    m = re.search(r'"VLLM_USE_V2_MODEL_RUNNER",\s*"(\d)"', text)
-    return "v2" if m and m.group(1) == "1" else "v1"
-
-
 def _default_ids(release: Release) -> str:
     for name in (MODELS + "interfaces.py", MODELS + "llama.py"):
         tree = release.tree(name)
@@ -193,17 +192,52 @@ def runner_keys(release: Release) -> dict[str, list[tuple[str, int]]]:
 
 def derive(wheel: Path) -> dict[str, Any] | None:
     """One release's rules, or None when it has no EAGLE-3."""
+    read = _derive_cached(wheel)
+    if read is None:
+        return None
+    release = Release(wheel)
+    served, runners = read["archs"], read["runners"]
+    known = registry(release)
+    arch_flags = {
+        a: flags(release, *known[a], rule.get("file")) for a, rule in served.items() if a in known
+    }
+    picked = choice(release, list(runners), arch_flags)
+    return {**read, "default_runner": picked["default"], "runner_choice": picked}
+
+
+def _read(wheel: Path) -> dict[str, Any] | None:
+    """The slow part of ``derive`` (every model file's layer loop): keys, defaults, fc, archs."""
     release = Release(wheel)
     if MODELS + "llama_eagle3.py" not in release.names:
         return None
-    runners = runner_keys(release)
     return {
-        "runners": runners,
-        "default_runner": _default_runner(release),
+        "runners": runner_keys(release),
         "default_ids": _default_ids(release),
         "fc": _fc(release),
         "archs": archs(release),
     }
+
+
+def _derive_cached(wheel: Path) -> dict[str, Any] | None:
+    """``_read``, kept beside the wheel (``.read-<hash>.json``) keyed by the wheel's size and
+    the code it runs, so a re-check reads only new wheels."""
+    key = hashlib.sha256(f"{wheel.stat().st_size}\0{_readers()}".encode()).hexdigest()[:16]
+    cache = wheel.with_name(f".{wheel.name}.read-{key}.json")
+    if cache.is_file():
+        cached: dict[str, Any] | None = json.loads(cache.read_text("utf-8"))
+        return cached
+    text = json.dumps(_read(wheel))  # as read back: lists, not tuples, fresh or cached alike
+    cache.write_text(text, "utf-8")
+    rules: dict[str, Any] | None = json.loads(text)
+    return rules
+
+
+def _readers() -> str:
+    """The code ``_read`` runs: vllm_capture.py and this module's reading part."""
+    here = Path(__file__).parent
+    own = (here / "gen_vllm_rules.py").read_text("utf-8")
+    part = own[own.index("class _Stub") : own.index("def derive(")]
+    return part + (here / "vllm_capture.py").read_text("utf-8")
 
 
 def _version(wheel: Path) -> str:
@@ -237,7 +271,7 @@ def tables(releases: dict[str, dict[str, Any]]) -> dict[str, Any]:
             key = json.dumps({"since": a, "until": b, **rule}, sort_keys=True)
             grouped.setdefault(key, []).append(arch)
     archs = [{**json.loads(k), "archs": v} for k, v in grouped.items()]
-    archs.sort(key=lambda r: (r["file"], _key(r["since"])))
+    archs.sort(key=lambda r: (r.get("file") or r["wrapper"], _key(r["since"])))
     return {"releases": versions, "rows": rows, "archs": archs}
 
 
@@ -260,16 +294,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--check", action="store_true")
     parser.add_argument("--download", action="store_true")
+    parser.add_argument("--jobs", type=int, default=2, help="wheels read at once (2)")
     args = parser.parse_args(argv)
     if args.download:
         download(args.wheels)
         return 0
     releases: dict[str, Any] = {}
-    for wheel in sorted(args.wheels.glob("vllm-*.whl"), key=lambda w: _key(_version(w))):
-        rules = derive(wheel)
-        print(_version(wheel), "no EAGLE-3" if rules is None else "ok", file=sys.stderr)
-        if rules is not None:
-            releases[_version(wheel)] = rules
+    wheels = sorted(args.wheels.glob("vllm-*.whl"), key=lambda w: _key(_version(w)))
+    with multiprocessing.Pool(args.jobs) as pool:
+        for wheel, rules in zip(wheels, pool.map(derive, wheels)):
+            print(_version(wheel), "no EAGLE-3" if rules is None else "ok", file=sys.stderr)
+            if rules is not None:
+                releases[_version(wheel)] = rules
     text = json.dumps(tables(releases), indent=1) + "\n"
     if args.check:
         if args.out.read_text("utf-8") != text:

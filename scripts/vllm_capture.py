@@ -56,7 +56,7 @@ def imported_modules(tree: ast.Module, package: str) -> list[str]:
     return out
 
 
-def _registry(release: Release) -> dict[str, tuple[str, str]]:
+def registry(release: Release) -> dict[str, tuple[str, str]]:
     tree = release.tree(MODELS + "registry.py")
     assert tree is not None
     out = {}
@@ -152,20 +152,102 @@ def _capture_module(release: Release, module: str, name: str) -> str | None:
     return None
 
 
+def _rule(release: Release, module: str, cls: str) -> dict[str, Any] | None:
+    """The capture rule of the layer loop serving class ``cls`` of ``module``."""
+    found = _capture_module(release, module, cls)
+    if found is None:
+        return None
+    rules = {json.dumps(r, sort_keys=True) for r in _captures(release, found)}
+    if len(rules) != 1:
+        print(f"  {cls}: {len(rules)} capture rules in {found}", file=sys.stderr)
+        return None
+    return {**json.loads(rules.pop()), "file": found.removeprefix(MODELS)}
+
+
+def _init_of(
+    release: Release, module: str, name: str, depth: int = 0
+) -> tuple[str, ast.FunctionDef] | None:
+    """The ``__init__`` class ``name`` runs (its own or a base's), with its module."""
+    cls = _classes(release, module).get(name)
+    if cls is None or depth > 8:
+        return None
+    for node in cls.body:
+        if isinstance(node, ast.FunctionDef) and node.name == "__init__":
+            return module, node
+    for base in _bases(cls):
+        origin = _origin(release, module, base)
+        if origin and (found := _init_of(release, origin, base, depth + 1)):
+            return found
+    return None
+
+
+def delegate(release: Release, module: str, name: str) -> tuple[str, str] | None:
+    """Where a multimodal wrapper's ``self.language_model`` comes from: ``("arch", X)`` (built
+    by registry name X), ``("class", "module:Class")`` (built directly), ``("text_config",
+    "")`` (the architecture the checkpoint's text config names), or None (no such line)."""
+    found = _init_of(release, module, name)
+    if found is None:
+        return None
+    where, init = found
+    for node in ast.walk(init):
+        if not (
+            isinstance(node, ast.Assign)
+            and getattr(node.targets[0], "attr", "") == "language_model"
+            and isinstance(node.value, ast.Call)
+        ):
+            continue
+        call = node.value
+        callee = call.func.id if isinstance(call.func, ast.Name) else ""
+        given = next((k.value for k in call.keywords if k.arg == "model_class"), None)
+        if isinstance(given, ast.Name) and (origin := _origin(release, where, given.id)):
+            return "class", f"{origin}:{given.id}"
+        if callee in {"init_vllm_registered_model", "initialize_model"}:
+            names = [
+                e.value
+                for lst in ast.walk(call)
+                if isinstance(lst, ast.List)
+                for e in lst.elts
+                if isinstance(e, ast.Constant) and isinstance(e.value, str)
+            ]
+            return ("arch", names[0]) if names else ("text_config", "")
+        origin = _origin(release, where, callee) if callee else None
+        if origin:
+            return "class", f"{origin}:{callee}"
+    return None
+
+
 def archs(release: Release) -> dict[str, dict[str, Any]]:
+    """Per served architecture, its layer loop's capture rule; a multimodal wrapper that passes
+    the ids to its language model carries that model's rule and ``via`` (its architecture or
+    class), or only ``via: text_config`` when the checkpoint names it."""
     out = {}
-    for arch, (module, cls) in sorted(_registry(release).items()):
+    known = registry(release)
+    for arch, (module, cls) in sorted(known.items()):
         if module not in release.names or not _eagle3(release, module, cls):
             continue
-        found = _capture_module(release, module, cls)
-        if found is None:
+        rule = _rule(release, module, cls) if _capture_module(release, module, cls) else None
+        if rule is not None:
+            out[arch] = rule
+            continue
+        via = delegate(release, module, cls)
+        if via is None:
             print(f"  {arch}: no capture loop found", file=sys.stderr)
             continue
-        rules = {json.dumps(r, sort_keys=True) for r in _captures(release, found)}
-        if len(rules) != 1:
-            print(f"  {arch}: {len(rules)} capture rules in {found}", file=sys.stderr)
+        kind, target = via
+        wrapper = module.removeprefix(MODELS)
+        if kind == "text_config":
+            out[arch] = {"via": "text_config", "wrapper": wrapper}
             continue
-        out[arch] = {**json.loads(rules.pop()), "file": found.removeprefix(MODELS)}
+        if kind == "arch":
+            inner = known.get(target)
+            found = _rule(release, *inner) if inner and inner[0] in release.names else None
+        else:
+            inner_module, inner_cls = target.split(":")
+            found, target = _rule(release, inner_module, inner_cls), inner_cls
+        if found is None:
+            print(f"  {arch}: its language model {target} has no capture loop", file=sys.stderr)
+            continue
+        out[arch] = {**found, "via": target, "wrapper": wrapper}
     return out
 
 

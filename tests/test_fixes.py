@@ -209,3 +209,24 @@ def test_inverse_undoes_resolve_on_every_covered_engine_version(arch):
                     assert engine.resolve(61, found.ids, arch, asked).layers == served
                     tried += 1
     assert tried > 50
+
+
+def test_want_searches_other_id_orders_where_the_rule_looks_at_the_first_id(cli):
+    """SGLang DeepSeek/Kimi 0.5.14+: +1 only when the first id is 1. residual:1 first needs
+    id 1 (which adds 1 to all) or id 0 + 1 (no +1 then): no ascending list reaches
+    residual:1, 5, 9; [5, 1, 9] does (as given, captured in layer order)."""
+    args = ("--arch", "deepseek_v3", "--num-layers", "61", "--source", "table")
+    wanted = ["residual:1", "residual:5", "residual:9"]
+    res, out = want(cli, "sglang", *args, "--want", *wanted, version="0.5.14")
+    assert res.returncode == 0, res.stdout
+    ids = out["ids"]
+    assert ids is not None and ids != sorted(ids)
+    fwd = cli("resolve", "--engine", "sglang", "--version", "0.5.14", *args, "--json",
+              "--ids", *map(str, ids))  # fmt: skip
+    assert json.loads(fwd.stdout)["layers"] == wanted
+    text = cli("resolve", "--engine", "sglang", "--version", "0.5.14", *args, "--want", *wanted)
+    assert "no ids in layer order reach them" in text.stdout
+    # where the rule does not look at the first id (always +1 on 0.5.9), an ascending list
+    # (exit 1: 0.5.9's CUDA-graph warning, EC514)
+    res, out = want(cli, "sglang", *args, "--want", *wanted, version="0.5.9")
+    assert res.returncode in (0, 1) and out["ids"] == sorted(out["ids"]) == [0, 4, 8]

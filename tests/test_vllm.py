@@ -127,7 +127,8 @@ def test_ids_given_directly_are_not_used_where_no_key_is_read(cli):
         ("qwen3", "0.11.1", None, "residual is None"),
         ("DeepseekV3ForCausalLM", "0.19.1", None, "residual is None"),
         ("DeepseekV3ForCausalLM", "0.17.1", None, "served in >=0.18.0"),
-        ("KimiK25ForConditionalGeneration", "0.33.0", None, "language model's architecture"),
+        ("KimiK25ForConditionalGeneration", "0.33.0", None, "residual is None"),
+        ("Mistral3ForConditionalGeneration", "0.33.0", None, "text_config.architectures"),
     ],
 )
 def test_each_architectures_loop_decides_id_zero(cli, tmp_path, arch, version, layers, says):
@@ -218,13 +219,91 @@ NESTED_SINCE = "0.22.0"
 
 
 def test_pinned_snapshot_of_the_rules_from_the_releases():
-    assert vllm_rules.releases()[0] == "0.8.5" and vllm_rules.releases()[-1] == "0.33.0"
-    assert len(vllm_rules.releases()) == 45
+    assert vllm_rules.releases()[0] == "0.8.5" and vllm_rules.releases()[-1] == "0.34.0"
+    assert len(vllm_rules.releases()) == 46
     reads = {v: vllm_rules.release(v).runners for v in ("0.11.0", "0.11.1", NESTED_SINCE)}
     assert reads["0.11.0"] == {"v1": ()}
     assert reads["0.11.1"] == {"v1": ((TOP, 0),)}
     assert reads[NESTED_SINCE]["v1"][:2] == ((TOP, 0), (f"eagle_config.{TOP}", 0))
-    assert all(vllm_rules.release(v).default_runner == "v1" for v in vllm_rules.releases())
+    choice = {v: vllm_rules.release(v).choice for v in vllm_rules.releases()}
+    assert [choice[v].how for v in ("0.11.1", "0.17.0", "0.22.0", "0.29.0", "0.34.0")] == [
+        "only", "env", "auto", "auto", "only"
+    ]  # fmt: skip
+    # VLLM_USE_V2_MODEL_RUNNER unset: V1 by default up to 0.24, V2 from 0.25 (MoE and hybrid
+    # targets V1 until 0.29), V2 only from 0.34
+    assert [choice[v].default for v in ("0.24.0", "0.25.0", "0.33.0", "0.34.0")] == [
+        "v1", "v2", "v2", "v2"
+    ]  # fmt: skip
+    assert choice["0.28.0"].others["DeepseekV3ForCausalLM"] == "v1:moe"
+    assert not choice["0.29.0"].others
+    assert "parallel drafting for EAGLE speculative decoding" in choice["0.33.0"].fallbacks
+    kimi = vllm_rules.capture("KimiK25ForConditionalGeneration", "0.33.0")
+    assert kimi is not None and kimi.via == "DeepseekV2ForCausalLM" and kimi.id0 == "crash"
     assert {vllm_rules.release(v).default_ids for v in vllm_rules.releases()} == {"2,L//2,L-3"}
     llama = [vllm_rules.capture("LlamaForCausalLM", v) for v in ("0.17.1", "0.18.0")]
     assert [(c.plus, c.id0, c.last) for c in llama if c] == [(0, "crash", 0), (0, "embed", 1)]
+
+
+def _assumed(out):
+    return out["assumed"]["runner"]["value"], out["assumed"]["runner"]["why"]
+
+
+@pytest.mark.parametrize(
+    ("version", "arch", "runner", "says"),
+    [
+        ("0.33.0", "LlamaForCausalLM", "v2", "VLLM_USE_V2_MODEL_RUNNER unset"),
+        ("0.29.0", "DeepseekV3ForCausalLM", "v2", "none of use_v2_model_runner's exceptions"),
+        ("0.27.0", "LlamaForCausalLM", "v2", "VLLM_USE_V2_MODEL_RUNNER unset"),
+        ("0.27.0", "DeepseekV3ForCausalLM", "v1", "taken as MoE"),
+        ("0.27.0", "Qwen3_5ForConditionalGeneration", "v1", "hybrid (IsHybrid)"),
+        ("0.34.0", "LlamaForCausalLM", "v2", "the V1 runner is removed"),
+        ("0.17.0", "LlamaForCausalLM", "v1", "VLLM_USE_V2_MODEL_RUNNER defaults to 0"),
+        ("0.11.1", "LlamaForCausalLM", "v1", "only V1 sets aux layers"),
+    ],
+)
+def test_auto_takes_the_runner_the_release_starts_and_says_why(
+    cli, tmp_path, version, arch, runner, says
+):
+    res, out = _resolve(cli, tmp_path, version, {TOP: [1, 29, 57]}, "--arch", arch)
+    assert res.returncode in (0, 1), out
+    assert _assumed(out)[0] == runner and says in _assumed(out)[1], _assumed(out)
+    text = cli("resolve", "--engine", "vllm", "--version", version, "--arch", arch,
+               "--num-layers", "61", "--ids", "1", "29", "57")  # fmt: skip
+    assert f"assumed: runner {runner}: " in text.stdout
+
+
+def test_a_nested_key_only_v1_reads_is_ignored_by_the_v2_runner_newer_releases_start(cli, tmp_path):
+    """0.29.0 on start the V2 runner for a default EAGLE-3 launch; it never reads
+    eagle_config.eagle_aux_hidden_state_layer_ids, so the draft's layers are silently
+    replaced by the default (EC508); the V1 runner would have read them."""
+    nested = {"eagle_config": {TOP: [1, 29, 57]}}
+    res, out = _resolve(cli, tmp_path, "0.33.0", nested)
+    assert res.returncode == 1 and _assumed(out)[0] == "v2"
+    assert out["layers"] == _layers(2, 30, 58)
+    assert [p["code"] for p in out["problems"]] == ["EC508"]
+    assert any("v1 runner would read eagle_config" in n for n in out["notes"])
+    res, out = _resolve(cli, tmp_path, "0.33.0", nested, "--runner", "v1")
+    assert res.returncode == 0 and out["layers"] == _layers(1, 29, 57)
+    assert _assumed(out) == ("v1", "given (--runner)")
+    # where V1 is what starts (a MoE target on 0.27), the nested key is read
+    res, out = _resolve(cli, tmp_path, "0.27.0", nested, "--arch", "DeepseekV3ForCausalLM")
+    assert res.returncode == 0 and out["layers"] == _layers(1, 29, 57)
+
+
+def test_the_v1_runner_is_refused_where_it_is_removed(cli, tmp_path):
+    res, out = _resolve(cli, tmp_path, "0.34.0", {TOP: [1, 29, 57]}, "--runner", "v1")
+    assert res.returncode == 2 and "v1 removed" in out["refused"]
+
+
+def test_kimi_k25_is_served_through_its_language_model(cli, tmp_path):
+    """KimiK25ForConditionalGeneration builds DeepseekV2ForCausalLM as its language model and
+    passes the ids to it: that loop's rule (id 0 fails: residual None)."""
+    args = ("--arch", "KimiK25ForConditionalGeneration")
+    res, out = _resolve(cli, tmp_path, "0.33.0", {TOP: [2, 30, 58]}, *args)
+    assert res.returncode == 0 and out["layers"] == _layers(2, 30, 58)
+    assert any("language model DeepseekV2ForCausalLM" in n for n in out["notes"])
+    assert "deepseek_v2.py" in out["source"]
+    res = cli("resolve", "--engine", "vllm", "--version", ">=0.18.0", *args, "--num-layers",
+              "61", "--want", "residual:2", "residual:30", "residual:58", "--json")  # fmt: skip
+    assert res.returncode == 0, res.stdout
+    assert json.loads(res.stdout)["ids"] == [2, 30, 58]

@@ -44,6 +44,8 @@ class Resolution:
     source: str
     notes: tuple[str, ...] = ()
     problems: tuple[Problem, ...] = ()
+    # what the answer takes about the launch, as (setting, value, why): vLLM's model runner
+    assumed: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def layers(self) -> tuple[Layer, ...]:
@@ -63,6 +65,7 @@ class Resolution:
             "source": self.source,
             "notes": list(self.notes),
             "problems": [{"code": p.code, "message": p.message} for p in self.problems],
+            "assumed": {name: {"value": v, "why": why} for name, v, why in self.assumed},
         }
 
 
@@ -79,6 +82,7 @@ class Query:
     use_installed: bool = True
     notes: list[str] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
+    assumed: list[tuple[str, str, str]] = field(default_factory=list)
 
     @property
     def given(self) -> tuple[int, ...] | None:
@@ -106,6 +110,7 @@ class Query:
             source,
             tuple(self.notes),
             tuple(self.problems),
+            tuple(self.assumed),
         )
 
 

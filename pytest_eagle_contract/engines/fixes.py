@@ -6,13 +6,16 @@ Nothing here knows an engine's rule. Candidate ids are tried through the engine'
 engine counts. Candidates: for each wanted layer, the ids within a few layers of it, and
 ``-1`` (an engine's name for the final state) near the top; the ids keep the wanted layers'
 order (every known rule maps ids to layers monotonically), so an engine that sorts is asked
-for the order the trainer used and the answer says when it cannot feed it.
+for the order the trainer used and the answer says when it cannot feed it. Where no list in
+that order feeds them, every other order is tried too: a rule that looks at the first id
+(SGLang's DeepSeek/Kimi from 0.5.13) reaches some layers only with the ids unsorted.
 
 Versions are the engine's release strings, ``"any"`` for an unversioned engine.
 """
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -106,6 +109,19 @@ def _candidates(wanted: Sequence[int], num_layers: int) -> Iterator[tuple[int, .
     yield from extend(())
 
 
+def _reordered(wanted: Sequence[int], num_layers: int) -> Iterator[tuple[int, ...]]:
+    """:func:`_candidates` for every other order of the wanted layers (the ids for layer k
+    moved to another position), at most ``_BUDGET`` lists."""
+    n = len(wanted)
+    budget = _BUDGET
+    for order in itertools.islice(itertools.permutations(range(n)), 1, None):
+        for ids in _candidates([wanted[i] for i in order], num_layers):
+            if budget == 0:
+                return
+            budget -= 1
+            yield ids
+
+
 @dataclass(frozen=True)
 class Inverse:
     """What one engine version can do about ``wanted``: ``exact`` (best first) are the
@@ -174,11 +190,24 @@ def inverse(
     depths = [depth(x, num_layers) for x in wanted]
     fed: list[Resolution] = []
     said: dict[tuple[int, ...], str] = {}
-    for ids in _candidates(depths, num_layers) if num_layers >= 4 else ():
-        try:
-            fed.append(engine.resolve(num_layers, ids, arch, version, use_installed))
-        except EagleContractError as exc:  # Unservable, or a version it does not know
-            said[ids] = str(exc)
+
+    def attempt(candidates: Iterator[tuple[int, ...]]) -> None:
+        for ids in candidates if num_layers >= 4 else ():
+            if ids in said or ids in tried:
+                continue
+            tried.add(ids)
+            try:
+                fed.append(engine.resolve(num_layers, ids, arch, version, use_installed))
+            except EagleContractError as exc:  # Unservable, or a version it does not know
+                said[ids] = str(exc)
+
+    tried: set[tuple[int, ...]] = set()
+    attempt(_candidates(depths, num_layers))
+    in_order = len(fed)  # the nearest is named from these: ids in the trainer's order
+    if not any(r.layers == wanted for r in fed):
+        # a rule may hang on the first id (SGLang DeepSeek/Kimi 0.5.13+: +1 only when it is
+        # 1): ids in another order can reach layers no ascending list does
+        attempt(_reordered(depths, num_layers))
 
     def key(res: Resolution) -> tuple[int, bool, int, tuple[int, ...]]:
         ids = res.ids or ()
@@ -186,9 +215,13 @@ def inverse(
         moved = sum(abs(i - d) for i, d in zip(ids, depths) if i >= 0)
         return (off, bool(res.problems), moved, ids)
 
+    ordered_fed = sorted(fed[:in_order], key=key)
     fed.sort(key=key)
     exact = tuple(r for r in fed if r.layers == wanted)
-    nearest = next((r for r in fed if len(r.layers) == len(wanted)), None)
+    nearest = next(
+        (r for r in (ordered_fed or fed) if len(r.layers) == len(wanted)),
+        next((r for r in fed if len(r.layers) == len(wanted)), None),
+    )
     if exact:
         return Inverse(engine, version, arch, num_layers, wanted, exact, nearest, None)
     said_literal = said.get(literal(wanted))

@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from .draft_config import DraftConfig
 
 RUNNERS = ("v1", "v2")  # v1/worker/gpu_model_runner.py, v1/worker/gpu/model_runner.py
+AUTO = "auto"  # the runner the release starts by default for the architecture
+ENV = "VLLM_USE_V2_MODEL_RUNNER"
 _LLAMA = "LlamaForCausalLM"
 
 
@@ -86,7 +88,18 @@ def _arch(arch: str | None, version: str, notes: list[str]) -> tuple[str, rules.
         lower = {a.lower(): a for a in known}
         arch = lower.get(canonical_arch(arch).lower(), lower.get(arch.lower(), arch))
     found = rules.capture(arch, version)
+    if found is not None and found.via == "text_config":
+        raise Unservable(
+            f"{arch} passes the ids to the language model its checkpoint's "
+            f"text_config.architectures names ({found.wrapper}): resolve with that "
+            "architecture and the text config's num_hidden_layers"
+        )
     if found is not None:
+        if found.via:
+            notes.append(
+                f"{arch} ({found.wrapper}) passes the ids to its language model "
+                f"{found.via}: L is the text config's num_hidden_layers"
+            )
         return arch, found
     if arch in known:
         raise Unservable(
@@ -116,9 +129,11 @@ class VLLM(Engine):
     id_keys = ("eagle_aux_hidden_state_layer_ids", "eagle_config.eagle_aux_hidden_state_layer_ids")
 
     def __init__(self, runner: str | None = None) -> None:
-        if runner is not None and runner not in RUNNERS:
-            raise EagleContractError(f"unknown vLLM runner {runner!r}: one of {', '.join(RUNNERS)}")
-        self.runner = runner
+        if runner is not None and runner not in (AUTO, *RUNNERS):
+            raise EagleContractError(
+                f"unknown vLLM runner {runner!r}: one of {', '.join((AUTO, *RUNNERS))}"
+            )
+        self.runner = None if runner == AUTO else runner
 
     def versions(self, spec: str | None) -> list[str | None]:
         return [None] if spec is None else list(releases_for(spec, rules.releases(), "vLLM"))
@@ -134,16 +149,78 @@ class VLLM(Engine):
         if q.num_layers < 4:
             raise Unservable(f"num_layers {q.num_layers}: EAGLE-3 defaults need at least 4 layers")
         rel = rules.release(q.assume(rules.releases()[-1], "vLLM"))
-        runner = self.runner or rel.default_runner
-        if runner not in rel.runners:
-            raise Unservable(f"vLLM {rel.span}: its {runner} runner feeds no EAGLE-3 aux states")
         q.arch, cap = _arch(q.arch, rel.version, q.notes)
+        runner, why = self._runner(rel, q.arch)
+        q.assumed.append(("runner", runner, why))
         used = self._read(q, rel, runner)
+        self._other_runner(q, rel, runner)
         default = eagle3_default_ids(q.num_layers)
         if used is None:
             q.notes.append(f"no ids read: vLLM's default {default} ({rel.default_ids})")
         wanted = default if used is None else list(used)
         return self._capture(q, wanted, cap, rel, runner, used)
+
+    def _runner(self, rel: rules.Release, arch: str) -> tuple[str, str]:
+        """The runner this release starts for ``arch`` (or the one asked for), and why."""
+        choice = rel.choice
+        if self.runner is not None:
+            if self.runner not in rel.runners:
+                gone = "removed" if choice.how == "only" and choice.default == "v2" else "absent"
+                raise Unservable(
+                    f"vLLM {rel.span}: its {self.runner} runner feeds no EAGLE-3 aux states "
+                    f"({self.runner} {gone}; it runs {', '.join(rel.runners)})"
+                )
+            return self.runner, "given (--runner)"
+        if choice.how == "only":
+            return choice.default, f"vLLM {rel.version}: {choice.why}"
+        if choice.how == "env":
+            other = "v2" if choice.default == "v1" else "v1"
+            return choice.default, (
+                f"vLLM {rel.version}: {choice.why} ({ENV}={'1' if other == 'v2' else '0'} "
+                f"starts {other}: --runner {other})"
+            )
+        said = choice.others.get(arch)
+        if said is not None:
+            runner, _, kind = said.partition(":")
+            traits = {
+                "moe": "taken as MoE (its model file builds FusedMoE layers; vLLM counts the "
+                "checkpoint's experts: a dense checkpoint starts the other runner)",
+                "hybrid": "hybrid (IsHybrid)",
+                "listed": f"on {', '.join(choice.lists) or 'a list'}",
+            }
+            is_ = " and ".join(traits.get(k, k) for k in kind.split("+"))
+            lists = f", not on {', '.join(choice.lists)}" if kind != "listed" else ""
+            return runner, (
+                f"vLLM {rel.version}: {ENV} unset and {arch} is {is_}{lists}: "
+                f"use_v2_model_runner gives {runner} (--runner to set it)"
+            )
+        instead = ", ".join(choice.fallbacks)
+        return choice.default, (
+            f"vLLM {rel.version}: {ENV} unset and a default EAGLE-3 launch (CUDA, Triton) of "
+            f"{arch} meets none of use_v2_model_runner's exceptions: {choice.default}"
+            + (
+                f"; it starts v1 instead with {instead}"
+                if instead and choice.default == "v2"
+                else ""
+            )
+            + f"; {ENV}=0/1 forces one (--runner to set it)"
+        )
+
+    def _other_runner(self, q: Query, rel: rules.Release, runner: str) -> None:
+        """A note when the release's other runner would read the draft's ids differently."""
+        ids = q.ids
+        if self.runner is not None or not isinstance(ids, DraftIds):
+            return
+        for other in rel.runners:
+            if other != runner and _pick(ids.found, rel.runners[other]) != _pick(
+                ids.found, rel.runners[runner]
+            ):
+                read = _pick(ids.found, rel.runners[other])
+                what = f"{read[1]} {list(read[0])}" if read else "none of these keys (its default)"
+                q.notes.append(
+                    f"vLLM {rel.version}'s {other} runner would read {what}: "
+                    f"resolve --runner {other} for that launch"
+                )
 
     def _read(self, q: Query, rel: rules.Release, runner: str) -> Sequence[int] | None:
         """The ids this release's runner takes: a draft config's by its own keys; ids given

@@ -18,6 +18,22 @@ from ..errors import EagleContractError, Unservable
 
 
 @dataclass(frozen=True)
+class Choice:
+    """How a release picks the model runner for an EAGLE-3 launch: ``how`` is ``only`` (one
+    runner feeds aux states), ``env`` (``VLLM_USE_V2_MODEL_RUNNER``'s fixed default) or
+    ``auto`` (the variable unset, ``VllmConfig.use_v2_model_runner`` decides: ``others``
+    names the architectures it starts on the other runner, ``"v1:moe"``, and why;
+    ``fallbacks`` are the features that make it start V1 instead)."""
+
+    how: str
+    default: str
+    why: str
+    others: dict[str, str]
+    lists: tuple[str, ...]
+    fallbacks: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Release:
     """What one vLLM release does with a draft's ids (the row covering it)."""
 
@@ -28,19 +44,25 @@ class Release:
     default_ids: str  # "2,L//2,L-3"
     fc_from: tuple[str, ...]  # config keys sizing the fc ("len:K": the length of K's ids)
     fc_default: int
+    choice: Choice
 
 
 @dataclass(frozen=True)
 class Capture:
     """One architecture's layer loop: id k feeds residual:k+plus; ``id0``: ``embed`` (the
     embedding output), ``crash`` (``hidden_states + residual`` with residual None) or
-    ``layer`` (a layer output like any other); the largest id reached is L - 1 + last."""
+    ``layer`` (a layer output like any other); the largest id reached is L - 1 + last.
+    ``via``: a multimodal wrapper's language model (its architecture or class) whose loop
+    this is, ``text_config`` when the checkpoint names it (then there is no rule here);
+    ``wrapper``: the wrapper's model file."""
 
     plus: int
     id0: str
     last: int
     file: str
     span: str
+    via: str | None = None
+    wrapper: str | None = None
 
 
 @functools.cache
@@ -91,6 +113,18 @@ def release(version: str) -> Release:
         row["default_ids"],
         tuple(row["fc"]["from"]),
         row["fc"]["default"],
+        _choice(row["runner_choice"]),
+    )
+
+
+def _choice(data: dict[str, Any]) -> Choice:
+    return Choice(
+        data["how"],
+        data["default"],
+        data["why"],
+        dict(data.get("others", {})),
+        tuple(data.get("lists", ())),
+        tuple(data.get("fallbacks", ())),
     )
 
 
@@ -98,7 +132,12 @@ def release(version: str) -> Release:
 def capture(arch: str, version: str) -> Capture | None:
     for row in _data()["archs"]:
         if arch in row["archs"] and _covers(row, version):
-            return Capture(row["plus"], row["id0"], row["last"], row["file"], span(row))
+            via, wrapper = row.get("via"), row.get("wrapper")
+            if via == "text_config":
+                return Capture(0, "", 0, "", span(row), via, wrapper)
+            return Capture(
+                row["plus"], row["id0"], row["last"], row["file"], span(row), via, wrapper
+            )
     return None
 
 

@@ -160,18 +160,12 @@ def record(args: argparse.Namespace) -> int:
     from ..errors import CaptureError
     from ..shards.discovery import parse_sample, shard_paths
 
-    if args.sglang_url:
-        use_server(args.sglang_url, args.timeout, flush_cache=args.sglang_flush_cache)
+    use_server(args.sglang_url, args.timeout, flush_cache=args.sglang_flush_cache)
     contract = load_contract(args.contract)
     from ..outputs import folder, inputs
 
     shards = contract.training.shards if contract.training else None
-    reads = (*(args.paths or ()), *(args.vllm_files or ()))
-    folder(args.out, "-o", reads=inputs(args.contract, shards, *reads))
-    if args.vllm_files:
-        from .vllm_record import record_files
-
-        return record_files(args, contract)
+    folder(args.out, "-o", reads=inputs(args.contract, shards, *(args.paths or ())))
     paths = [
         p
         for p, _ in shard_paths(contract, args.paths or None, parse_sample(args.sample), args.seed)
@@ -262,7 +256,7 @@ def resolve(args: argparse.Namespace) -> int:
         from .matrix import want
 
         return want(args)
-    from ..engines.resolve import get_engine, resolve
+    from ..engines.resolve import get_engine
     from ..errors import Unservable
     from ..render import to_json
     from ..tables import table
@@ -274,22 +268,17 @@ def resolve(args: argparse.Namespace) -> int:
         from ..engines.draft_config import read_draft_config
 
         ids = get_engine(args.engine).draft_ids(read_draft_config(args.draft_config))
-    try:
-        if args.runner is not None:
-            from ..engines.vllm import VLLM
+    from .matrix import resolve_engine
 
-            if args.engine != "vllm":
-                raise UsageError("--runner is for --engine vllm")
-            res = VLLM(args.runner).resolve(args.num_layers, ids, args.arch, args.version)
-        else:
-            res = resolve(
-                args.engine,
-                args.num_layers,
-                ids,
-                args.arch,
-                args.version,
-                use_installed=args.source == "auto",
+    engine = resolve_engine(args)
+    try:
+        if args.num_layers < 4:
+            raise Unservable(
+                f"num_layers {args.num_layers}: EAGLE-3 defaults need at least 4 layers"
             )
+        res = engine.resolve(
+            args.num_layers, ids, args.arch, args.version, use_installed=args.source == "auto"
+        )
     except Unservable as exc:
         if args.json:
             print(
@@ -323,6 +312,8 @@ def resolve(args: argparse.Namespace) -> int:
         )
     )
     print(f"source: {res.source}")
+    for name, value, why in res.assumed:
+        print(f"assumed: {name} {value}: {why}")
     for note in res.notes:
         print(f"note: {note}")
     for problem in res.problems:

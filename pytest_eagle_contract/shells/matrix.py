@@ -78,10 +78,23 @@ def matrix(args: argparse.Namespace) -> int:
     return EXIT_FINDINGS if differs else EXIT_OK
 
 
+def resolve_engine(args: argparse.Namespace) -> Engine:
+    """The engine ``resolve`` asks: ``--engine``, with vLLM's ``--runner`` when one is given."""
+    from ..engines.resolve import get_engine
+
+    runner = getattr(args, "runner", "auto")
+    if runner == "auto":
+        return get_engine(args.engine)
+    if args.engine != "vllm":
+        raise UsageError("--runner is for --engine vllm")
+    from ..engines.vllm import VLLM
+
+    return VLLM(runner)
+
+
 def want(args: argparse.Namespace) -> int:
     """``resolve --want``: the ids, per span of the asked versions."""
     from ..engines.fixes import ANY, chosen, common_ids, config_key, inverse, relabel, runs
-    from ..engines.resolve import get_engine
     from ..layers import Layer
     from ..render import to_json
 
@@ -93,7 +106,7 @@ def want(args: argparse.Namespace) -> int:
         raise UsageError("--want asks for the ids: give it without --ids or --draft-config")
     if args.num_layers < 4:
         raise UsageError(f"--num-layers {args.num_layers}: EAGLE-3 needs at least 4 layers")
-    engine = get_engine(args.engine)
+    engine = resolve_engine(args)
     versions = [v or ANY for v in engine.versions(args.version)]
     table = args.source == "table"
     found = {
@@ -169,6 +182,12 @@ def _span_text(label: str, inv: Inverse, res: Resolution | None) -> str:
             f"  paste into {set_where(engine)}: {engine.config_line(res.ids)}",
         ]
         lines += [f"  {p.code}: {relabel(p.message, version, label)}" for p in res.problems]
+        if list(res.ids) != sorted(res.ids):
+            lines.append(
+                f"  note: no ids in layer order reach them on {where}, these do; it concatenates "
+                "in layer order, so keep the trainer's slots ascending (EC506)"
+            )
+        lines += [f"  assumed: {name} {value}: {why}" for name, value, why in res.assumed]
         return "\n".join(lines)
     lines = [f"{where}{on}: {relabel(inv.refused or '', version, label)}"]
     if inv.said and inv.said != inv.refused:

@@ -475,3 +475,26 @@ def test_a_resumed_run_names_the_runs_batches_and_warms_up_again(target: Any) ->
     found = [guard.check(bad) for _ in range(3)]
     assert all(f and f[0].code == "EC101" for f in found)
     assert guard.last is not None and guard.last.batch == 1002 and guard.next_batch == 1003
+
+
+def test_a_plain_speculators_v1_dict_with_a_list_of_states(target: Any, tmp_path: Path) -> None:
+    """speculators v1's keys (``hidden_states`` a list of [B, T, H]): each list entry is
+    split by row; a list entry of another batch size is a length finding."""
+    from pytest_eagle_contract.models.reference import capture_canonical
+
+    contract = measured_contract(tmp_path, target, "speculators-v1", SPECULATORS_LAYERS)
+    ids = torch.randint(0, SPEC.vocab_size, (2, 80), generator=torch.Generator().manual_seed(8))
+    per_row = [capture_canonical(target, row) for row in ids]
+    states = [torch.stack([s[layer] for s in per_row]).bfloat16() for layer in SPECULATORS_LAYERS]
+    batch = {"input_ids": ids, "loss_mask": torch.ones(2, 80, dtype=torch.long)}
+    guard = Guard(contract, warmup=5)
+    assert guard.check({**batch, "hidden_states": states}) == []
+    assert guard.profiles[3].count == 2
+    with pytest.raises(ContractViolation) as caught:
+        guard.check({**batch, "hidden_states": [*states[:3], states[3][:1]]})
+    assert caught.value.code == "EC202" and "hidden_states has shape [1, 80, 64]" in str(
+        caught.value
+    )
+    with pytest.raises(ContractViolation) as caught:
+        guard.check({**batch, "hidden_states": [states[0], *states[2:]]})  # a slot dropped
+    assert caught.value.code == "EC204"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..contract.model import SCHEMA_FILE
 from ..errors import EagleContractError
-from . import audit, check, commands, matrix, probe
+from . import audit, captures, check, commands, matrix, probe, vllm_record
 from .args import (
     add_annotations,
     add_checks,
@@ -154,14 +154,26 @@ def _parser() -> argparse.ArgumentParser:
     )
     add_sglang(chk.add_argument)
 
-    rec = sub.add_parser("record", help="capture what SGLang feeds the draft, for shards' ids")
+    rec = sub.add_parser(
+        "record", help="capture what SGLang or vLLM feeds the draft, for shards' ids"
+    )
     rec.add_argument("contract", type=Path)
     add_shards(rec)
-    rec.add_argument("--sglang-url", required=True, metavar="URL")
+    server = rec.add_mutually_exclusive_group(required=True)
+    server.add_argument("--sglang-url", metavar="URL", help="ask this SGLang for each shard")
+    server.add_argument(
+        "--vllm-files",
+        type=Path,
+        action="append",
+        metavar="DIR",
+        help="convert vLLM's extract_hidden_states files (ExampleHiddenStatesConnector's, "
+        "speculators' hs_*.safetensors) found here",
+    )
     rec.add_argument("-o", "--out", type=Path, required=True, metavar="DIR")
     add_sampling(rec)
     rec.add_argument("--timeout", type=float, default=60.0, metavar="S")
     add_flush_cache(rec.add_argument)
+    vllm_record.add_arguments(rec)
 
     idf = sub.add_parser("identify", help="name each slot's layer by running the target model")
     idf.add_argument("path", type=Path)
@@ -232,6 +244,7 @@ def _parser() -> argparse.ArgumentParser:
     probe.add_parser(sub)
     audit.add_parser(sub)
     matrix.add_parser(sub)
+    captures.add_parser(sub)
 
     sch = sub.add_parser("schema", help="print the contract JSON Schema (for editors)")
     sch.add_argument("--path", action="store_true", help="print the schema file's path instead")
@@ -272,6 +285,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "probe": probe.probe,
     "audit": audit.audit,
     "matrix": matrix.matrix,
+    "compare-captures": captures.compare_captures,
 }
 
 

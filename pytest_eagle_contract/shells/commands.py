@@ -160,12 +160,18 @@ def record(args: argparse.Namespace) -> int:
     from ..errors import CaptureError
     from ..shards.discovery import parse_sample, shard_paths
 
-    use_server(args.sglang_url, args.timeout, flush_cache=args.sglang_flush_cache)
+    if args.sglang_url:
+        use_server(args.sglang_url, args.timeout, flush_cache=args.sglang_flush_cache)
     contract = load_contract(args.contract)
     from ..outputs import folder, inputs
 
     shards = contract.training.shards if contract.training else None
-    folder(args.out, "-o", reads=inputs(args.contract, shards, *(args.paths or ())))
+    reads = (*(args.paths or ()), *(args.vllm_files or ()))
+    folder(args.out, "-o", reads=inputs(args.contract, shards, *reads))
+    if args.vllm_files:
+        from .vllm_record import record_files
+
+        return record_files(args, contract)
     paths = [
         p
         for p, _ in shard_paths(contract, args.paths or None, parse_sample(args.sample), args.seed)

@@ -101,6 +101,7 @@ KINDS: dict[str, tuple[str, ...]] = {
         "test_trtllm_releases",
         "test_vllm",
         "test_vllm_releases",
+        "test_vllm_writer",
     ),
 }
 KIND_OF = {module: kind for kind, modules in KINDS.items() for module in modules}

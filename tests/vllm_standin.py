@@ -10,7 +10,8 @@ functions from the wheel, under ``tox -e vllm-writer``, and checks the bytes are
   layer loop appends in ascending layer order), in the model dtype (``self.dtype``, l. 47-53).
 - ``model_executor/models/extract_hidden_states.py:81-90`` (``basic_cache``): the [T, n, H]
   rows go into a cache [blocks, n, block_size, H] at ``slot // block_size, :, slot %
-  block_size``; ``distributed/kv_transfer/kv_connector/v1/example_hidden_states_connector.py:37-45``
+  block_size`` (from 0.29.0; [blocks, block_size, n, H] before: the same rows come out);
+  ``distributed/kv_transfer/kv_connector/v1/example_hidden_states_connector.py:37-45``
   (``extract_from_kv_cache``) reads them back with the same indexing, the request's blocks
   in order, cut to ``num_tokens``.
 - same connector, l. 416-419: the tensors saved are ``{"hidden_states": pinned_hs,

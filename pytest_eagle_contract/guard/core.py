@@ -107,10 +107,10 @@ class Guard:
             if not found:
                 return found
             self.violations += 1
-            self.last = ContractViolation(index, found)
+            self.last = violation = ContractViolation(index, found)
         if self.on_violation == "raise":
-            raise self.last
-        self.logger.warning("%s", self.last)
+            raise violation
+        self.logger.warning("%s", violation)
         return found
 
     def wrap(self, loader: Iterable[B]) -> Iterator[B]:

@@ -2,7 +2,7 @@
 (``-p hostile_matrix_guard``): it writes one line to ``out/hostile-guard.txt`` for every
 failure that is a raw exception rather than a finding.
 
-A finding fails its item through ``ContractViolation`` (a text report) or
+A finding fails its item through the plugin's ``UnitFailed`` (a text report) or
 ``pytest.fail(..., pytrace=False)`` (``Failed: ...``); a coded error of the package
 (``EagleContractError`` and its subclasses) raised out of a fixture is a finding too. Anything
 else -- an ``IndexError`` from an item, a collection error, an INTERNALERROR, a crashed xdist

@@ -153,7 +153,7 @@ def pytest_collection_modifyitems(
         items.extend(session.genitems(ContractFile.from_parent(session, path=path)))
 
 
-class ContractViolation(Exception):
+class UnitFailed(Exception):
     """A unit found problems; carries the findings for the report."""
 
     def __init__(self, findings: list[Finding]) -> None:
@@ -239,7 +239,7 @@ class ContractItem(pytest.Item):
         ):
             pytest.skip(errors[0].message)
         if errors:
-            raise ContractViolation(findings)
+            raise UnitFailed(findings)
         from ..findings import NOT_RUN
 
         gaps = [f for f in findings if f.code == NOT_RUN]
@@ -250,7 +250,7 @@ class ContractItem(pytest.Item):
     def repr_failure(
         self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None
     ) -> str | Any:
-        if isinstance(excinfo.value, ContractViolation):
+        if isinstance(excinfo.value, UnitFailed):
             from ..render import format_findings, unique
 
             return format_findings(unique(excinfo.value.findings))
@@ -288,7 +288,7 @@ class BaselineItem(pytest.Item):
         self.changes = changes
 
     def runtest(self) -> None:
-        raise ContractViolation([])
+        raise UnitFailed([])
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
         lines = [

@@ -62,3 +62,88 @@ def write_vllm_file(out: Path, name: str, ids: torch.Tensor, aux: Sequence[torch
     }
     save_file(tensors, str(path))
     return path
+
+
+class VllmServer:
+    """A stand-in for ``vllm serve`` with ``extract_hidden_states`` and the connector (not
+    vLLM): ``/v1/models``, ``/version`` and ``/v1/completions``, whose answer names the file
+    it wrote under ``storage`` (``kv_transfer_params.hidden_states_path``), as vLLM 0.34.0's
+    ``ExampleHiddenStatesConnector.request_finished`` does (l. 550-556), the ``.lock`` held
+    while writing. ``mode``: ``ok``; ``no-params`` (a server without the connector);
+    ``other-ids`` (the prompt read differently); ``elsewhere`` (a path not on this machine);
+    ``garbage`` (a file that is no safetensors)."""
+
+    def __init__(self, model: object, layer_ids: Sequence[int], storage: Path, mode: str = "ok"):
+        self.model, self.layer_ids, self.storage, self.mode = model, layer_ids, storage, mode
+        self.requests = 0
+
+    def __enter__(self) -> str:
+        import json
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                return None
+
+            def _send(self, payload: object, status: int = 200) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                if self.path == "/v1/models":
+                    self._send({"object": "list", "data": [{"id": "tiny", "object": "model"}]})
+                elif self.path == "/version":
+                    self._send({"version": "0.34.0"})
+                else:
+                    self._send({"error": "not found"}, 404)
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                outer.requests += 1
+                ids = list(body["prompt"])
+                name = f"cmpl-{outer.requests:04d}-0"
+                path = outer.write(name, ids)
+                echoed = ids[::-1] if outer.mode == "other-ids" else ids
+                answer: dict[str, object] = {
+                    "id": name,
+                    "choices": [{"text": "x", "prompt_token_ids": echoed, "index": 0}],
+                }
+                if outer.mode != "no-params":
+                    answer["kv_transfer_params"] = {"hidden_states_path": str(path)}
+                self._send(answer)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        host, port = self.server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def write(self, name: str, ids: list[int]) -> Path:
+        import fcntl
+        import os
+
+        if self.mode == "elsewhere":
+            return Path("/nonexistent-vllm-storage") / f"{name}.safetensors"
+        self.storage.mkdir(parents=True, exist_ok=True)
+        path = self.storage / f"{name}.safetensors"
+        fd = os.open(f"{path}.lock", os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            if self.mode == "garbage":
+                path.write_bytes(b"\x00" * 64)
+            else:
+                t = torch.tensor(ids)
+                write_vllm_file(self.storage, name, t, aux_list(self.model, t, self.layer_ids))
+        finally:
+            os.close(fd)
+        return path
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()

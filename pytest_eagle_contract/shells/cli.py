@@ -169,6 +169,12 @@ def _parser() -> argparse.ArgumentParser:
         help="convert vLLM's extract_hidden_states files (ExampleHiddenStatesConnector's, "
         "speculators' hs_*.safetensors) found here",
     )
+    server.add_argument(
+        "--vllm-url",
+        metavar="URL",
+        help="ask this vLLM (extract_hidden_states with ExampleHiddenStatesConnector) for each "
+        "shard and read the file it writes (run where its storage folder is mounted)",
+    )
     rec.add_argument("-o", "--out", type=Path, required=True, metavar="DIR")
     add_sampling(rec)
     rec.add_argument("--timeout", type=float, default=60.0, metavar="S")

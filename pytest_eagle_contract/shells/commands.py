@@ -176,6 +176,10 @@ def record(args: argparse.Namespace) -> int:
         p
         for p, _ in shard_paths(contract, args.paths or None, parse_sample(args.sample), args.seed)
     ]
+    if args.vllm_url:
+        from .vllm_record import record_url
+
+        return record_url(args, contract, paths)
     try:
         written = record(args.sglang_url, paths, contract, args.out, args.timeout)
     except CaptureError as exc:

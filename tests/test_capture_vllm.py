@@ -191,3 +191,63 @@ def test_json_of_a_vllm_capture_names_its_launch(world, tmp_path):
         data = json.loads(f.metadata()["eagle_contract_capture"])
     assert data["source"] == "vllm-file" and data["shard"].startswith("cmpl-")
     assert "captured layer ids [2, 4, 5, 8]" in " ".join(data["notes"])
+
+
+@pytest.mark.slow
+def test_record_from_a_running_vllm(world, tmp_path):
+    """--vllm-url: the stand-in server writes each shard's file; record reads and converts
+    it; the captures gate the good set and fail the shifted one."""
+    from vllm_standin import VllmServer
+
+    with VllmServer(tiny_target(SPEC), LAUNCH, tmp_path / "storage") as url:
+        res = run_cli(
+            "record",
+            shipped_contract(),
+            world / "good",
+            "--vllm-url",
+            url,
+            "--layer-ids",
+            *LAUNCH,
+            "--fc-ids",
+            2,
+            4,
+            5,
+            "-o",
+            tmp_path / "caps",
+        )
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "recorded 3 capture file(s)" in res.stdout and "vLLM 0.34.0" in res.stdout
+    cap = next(iter(load_captures(tmp_path / "caps").by_key.values()))[0]
+    from pytest_eagle_contract.capture.files import read_capture
+
+    meta = read_capture(cap).meta
+    assert (meta.source, meta.version) == ("vllm-http", "0.34.0")
+    assert meta.shard.startswith("data_")
+    bad = run_cli("check", shipped_contract(), world / "shifted", "--captures", tmp_path / "caps")
+    assert bad.returncode == 1 and "EC701 capture-mismatch" in bad.stdout
+
+
+@pytest.mark.parametrize(
+    ("mode", "code", "words"),
+    [
+        ("no-params", "EC702", "without kv_transfer_params.hidden_states_path"),
+        ("other-ids", "EC705", "other prompt ids"),
+        ("elsewhere", "EC705", "not on this machine"),
+        ("garbage", "EC705", "not a vLLM hidden-state file"),
+    ],
+)
+def test_a_vllm_that_cannot_answer_stops_record_with_the_code(world, tmp_path, mode, code, words):
+    from vllm_standin import VllmServer
+
+    with VllmServer(tiny_target(SPEC), LAUNCH, tmp_path / "storage", mode=mode) as url:
+        res = run_cli(
+            "record",
+            shipped_contract(),
+            world / "good",
+            "--vllm-url",
+            url,
+            *("--layer-ids", *LAUNCH, "--fc-ids", 2, 4, 5, "-o", tmp_path / "caps"),
+        )
+    no_traceback(res)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert code in res.stderr and words in res.stderr, res.stderr

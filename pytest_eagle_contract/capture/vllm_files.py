@@ -204,7 +204,9 @@ def fc_input(vs: VllmStates, launch: Launch) -> torch.Tensor:
     return picked.reshape(int(picked.shape[0]), -1).contiguous()
 
 
-def to_capture(vs: VllmStates, launch: Launch, out_dir: Path, source: str = "vllm-file") -> Path:
+def to_capture(
+    vs: VllmStates, launch: Launch, out_dir: Path, source: str = "vllm-file", shard: str = ""
+) -> Path:
     """Write ``vs`` as a capture file (:mod:`.files`) of what the draft's fc receives."""
     aux = fc_input(vs, launch)
     layers, how = vllm_layers(launch.num_layers, launch.fc_ids, launch.arch, launch.version)
@@ -219,7 +221,7 @@ def to_capture(vs: VllmStates, launch: Launch, out_dir: Path, source: str = "vll
         hidden_size=launch.hidden_size,
         n_aux=len(set(launch.fc_ids)),
         source=source,
-        shard=vs.path.name,
+        shard=shard or vs.path.name,
         notes=(how, f"captured layer ids {order}; the draft's fc takes {sorted(launch.fc_ids)}"),
     )
     return write_capture(out_dir, vs.token_ids, aux, meta)

@@ -88,6 +88,46 @@ def _contract_fc_ids(contract: Contract) -> list[int]:
     return list(ids)
 
 
+def record_url(args: argparse.Namespace, contract: Contract, paths: list[Path]) -> int:
+    """Ask the vLLM at ``--vllm-url`` for each shard's ids and convert the file it writes;
+    stops at the first shard it cannot answer, with the rule code (as for SGLang)."""
+    import dataclasses
+
+    from ..capture.record import token_ids
+    from ..capture.transport import check_timeout, check_url
+    from ..capture.vllm_client import hidden_states_path, served_model, wait_and_read
+    from ..capture.vllm_files import to_capture
+    from ..errors import CaptureError, CaptureFileError, ShardReadError
+    from ..shards.reading import read_sample
+
+    url, timeout = check_url(args.vllm_url), check_timeout(args.timeout)
+    launch = launch_of(args, contract)
+    fmt = contract.training.format if contract.training else "auto"
+    written = 0
+    try:
+        model, version = served_model(url, min(timeout, 10.0))
+        launch = dataclasses.replace(launch, version=launch.version or version)
+        for path in paths:
+            try:
+                sample = read_sample(path, fmt)
+            except ShardReadError as exc:
+                raise UsageError(f"{path}: {exc.code} {exc.message}") from None
+            ids = token_ids(sample.input_ids)
+            if ids is None:
+                raise UsageError(f"{path}: the shard has no usable input_ids")
+            states = wait_and_read(hidden_states_path(url, model, ids, timeout), timeout)
+            try:
+                to_capture(states, launch, args.out, source="vllm-http", shard=path.name)
+            except CaptureFileError as exc:
+                raise CaptureError("EC705", f"the server's file: {exc.message}") from None
+            written += 1
+    except CaptureError as exc:
+        print(f"eagle-contract record: {exc}", file=sys.stderr)
+        return EXIT_FINDINGS
+    print(f"recorded {written} capture file(s) in {args.out} from vLLM {launch.version or '?'}")
+    return EXIT_OK
+
+
 def record_files(args: argparse.Namespace, contract: Contract) -> int:
     """Convert every vLLM file under ``--vllm-files``; a bad file is EC707 (the rest go on)."""
     from ..capture.vllm_files import read_vllm_file, to_capture

@@ -90,6 +90,8 @@ KINDS: dict[str, tuple[str, ...]] = {
     "engines": (
         "test_fixes",
         "test_layout",
+        "test_llamacpp",
+        "test_llamacpp_releases",
         "test_matrix",
         "test_resolve",
         "test_rules",

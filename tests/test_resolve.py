@@ -148,6 +148,7 @@ def test_each_engine_says_its_default_ids():
         "sglang": [2, 30, 58],
         "vllm": [2, 30, 58],
         "trtllm": [1, 29, 57],
+        "llama.cpp": [2, 30, 58],  # what its converter bakes without ids
         "specforge": [1, 29, 57],
         "speculators-v1": [2, 30, 58, 60],
         "speculators": [2, 30, 58, 61],

@@ -76,9 +76,23 @@ def _size(data: dict[str, Any], key: str, path: Path, *inner: Any) -> int | None
 
 
 def read_draft_config(path: str | Path) -> DraftConfig:
+    """A draft's config.json (or its folder), or a GGUF draft (llama.cpp: its baked ids)."""
     path = Path(path)
     if path.is_dir():
         path = path / "config.json"
+    from . import gguf_meta
+
+    if gguf_meta.is_gguf(path):
+        meta = gguf_meta.read_metadata(path)
+        return DraftConfig(
+            path=path,
+            aux_ids=gguf_meta.draft_ids(path, meta),
+            num_aux_hidden_states=None,
+            target_hidden_size=gguf_meta.size(meta, ".target_hidden_size"),
+            hidden_size=gguf_meta.size(meta, ".embedding_length"),
+            draft_vocab_size=None,
+            vocab_size=gguf_meta.size(meta, ".vocab_size"),
+        )
     data = read_draft_json(path)
     speculators = data.get("speculators_config")
     transformer = data.get("transformer_layer_config")

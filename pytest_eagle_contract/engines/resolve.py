@@ -1,10 +1,10 @@
 """The engine registry, and the lookups over it: ``resolve`` and ``engine_aux_ids``.
 
 Engines: ``sglang`` (built-in table in ``sglang_table``, or the installed sglang's own
-methods), ``vllm``, ``trtllm`` (TensorRT-LLM); trainers' captures: ``specforge`` (SGLang at
-the version SpecForge pinned), ``speculators-v1``, ``speculators``, ``eagle`` (SafeAILab
-EAGLE-3) and ``hf`` (``output_hidden_states`` indices). See docs/layers.md for every rule
-and its source.
+methods), ``vllm``, ``trtllm`` (TensorRT-LLM), ``llama.cpp``; trainers' captures:
+``specforge`` (SGLang at the version SpecForge pinned), ``speculators-v1``, ``speculators``,
+``eagle`` (SafeAILab EAGLE-3) and ``hf`` (``output_hidden_states`` indices). See
+docs/layers.md for every rule and its source.
 A new engine is one module with an :class:`~.base.Engine` subclass and one line here.
 """
 
@@ -18,6 +18,7 @@ from ..errors import EagleContractError, Unservable
 from ..named import by_name, lookup
 from .base import Engine, Position, Resolution
 from .draft_config import read_draft_config
+from .llamacpp import LlamaCpp
 from .sglang import SGLang, installed_sglang, sglang_versions
 from .trainers import HF, SafeAILab, SpecForge, Speculators, SpeculatorsV1
 from .trtllm import TensorRTLLM
@@ -42,6 +43,7 @@ ENGINES: dict[str, Engine] = by_name(
         SGLang(),
         VLLM(),
         TensorRTLLM(),
+        LlamaCpp(),
         SpecForge(),
         SpeculatorsV1(),
         Speculators(),

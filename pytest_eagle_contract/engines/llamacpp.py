@@ -1,0 +1,248 @@
+"""llama.cpp: its EAGLE-3 rules per llama-cpp-python release (``llamacpp_rules.json``, written
+by ``scripts/gen_llamacpp_rules.py`` from the llama.cpp each sdist vendors).
+
+The draft's ids are baked into its GGUF (``eagle3.target_layers``) by the converter, which
+reads only a top-level ``eagle_aux_hidden_state_layer_ids`` from the draft's config.json and
+bakes ``[2, L//2, L-3]`` without one. The loader requires exactly that many ids; the target
+records the input of layer k for id k (``residual:k``, id 0 the embedding) and, where its graph
+has it, the state before the output norm for id L; the states are copied in the draft's list
+order (no sort, duplicates kept); any other id aborts.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+from ..errors import EagleContractError, Problem, Unservable
+from ..layers import Layer
+from .base import Engine, Position, Query, Resolution, eagle3_default_ids, releases_for
+from .gguf_meta import GGUF_PREFIX
+
+if TYPE_CHECKING:
+    from .draft_config import DraftConfig
+
+
+@functools.cache
+def _data() -> dict[str, Any]:
+    text = resources.files(__package__).joinpath("llamacpp_rules.json").read_text("utf-8")
+    data: dict[str, Any] = json.loads(text)
+    return data
+
+
+def releases() -> list[str]:
+    found: list[str] = _data()["releases"]
+    return found
+
+
+def _v(text: str) -> Any:
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(text)
+    except InvalidVersion:
+        raise EagleContractError(
+            f"{text!r} is not a llama-cpp-python version (e.g. {releases()[-1]})"
+        ) from None
+
+
+def _covers(row: dict[str, Any], version: str) -> bool:
+    v = _v(version)
+    return _v(row["since"]) <= v and (row["until"] is None or v < _v(row["until"]))
+
+
+def _span(row: dict[str, Any]) -> str:
+    return f"{row['since']} <= v < {row['until']}" if row["until"] else f">={row['since']}"
+
+
+@dataclass(frozen=True)
+class Rules:
+    version: str
+    span: str
+    gguf_key: str
+    count: int
+    converter: dict[str, Any]
+    last: str  # "nextn": id L is the state before the output norm; "layer_inp": layer L's input
+
+
+@functools.cache
+def rules(version: str) -> Rules:
+    first, newest = releases()[0], releases()[-1]
+    if _v(version) < _v(first):
+        raise Unservable(
+            f"llama-cpp-python {version}: its llama.cpp has no EAGLE-3 (first in {first})"
+        )
+    if _v(version) > _v(newest):
+        raise Unservable(
+            f"llama-cpp-python {version} is newer than the built-in rules (up to {newest})"
+        )
+    row = next(r for r in _data()["rows"] if _covers(r, version))
+    return Rules(
+        version,
+        _span(row),
+        row["gguf_key"],
+        row["count"],
+        row["converter"],
+        row["target"]["last"],
+    )
+
+
+def _arch(arch: str | None, version: str, notes: list[str]) -> tuple[str, bool]:
+    """The GGUF architecture asked for (an HF name mapped through the converter's table), and
+    whether its graph records the state id L asks for."""
+    if not arch:
+        notes.append("no --arch: the llama graph's rule")
+        arch = "llama"
+    hf: dict[str, str] = _data()["hf"]
+    lower = {k.lower(): v for k, v in hf.items()}
+    gguf = hf.get(arch) or lower.get(arch.lower()) or arch.lower()
+    if gguf != arch:
+        notes.append(f"{arch} converts to GGUF architecture {gguf}")
+    served = [r for r in _data()["archs"] if gguf in r["archs"]]
+    for row in served:
+        if _covers(row, version):
+            return gguf, bool(row["last"])
+    where = ", ".join(_span(r) for r in served)
+    raise Unservable(
+        f"llama.cpp's {gguf[:60]} graph does not record layer inputs in llama-cpp-python "
+        f"{version}: EAGLE-3 aborts at the first target decode (layer input tensor is null)"
+        + (f"; served in {where}" if where else "")
+    )
+
+
+class GgufIds(tuple[int, ...]):
+    """The ids a GGUF draft carries (``missing``: it carries none: llama.cpp refuses it)."""
+
+    missing: bool
+
+    def __new__(cls, ids: tuple[int, ...], missing: bool) -> GgufIds:
+        self = super().__new__(cls, ids)
+        self.missing = missing
+        return self
+
+
+class ConfigIds(tuple[int, ...]):
+    """The ids the converter bakes from a config.json, with the id keys it ignores."""
+
+    ignored: tuple[str, ...]
+
+    def __new__(cls, ids: tuple[int, ...], ignored: tuple[str, ...]) -> ConfigIds:
+        self = super().__new__(cls, ids)
+        self.ignored = ignored
+        return self
+
+
+class LlamaCpp(Engine):
+    name = "llama.cpp"
+    title = "llama.cpp"
+    id_keys = ("eagle_aux_hidden_state_layer_ids",)  # what the converter reads
+
+    def versions(self, spec: str | None) -> list[str | None]:
+        return [None] if spec is None else list(releases_for(spec, releases(), "llama-cpp-python"))
+
+    def draft_ids(self, draft: DraftConfig) -> tuple[int, ...] | None:
+        gguf = {k: v for k, v in draft.aux_ids.items() if k.startswith(GGUF_PREFIX)}
+        if gguf or str(draft.path).endswith(".gguf"):
+            key = f"{GGUF_PREFIX}{rules(releases()[-1]).gguf_key}"
+            return GgufIds(gguf.get(key, ()), key not in gguf)
+        ids = draft.aux_ids.get(self.id_keys[0])
+        others = tuple(k for k in draft.aux_ids if k != self.id_keys[0])
+        if ids is None:
+            return ConfigIds((), others) if others else None
+        return ConfigIds(ids, others)
+
+    def n_aux(self, draft: DraftConfig, version: str | None) -> int:
+        return rules(version or releases()[-1]).count
+
+    def _resolve(self, q: Query) -> Resolution:
+        rel = rules(q.assume(releases()[-1], "llama-cpp-python"))
+        q.arch, last = _arch(q.arch, rel.version, q.notes)
+        L = q.num_layers
+        ids = self._ids(q, rel)
+        if len(ids) != rel.count:
+            raise Unservable(
+                f"llama.cpp (llama-cpp-python {rel.span}) requires exactly {rel.count} ids in "
+                f"{rel.gguf_key}, not {len(ids)}: the draft fails to load"
+            )
+        for i in ids:
+            if i < 0 or i > L or (i == L and not last):
+                reach = f"0..{L}" if last else f"0..{L - 1}"
+                raise Unservable(
+                    f"id {i}: llama.cpp's {q.arch} graph records ids {reach} (L = {L}); "
+                    f"common/speculative.cpp aborts on any other"
+                )
+        if list(ids) != sorted(ids):
+            q.notes.append(
+                f"ids {list(ids)} are not ascending: llama.cpp concatenates them in this order "
+                "(it does not sort, unlike SGLang and vLLM)"
+            )
+        if len(set(ids)) != len(ids):
+            q.notes.append("duplicate ids are kept: the same state fills several fc slots")
+        top = "the state before the output norm" if rel.last == "nextn" else "layer L's input"
+        return q.answer(
+            tuple(Position(i, i, Layer(i)) for i in ids),
+            f"built-in rules: llama-cpp-python {rel.span} (its vendored llama.cpp): "
+            f"src/models/eagle3.cpp reads GGUF {rel.gguf_key} ({rel.count} ids), "
+            f"{rel.converter['file']} bakes it from {rel.converter['key']}; "
+            f"common/speculative.cpp: id k < L = input of layer k (residual:k), id L = {top}"
+            + ("" if last else f" (not recorded by the {q.arch} graph)")
+            + "; list order",
+            ids,
+        )
+
+    def _ids(self, q: Query, rel: Rules) -> tuple[int, ...]:
+        """The ids in the GGUF the target runs with: a GGUF draft's own, a config.json draft's
+        as this release's converter bakes them, or ``--ids`` as given (taken as baked)."""
+        ids, L = q.ids, q.num_layers
+        default = tuple(eagle3_default_ids(L))
+        conv = rel.converter
+        if isinstance(ids, GgufIds):
+            if ids.missing:
+                raise Unservable(
+                    f"the GGUF draft has no {rel.gguf_key}: llama.cpp refuses to load it "
+                    "(EAGLE3 model requires 'extract_layers' in GGUF metadata)"
+                )
+            q.notes.append(f"ids baked in the GGUF draft's {rel.gguf_key}")
+            return tuple(ids)
+        if isinstance(ids, ConfigIds):
+            found = [*(("eagle_aux_hidden_state_layer_ids",) if ids else ()), *ids.ignored]
+            if conv["key"] is None:
+                q.problems.append(
+                    Problem(
+                        "EC508",
+                        f"llama.cpp's converter ({conv['file']}, llama-cpp-python "
+                        f"{rel.span}) reads no ids from the draft config: it ignores "
+                        f"{', '.join(found)} and bakes {list(default)} into {rel.gguf_key}",
+                    )
+                )
+                return default
+            if not ids:
+                q.problems.append(
+                    Problem(
+                        "EC508",
+                        f"llama.cpp's converter ({conv['file']}) reads only a top-level "
+                        f"{conv['key']}: it ignores {', '.join(ids.ignored)} and bakes its "
+                        f"default {list(default)} into {rel.gguf_key}",
+                    )
+                )
+                return default
+            if ids.ignored:
+                q.notes.append(
+                    f"the converter reads {conv['key']}; {', '.join(ids.ignored)} ignored"
+                )
+            return tuple(ids)
+        if ids is None:
+            q.notes.append(
+                f"no ids: the converter bakes {list(default)} ({conv['default']}) into "
+                f"{rel.gguf_key}"
+            )
+            return default
+        if conv["key"] is None:
+            q.notes.append(
+                f"ids taken as baked in the GGUF: this release's converter bakes "
+                f"{list(default)} whatever the draft config says"
+            )
+        return tuple(ids)

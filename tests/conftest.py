@@ -50,6 +50,7 @@ KINDS: dict[str, tuple[str, ...]] = {
         "test_audit_ray",
         "test_baseline",
         "test_capture_cli",
+        "test_cli_args",
         "test_capture_vllm",
         "test_compare_captures",
         "test_demo_probe",

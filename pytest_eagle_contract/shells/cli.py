@@ -295,8 +295,22 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 }
 
 
+def _late_paths(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, extra: list[str]
+) -> None:
+    """Shard paths written after options (``check C --sample 5 DIR``) join the command's
+    paths: argparse gives a positional list only the first run of bare words. Anything
+    else left over is an error, as argparse words it (exit 2)."""
+    if not isinstance(getattr(args, "paths", None), list) or any(e.startswith("-") for e in extra):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.paths.extend(Path(e) for e in extra)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        _late_paths(parser, args, extra)
     stdout = sys.stdout
     sys.stdout = QuietPipe(stdout)
     try:

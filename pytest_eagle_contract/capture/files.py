@@ -225,25 +225,28 @@ def read_capture(path: Path) -> Capture:
     return Capture(path, meta, ids, aux)
 
 
-def _open(path: Path, tensors: bool) -> tuple[str | None, dict[str, torch.Tensor]]:
-    """The metadata entry and, when asked, the two tensors; EC707 for anything unreadable.
+def check_small_header(path: Path, kind: str, whose: str) -> None:
+    """Refuse, before safetensors parses it, anything but a regular file whose safetensors
+    header is small enough to be ``kind``'s (a FIFO, a device or a huge header, unread)."""
+    if not path.is_file():
+        raise CaptureFileError(f"{path}: not a regular file")
+    with path.open("rb") as fh:
+        head = fh.read(8)
+    size = int.from_bytes(head, "little") if len(head) == 8 else -1
+    if not 2 <= size <= MAX_HEADER_BYTES:
+        raise CaptureFileError(
+            f"{path}: not {kind} (a safetensors header of "
+            f"{size} bytes; {whose} is under {MAX_HEADER_BYTES})"
+        )
 
-    The header is checked before safetensors parses it: a regular file whose header is
-    small enough to be a capture's (a FIFO, a device or a huge header is refused unread).
-    """
+
+def _open(path: Path, tensors: bool) -> tuple[str | None, dict[str, torch.Tensor]]:
+    """The metadata entry and, when asked, the two tensors; EC707 for anything unreadable
+    (the header is checked first: :func:`check_small_header`)."""
     from safetensors import SafetensorError, safe_open
 
     try:
-        if not path.is_file():
-            raise CaptureFileError(f"{path}: not a regular file")
-        with path.open("rb") as fh:
-            head = fh.read(8)
-        size = int.from_bytes(head, "little") if len(head) == 8 else -1
-        if not 2 <= size <= MAX_HEADER_BYTES:
-            raise CaptureFileError(
-                f"{path}: not a capture file (a safetensors header of "
-                f"{size} bytes; a capture's is under {MAX_HEADER_BYTES})"
-            )
+        check_small_header(path, "a capture file", "a capture's")
         with safe_open(str(path), framework="pt") as f:
             raw = (f.metadata() or {}).get(META_KEY)
             if not tensors:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import CaptureFileError, UsageError
-from .files import MAX_HEADER_BYTES, CaptureMeta, write_capture
+from .files import CaptureMeta, check_small_header, write_capture
 
 if TYPE_CHECKING:
     import torch
@@ -66,16 +66,7 @@ def read_vllm_file(path: Path) -> VllmStates:
     from safetensors import SafetensorError, safe_open
 
     try:
-        if not path.is_file():
-            raise CaptureFileError(f"{path}: not a regular file")
-        with path.open("rb") as fh:
-            head = fh.read(8)
-        size = int.from_bytes(head, "little") if len(head) == 8 else -1
-        if not 2 <= size <= MAX_HEADER_BYTES:
-            raise CaptureFileError(
-                f"{path}: not a vLLM hidden-state file (a safetensors header of {size} "
-                f"bytes; vLLM's is under {MAX_HEADER_BYTES})"
-            )
+        check_small_header(path, "a vLLM hidden-state file", "vLLM's")
         with safe_open(str(path), framework="pt") as f:
             names = set(f.keys())
             if names != {STATES_KEY, TOKENS_KEY}:

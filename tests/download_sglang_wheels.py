@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from wheel_download import download_missing
+
 FIRST = (0, 4, 0)
 
 
@@ -33,24 +35,4 @@ def _versions() -> list[str]:
     return found
 
 
-target = Path(sys.argv[1])
-target.mkdir(parents=True, exist_ok=True)
-for release in _versions():
-    if not list(target.glob(f"sglang-{release}-*.whl")):
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "download",
-                "--quiet",
-                "--no-deps",
-                "--only-binary=:all:",
-                "--python-version",
-                "3.11",
-                f"sglang=={release}",
-                "-d",
-                str(target),
-            ],
-            check=True,
-        )
+download_missing(Path(sys.argv[1]), "sglang", "sglang", _versions(), "--python-version", "3.11")

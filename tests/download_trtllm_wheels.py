@@ -4,34 +4,22 @@ PyPI holds only stubs for tensorrt-llm; the wheels are on NVIDIA's index (pypi.n
 Each is over a gigabyte; only its Python sources are read.
 """
 
-import subprocess
 import sys
 from pathlib import Path
 
+from wheel_download import download_missing
+
 from pytest_eagle_contract.engines.trtllm import RELEASES
 
-target = Path(sys.argv[1])
-target.mkdir(parents=True, exist_ok=True)
-for release in RELEASES:
-    if not list(target.glob(f"tensorrt_llm-{release}-*.whl")):
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "download",
-                "--quiet",
-                "--no-deps",
-                "--only-binary=:all:",
-                "--platform",
-                "manylinux_2_28_x86_64",
-                "--python-version",
-                "3.12",
-                "--extra-index-url",
-                "https://pypi.nvidia.com",
-                f"tensorrt-llm=={release}",
-                "-d",
-                str(target),
-            ],
-            check=True,
-        )
+download_missing(
+    Path(sys.argv[1]),
+    "tensorrt-llm",
+    "tensorrt_llm",
+    RELEASES,
+    "--platform",
+    "manylinux_2_28_x86_64",
+    "--python-version",
+    "3.12",
+    "--extra-index-url",
+    "https://pypi.nvidia.com",
+)

@@ -41,6 +41,7 @@ RuleCode = Literal[
     "EC513",
     "EC514",
     "EC515",
+    "EC516",
     "EC601",
     "EC602",
     "EC603",
@@ -118,6 +119,7 @@ _RULES: tuple[Rule, ...] = (
         "CUDA-graph passes capture the default layers, eager ones the draft's",
     ),
     Rule("EC515", "ids-disagree", "the contract's aux_layer_ids differ from the draft config"),
+    Rule("EC516", "moved-id", "the engine silently captures another layer than the id names"),
     # -- EC6xx: evidence of what each slot is (reference capture, weights) --
     Rule("EC601", "embed-identity", "a slot is (or is declared but is not) the embedding rows"),
     Rule("EC602", "norm-kind", "a slot is post-norm where pre-norm is declared, or the reverse"),

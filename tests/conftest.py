@@ -94,6 +94,8 @@ KINDS: dict[str, tuple[str, ...]] = {
         "test_llamacpp",
         "test_llamacpp_releases",
         "test_matrix",
+        "test_mlx",
+        "test_mlx_releases",
         "test_resolve",
         "test_rules",
         "test_sglang_hooks",

@@ -77,6 +77,8 @@ def test_draft_config_with_nested_ids_passes(tmp_path):
 
 def _case(tmp_path, edit=None, serving="  aux_layer_ids: [1, 3, 4]\n", args=None):
     text = BASE + serving
+    if edit and edit[0].startswith("engine: sglang"):  # another engine: its architecture name
+        text = text.replace("arch: LlamaForCausalLM", "arch: qwen3_5")
     if edit:
         text = text.replace(*edit)
     return findings_of(tmp_path, text, args)
@@ -125,6 +127,11 @@ CASES = {
     )[1],
     "EC510": lambda t: _case(t, ("arch: LlamaForCausalLM", "arch: KimiVLForConditionalGeneration")),
     "EC511": lambda t: _case(t, serving="  aux_layer_ids: [1, 3, 7]\n"),
+    "EC516": lambda t: _case(  # mlx-vlm: id 0 becomes capture index 0, residual:1
+        t,
+        ('engine: sglang\n  version: ">=0.5.13"', 'engine: mlx\n  version: "0.7.10"'),
+        serving="  aux_layer_ids: [0, 4, 5]\n",
+    ),
     "EC512": lambda t: _case(
         t,
         args="python -m sglang.launch_server --speculative-algorithm "

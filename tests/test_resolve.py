@@ -149,6 +149,7 @@ def test_each_engine_says_its_default_ids():
         "vllm": [2, 30, 58],
         "trtllm": [1, 29, 57],
         "llama.cpp": [2, 30, 58],  # what its converter bakes without ids
+        "mlx": [2, 0, 0],  # mlx-vlm counts the draft's own layers (1)
         "specforge": [1, 29, 57],
         "speculators-v1": [2, 30, 58, 60],
         "speculators": [2, 30, 58, 61],

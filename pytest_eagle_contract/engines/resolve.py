@@ -1,7 +1,7 @@
 """The engine registry, and the lookups over it: ``resolve`` and ``engine_aux_ids``.
 
 Engines: ``sglang`` (built-in table in ``sglang_table``, or the installed sglang's own
-methods), ``vllm``, ``trtllm`` (TensorRT-LLM), ``llama.cpp``; trainers' captures:
+methods), ``vllm``, ``trtllm`` (TensorRT-LLM), ``llama.cpp``, ``mlx``; trainers' captures:
 ``specforge`` (SGLang at the version SpecForge pinned), ``speculators-v1``, ``speculators``,
 ``eagle`` (SafeAILab EAGLE-3) and ``hf`` (``output_hidden_states`` indices). See
 docs/layers.md for every rule and its source.
@@ -19,6 +19,7 @@ from ..named import by_name, lookup
 from .base import Engine, Position, Resolution
 from .draft_config import read_draft_config
 from .llamacpp import LlamaCpp
+from .mlx import MLX
 from .sglang import SGLang, installed_sglang, sglang_versions
 from .trainers import HF, SafeAILab, SpecForge, Speculators, SpeculatorsV1
 from .trtllm import TensorRTLLM
@@ -44,6 +45,7 @@ ENGINES: dict[str, Engine] = by_name(
         VLLM(),
         TensorRTLLM(),
         LlamaCpp(),
+        MLX(),
         SpecForge(),
         SpeculatorsV1(),
         Speculators(),

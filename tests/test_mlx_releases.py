@@ -1,0 +1,28 @@
+"""The MLX rules against every mlx-vlm wheel (``tox -e mlx-releases``): re-derives
+``engines/mlx_rules.json`` with ``scripts/gen_mlx_rules.py`` (each release's own
+``Eagle3Config.__post_init__`` run on probe configs, its drafter's fc, its models' capture
+loops) and fails on any difference. Needs the wheels: set EAGLE_CONTRACT_MLX_WHEELS=DIR
+(``scripts/gen_mlx_rules.py DIR --download`` fetches them). Never part of the default run.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+WHEELS = os.environ.get("EAGLE_CONTRACT_MLX_WHEELS")
+if not WHEELS:
+    pytest.skip(
+        "set EAGLE_CONTRACT_MLX_WHEELS to a folder of mlx-vlm wheels (tox -e mlx-releases)",
+        allow_module_level=True,
+    )
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+
+import gen_mlx_rules as gen  # noqa: E402
+
+
+def test_the_rules_file_is_what_the_releases_code_says():
+    assert gen.main([str(WHEELS), "--check"]) == 0

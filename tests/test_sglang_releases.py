@@ -13,26 +13,17 @@ Never part of the default test run.
 from __future__ import annotations
 
 import functools
-import os
-import sys
-from pathlib import Path
 
 import pytest
+from release_helpers import one_wheel, wheel_folder
 
 from pytest_eagle_contract.engines import sglang_table as table
 
-WHEELS = os.environ.get("EAGLE_CONTRACT_SGLANG_WHEELS")
-if not WHEELS:
-    pytest.skip(
-        "set EAGLE_CONTRACT_SGLANG_WHEELS to a folder of sglang wheels (tox -e sglang-releases)",
-        allow_module_level=True,
-    )
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+DIR = wheel_folder("EAGLE_CONTRACT_SGLANG_WHEELS", "sglang", "sglang-releases")
 
 import gen_sglang_rules as gen  # noqa: E402
 import sglang_wheel as sw  # noqa: E402
 
-DIR = Path(WHEELS or ".")
 IDS = [None, [1, 29, 57], [2, 30, 58], [58, 2, 30], [2, 30, 61], [0, 30, 60], [3, 30, 59]]
 
 
@@ -42,8 +33,7 @@ def _generated() -> dict[str, object]:
 
 
 def _wheel(release: str) -> sw.Wheel:
-    (path,) = DIR.glob(f"sglang-{release}-*.whl")
-    return sw.Wheel(path)
+    return sw.Wheel(one_wheel(DIR, "sglang", release))
 
 
 def test_every_release_on_the_index_is_covered():

@@ -13,34 +13,23 @@ from __future__ import annotations
 
 import functools
 import itertools
-import os
-import sys
-from pathlib import Path
 
 import pytest
+from release_helpers import one_wheel, wheel_folder
 
 from pytest_eagle_contract.engines import vllm_rules
 from pytest_eagle_contract.engines.base import eagle3_default_ids
 from pytest_eagle_contract.engines.vllm import _pick
 
-WHEELS = os.environ.get("EAGLE_CONTRACT_VLLM_WHEELS")
-if not WHEELS:
-    pytest.skip(
-        "set EAGLE_CONTRACT_VLLM_WHEELS to a folder of vllm wheels (tox -e vllm-releases)",
-        allow_module_level=True,
-    )
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+DIR = wheel_folder("EAGLE_CONTRACT_VLLM_WHEELS", "vllm", "vllm-releases")
 
 import gen_vllm_rules as gen  # noqa: E402
 from vllm_capture import Release  # noqa: E402
 
-DIR = Path(WHEELS or ".")
-
 
 @functools.cache
 def _release(version: str) -> Release:
-    (path,) = DIR.glob(f"vllm-{version}-*.whl")
-    return Release(path)
+    return Release(one_wheel(DIR, "vllm", version))
 
 
 def test_the_rules_file_is_what_the_releases_code_says():

@@ -155,25 +155,15 @@ def test_hook_capture_verifies_a_shard(tmp_path, tiny_sequence):
     register(draft, specs)
     serve_prefill(target, draft, ids, aux)
     contract = load_contract(shipped_contract())
-    good = write_shard(
-        tmp_path / "good",
-        "specforge",
-        0,
-        ids,
-        torch.ones_like(ids),
-        [states[Layer(k)].to(torch.bfloat16) for k in (2, 4, 5, -1)],
-    )
-    bad = write_shard(
-        tmp_path / "bad",
-        "specforge",
-        0,
-        ids,
-        torch.ones_like(ids),
-        [states[Layer(k)].to(torch.bfloat16) for k in (4, 2, 5, -1)],
-    )
     index = load_captures(tmp_path / "caps")
-    assert verify_against_capture(contract, Shard.load(good, "good", "specforge", H), index) == []
-    swapped = verify_against_capture(contract, Shard.load(bad, "bad", "specforge", H), index)
+
+    def verify(name, layers):
+        slots = [states[Layer(k)].to(torch.bfloat16) for k in layers]
+        path = write_shard(tmp_path / name, "specforge", 0, ids, torch.ones_like(ids), slots)
+        return verify_against_capture(contract, Shard.load(path, name, "specforge", H), index)
+
+    assert verify("good", (2, 4, 5, -1)) == []
+    swapped = verify("bad", (4, 2, 5, -1))
     # layers come from the hook's arch + layer_ids, resolved with the contract's target
     assert {f.slot: f.extra["equals"] for f in swapped} == {0: 1, 1: 0}
     assert "server position 1 = residual:4" in swapped[0].found

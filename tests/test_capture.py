@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from capture_sets import write_demo_sets
 from sglang_standin import Launch, SGLangStandin
 
 from pytest_eagle_contract.capture import sglang_client, transport
@@ -28,15 +29,11 @@ from pytest_eagle_contract.capture.sglang_client import capture, server_info, us
 from pytest_eagle_contract.contract.model import Contract, load_contract
 from pytest_eagle_contract.errors import CaptureError, CaptureFileError, NoCapture
 from pytest_eagle_contract.layers import Layer
-from pytest_eagle_contract.models.reference import capture_canonical
-from pytest_eagle_contract.models.tiny import tiny_target
 from pytest_eagle_contract.shards.discovery import discover
 from pytest_eagle_contract.shards.reading import read_sample
 from pytest_eagle_contract.shards.shard import Shard
-from pytest_eagle_contract.shards.writing import write_shard
-from pytest_eagle_contract.shells.demo import SPEC, shipped_contract, write_demo_shards
+from pytest_eagle_contract.shells.demo import SPEC, shipped_contract
 
-SHIFTED = [Layer(3), Layer(5), Layer(6), Layer(-1)]  # one layer deeper than the server feeds
 H, N_AUX = SPEC.hidden_size, 3
 
 
@@ -51,22 +48,13 @@ def _fresh_run():
 @pytest.fixture(scope="module")
 def sets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("capture")
-    good, embed_front = write_demo_shards(root, shards=3)
-    model = tiny_target(SPEC)
-    shifted = root / "shifted"
-    for i, path in enumerate(discover(good)):
-        sample = read_sample(path, "specforge")
-        assert sample.input_ids is not None and sample.loss_mask is not None
-        states = capture_canonical(model, sample.input_ids)
-        write_shard(
-            shifted,
-            "specforge",
-            i,
-            sample.input_ids,
-            sample.loss_mask,
-            [states[x].to(torch.bfloat16) for x in SHIFTED],
-        )
-    return {"good": good, "embed-in-front": embed_front, "shifted": shifted, "root": root}
+    demo = write_demo_sets(root)
+    return {
+        "good": demo.good,
+        "embed-in-front": demo.embed_front,
+        "shifted": demo.shifted,
+        "root": root,
+    }
 
 
 @pytest.fixture(scope="module")

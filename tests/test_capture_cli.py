@@ -7,17 +7,11 @@ import shutil
 import socket
 
 import pytest
-import torch
+from capture_sets import check_captures, write_demo_sets
 from sglang_standin import Launch, SGLangStandin
 
 from pytest_eagle_contract.capture import sglang_client
-from pytest_eagle_contract.layers import Layer
-from pytest_eagle_contract.models.reference import capture_canonical
-from pytest_eagle_contract.models.tiny import tiny_target
-from pytest_eagle_contract.shards.discovery import discover
-from pytest_eagle_contract.shards.reading import read_sample
-from pytest_eagle_contract.shards.writing import write_shard
-from pytest_eagle_contract.shells.demo import SPEC, shipped_contract, write_demo_shards
+from pytest_eagle_contract.shells.demo import shipped_contract
 
 
 @pytest.fixture(autouse=True)
@@ -29,19 +23,7 @@ def _no_flush_permission_left():
 @pytest.fixture(scope="module")
 def sets(tmp_path_factory):
     root = tmp_path_factory.mktemp("capture-cli")
-    good, _ = write_demo_shards(root, shards=3)
-    model = tiny_target(SPEC)
-    for i, path in enumerate(discover(good)):
-        sample = read_sample(path, "specforge")
-        states = capture_canonical(model, sample.input_ids)
-        write_shard(
-            root / "shifted",
-            "specforge",
-            i,
-            sample.input_ids,
-            sample.loss_mask,
-            [states[x].to(torch.bfloat16) for x in (Layer(3), Layer(5), Layer(6), Layer(-1))],
-        )
+    write_demo_sets(root)
     return root
 
 
@@ -65,31 +47,11 @@ def captures(sets):
 
 
 @pytest.mark.slow
-def test_check_against_capture_files(sets, captures, cli):
-    good = cli(
-        "check",
-        shipped_contract(),
-        sets / "good",
-        "--captures",
-        captures,
-        "--checks",
-        "capture",
-        "--sample",
-        "all",
-    )
+def test_check_against_capture_files(sets, captures):
+    good = check_captures(sets / "good", captures)
     assert good.returncode == 0, good.stdout
     assert "ok: 3 checks on 3 shard(s)" in good.stdout
-    bad = cli(
-        "check",
-        shipped_contract(),
-        sets / "shifted",
-        "--captures",
-        captures,
-        "--checks",
-        "capture",
-        "--sample",
-        "all",
-    )
+    bad = check_captures(sets / "shifted", captures)
     assert bad.returncode == 1
     assert "EC701 capture-mismatch" in bad.stdout
     assert "slot 1 equals server position 2 = residual:5" in bad.stdout

@@ -11,17 +11,15 @@ from pathlib import Path
 
 import pytest
 import torch
+from capture_sets import check_captures, write_demo_sets
 from conftest import no_traceback, run_cli
 from vllm_standin import aux_list, write_vllm_file
 
 from pytest_eagle_contract.capture.files import load_captures
-from pytest_eagle_contract.layers import Layer
-from pytest_eagle_contract.models.reference import capture_canonical
 from pytest_eagle_contract.models.tiny import tiny_target
 from pytest_eagle_contract.shards.discovery import discover
 from pytest_eagle_contract.shards.reading import read_sample
-from pytest_eagle_contract.shards.writing import write_shard
-from pytest_eagle_contract.shells.demo import SPEC, shipped_contract, write_demo_shards
+from pytest_eagle_contract.shells.demo import SPEC, shipped_contract
 
 LAUNCH = [2, 4, 5, 8]  # speculators' launch_vllm.py default for L = 8: [2, L//2, L-3, L]
 
@@ -30,15 +28,9 @@ LAUNCH = [2, 4, 5, 8]  # speculators' launch_vllm.py default for L = 8: [2, L//2
 def world(tmp_path_factory):
     """The demo's good shards, a set shifted by one layer, and vLLM's files of their ids."""
     root = tmp_path_factory.mktemp("vllm")
-    good, _ = write_demo_shards(root, shards=3)
-    model = tiny_target(SPEC)
-    for i, path in enumerate(discover(good)):
-        sample = read_sample(path, "specforge")
-        states = capture_canonical(model, sample.input_ids)
-        layers = (Layer(3), Layer(5), Layer(6), Layer(-1))
-        slots = [states[x].to(torch.bfloat16) for x in layers]
-        write_shard(root / "shifted", "specforge", i, sample.input_ids, sample.loss_mask, slots)
-        ids = sample.input_ids
+    demo = write_demo_sets(root)
+    for i, sample in enumerate(demo.samples):
+        ids, model = sample.input_ids, demo.model
         write_vllm_file(root / "vllm", f"cmpl-{i:04d}-0", ids, aux_list(model, ids, LAUNCH))
         shifted = aux_list(model, ids, [k + 1 for k in LAUNCH[:3]]) + aux_list(model, ids, [8])
         write_vllm_file(root / "vllm-shifted", f"cmpl-{i:04d}-0", ids, shifted)
@@ -65,18 +57,20 @@ def _record(root: Path, out: str, files: str, *extra: object):
     )
 
 
-def _check(root: Path, shards: str, captures: str):
-    return run_cli(
-        "check",
-        shipped_contract(),
-        root / shards,
-        "--captures",
-        root / captures,
-        "--checks",
-        "capture",
-        "--sample",
-        "all",
-    )
+def _record_from_server(world: Path, tmp_path: Path, mode: str):
+    """``record --vllm-url`` of the good set from the stand-in server in ``mode``, into
+    ``tmp_path/caps``."""
+    from vllm_standin import VllmServer
+
+    with VllmServer(tiny_target(SPEC), LAUNCH, tmp_path / "storage", mode=mode) as url:
+        return run_cli(
+            "record",
+            shipped_contract(),
+            world / "good",
+            "--vllm-url",
+            url,
+            *("--layer-ids", *LAUNCH, "--fc-ids", 2, 4, 5, "-o", tmp_path / "caps"),
+        )
 
 
 @pytest.mark.slow
@@ -95,10 +89,10 @@ def test_vllm_files_become_captures_that_gate_shards(world):
     )
     assert [str(x) for x in cap.meta.layers or ()] == ["residual:2", "residual:4", "residual:5"]
     assert cap.aux.dtype == torch.bfloat16 and tuple(cap.aux.shape[1:]) == (3 * 64,)
-    good = _check(world, "good", "captures")
+    good = check_captures(world / "good", world / "captures")
     assert good.returncode == 0, good.stdout
     assert "ok: 3 checks on 3 shard(s)" in good.stdout
-    bad = _check(world, "shifted", "captures")
+    bad = check_captures(world / "shifted", world / "captures")
     assert bad.returncode == 1, bad.stdout
     assert "EC701 capture-mismatch" in bad.stdout
     assert "slot 1 equals server position 2 = residual:5" in bad.stdout
@@ -110,7 +104,7 @@ def test_a_shifted_vllm_capture_fails_ec701(world):
     """The server's side shifted by one layer (ids + 1): the good shards fail EC701."""
     res = _record(world, "captures-shifted", "vllm-shifted")
     assert res.returncode == 0, res.stdout + res.stderr
-    bad = _check(world, "good", "captures-shifted")
+    bad = check_captures(world / "good", world / "captures-shifted")
     assert bad.returncode == 1, bad.stdout
     found = re.findall(r"EC701 capture-mismatch: fc position (\d)", bad.stdout)
     assert set(found) == {"0", "1", "2"}, bad.stdout
@@ -197,24 +191,7 @@ def test_json_of_a_vllm_capture_names_its_launch(world, tmp_path):
 def test_record_from_a_running_vllm(world, tmp_path):
     """--vllm-url: the stand-in server writes each shard's file; record reads and converts
     it; the captures gate the good set and fail the shifted one."""
-    from vllm_standin import VllmServer
-
-    with VllmServer(tiny_target(SPEC), LAUNCH, tmp_path / "storage") as url:
-        res = run_cli(
-            "record",
-            shipped_contract(),
-            world / "good",
-            "--vllm-url",
-            url,
-            "--layer-ids",
-            *LAUNCH,
-            "--fc-ids",
-            2,
-            4,
-            5,
-            "-o",
-            tmp_path / "caps",
-        )
+    res = _record_from_server(world, tmp_path, "ok")
     assert res.returncode == 0, res.stdout + res.stderr
     assert "recorded 3 capture file(s)" in res.stdout and "vLLM 0.34.0" in res.stdout
     cap = next(iter(load_captures(tmp_path / "caps").by_key.values()))[0]
@@ -237,17 +214,7 @@ def test_record_from_a_running_vllm(world, tmp_path):
     ],
 )
 def test_a_vllm_that_cannot_answer_stops_record_with_the_code(world, tmp_path, mode, code, words):
-    from vllm_standin import VllmServer
-
-    with VllmServer(tiny_target(SPEC), LAUNCH, tmp_path / "storage", mode=mode) as url:
-        res = run_cli(
-            "record",
-            shipped_contract(),
-            world / "good",
-            "--vllm-url",
-            url,
-            *("--layer-ids", *LAUNCH, "--fc-ids", 2, 4, 5, "-o", tmp_path / "caps"),
-        )
+    res = _record_from_server(world, tmp_path, mode)
     no_traceback(res)
     assert res.returncode == 1, res.stdout + res.stderr
     assert code in res.stderr and words in res.stderr, res.stderr

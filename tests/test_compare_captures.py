@@ -109,42 +109,54 @@ def test_a_dropped_stage_state_is_ec709_naming_it(tmp_path, prompts):
     assert "layer 2 is on the first pipeline stage" in data["findings"][0]["hint"]
 
 
-@pytest.mark.slow
-def test_states_in_another_order_name_the_position_they_are(tmp_path, prompts):
-    ref, prod = _sets(tmp_path, prompts, lambda s: [s[Layer(2)], s[Layer(5)], s[Layer(4)]])
-    res = _compare(ref, prod)
-    assert res.returncode == 1
-    assert "position 1 of the production capture is the reference's position 2" in res.stdout
-    assert "position 2 of the production capture is the reference's position 1" in res.stdout
-
-
-@pytest.mark.slow
-def test_rows_out_of_token_order_are_ec711(tmp_path, prompts):
+def _halves(s: dict[Layer, torch.Tensor]) -> list[torch.Tensor]:
     """Context parallel: two ranks' halves of the sequence put back swapped."""
+    return [torch.cat([x[len(x) // 2 :], x[: len(x) // 2]]) for x in (s[Layer(k)] for k in IDS)]
 
-    def halves(s):
-        return [torch.cat([x[len(x) // 2 :], x[: len(x) // 2]]) for x in (s[Layer(k)] for k in IDS)]
 
-    ref, prod = _sets(tmp_path, prompts, halves)
-    res = _compare(ref, prod)
-    assert res.returncode == 1
-    assert "EC711 token-order: position 0: the production rows are the reference's" in res.stdout
-    assert "first production row -> reference row: 0 -> 20, 1 -> 21" in res.stdout
+def _late(s: dict[Layer, torch.Tensor]) -> list[torch.Tensor]:
+    out = [s[Layer(k)].clone() for k in IDS]
+    out[2][16:] *= 1.5  # from token 16 on: another chunk computed differently
+    return out
 
 
 @pytest.mark.slow
-def test_rows_diverging_from_a_token_on_name_the_span(tmp_path, prompts):
-    def late(s):
-        out = [s[Layer(k)].clone() for k in IDS]
-        out[2][16:] *= 1.5  # from token 16 on: another chunk computed differently
-        return out
-
-    ref, prod = _sets(tmp_path, prompts, late)
-    res = _compare(ref, prod)
+@pytest.mark.parametrize(
+    ("prod", "expected"),
+    [
+        pytest.param(
+            lambda s: [s[Layer(2)], s[Layer(5)], s[Layer(4)]],
+            [
+                "position 1 of the production capture is the reference's position 2",
+                "position 2 of the production capture is the reference's position 1",
+            ],
+            id="states-in-another-order-name-the-position-they-are",
+        ),
+        pytest.param(
+            _halves,
+            [
+                "EC711 token-order: position 0: the production rows are the reference's",
+                "first production row -> reference row: 0 -> 20, 1 -> 21",
+            ],
+            id="rows-out-of-token-order-are-ec711",
+        ),
+        pytest.param(
+            _late,
+            [
+                "position 2 (residual:5) differs from the reference at 24 of 40 tokens",
+                "diverging tokens: 16-39 of 40",
+                "diverge from token 16 on",
+            ],
+            id="rows-diverging-from-a-token-on-name-the-span",
+        ),
+    ],
+)
+def test_a_production_side_out_of_place_is_named(tmp_path, prompts, prod: Prod, expected):
+    ref, prod_set = _sets(tmp_path, prompts, prod)
+    res = _compare(ref, prod_set)
     assert res.returncode == 1
-    assert "position 2 (residual:5) differs from the reference at 24 of 40 tokens" in res.stdout
-    assert "diverging tokens: 16-39 of 40" in res.stdout
-    assert "diverge from token 16 on" in res.stdout
+    for words in expected:
+        assert words in res.stdout, res.stdout
 
 
 @pytest.mark.slow

@@ -102,6 +102,8 @@ KINDS: dict[str, tuple[str, ...]] = {
         "test_sglang_releases",
         "test_sglang_rules",
         "test_sglang_table",
+        "test_tpu",
+        "test_tpu_releases",
         "test_trtllm",
         "test_trtllm_releases",
         "test_vllm",

@@ -1,7 +1,8 @@
 """The engine registry, and the lookups over it: ``resolve`` and ``engine_aux_ids``.
 
 Engines: ``sglang`` (built-in table in ``sglang_table``, or the installed sglang's own
-methods), ``vllm``, ``trtllm`` (TensorRT-LLM), ``llama.cpp``, ``mlx``; trainers' captures:
+methods), ``vllm``, ``trtllm`` (TensorRT-LLM), ``llama.cpp``, ``mlx``,
+``tpu-inference``; trainers' captures:
 ``specforge`` (SGLang at the version SpecForge pinned), ``speculators-v1``, ``speculators``,
 ``eagle`` (SafeAILab EAGLE-3) and ``hf`` (``output_hidden_states`` indices). See
 docs/layers.md for every rule and its source.
@@ -21,6 +22,7 @@ from .draft_config import read_draft_config
 from .llamacpp import LlamaCpp
 from .mlx import MLX
 from .sglang import SGLang, installed_sglang, sglang_versions
+from .tpu import TPUInference
 from .trainers import HF, SafeAILab, SpecForge, Speculators, SpeculatorsV1
 from .trtllm import TensorRTLLM
 from .vllm import VLLM
@@ -46,6 +48,7 @@ ENGINES: dict[str, Engine] = by_name(
         TensorRTLLM(),
         LlamaCpp(),
         MLX(),
+        TPUInference(),
         SpecForge(),
         SpeculatorsV1(),
         Speculators(),

@@ -1,0 +1,113 @@
+"""vLLM tpu-inference: its EAGLE-3 rules per release (``tpu_rules.json``, written by
+``scripts/gen_tpu_rules.py`` from each wheel's own code).
+
+A default launch (``MODEL_IMPL_TYPE=auto``) runs an architecture on the JAX path when
+tpu-inference registers a JAX model for it and does not prefer vLLM's code for it; there the
+target's ``get_eagle3_aux_hidden_state_layers`` takes no config at all: whatever the draft
+says, it captures ``(2, L//2, L-3)``, each as the residual stream entering that layer, in
+layer order. The other architectures run vLLM's own model code (torchax): the vLLM rules of
+the vLLM release installed beside it apply.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from importlib import resources
+from typing import Any
+
+from ..errors import EagleContractError, Problem, Unservable
+from ..layers import Layer
+from .base import Engine, Position, Query, Resolution, eagle3_default_ids, releases_for
+
+
+@functools.cache
+def _data() -> dict[str, Any]:
+    text = resources.files(__package__).joinpath("tpu_rules.json").read_text("utf-8")
+    data: dict[str, Any] = json.loads(text)
+    return data
+
+
+def releases() -> list[str]:
+    found: list[str] = _data()["releases"]
+    return found
+
+
+def _v(text: str) -> Any:
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(text)
+    except InvalidVersion:
+        raise EagleContractError(f"{text!r} is not a tpu-inference version (e.g. 0.32.0)") from None
+
+
+def _covers(row: dict[str, Any], version: str) -> bool:
+    v = _v(version)
+    return _v(row["since"]) <= v and (row["until"] is None or v < _v(row["until"]))
+
+
+def _span(row: dict[str, Any]) -> str:
+    return f"{row['since']} <= v < {row['until']}" if row["until"] else f">={row['since']}"
+
+
+def _check(version: str) -> None:
+    first, newest = releases()[0], releases()[-1]
+    if _v(version) < _v(first):
+        raise Unservable(f"tpu-inference {version} has no EAGLE-3 (first in {first})")
+    if _v(version) > _v(newest):
+        raise Unservable(
+            f"tpu-inference {version} is newer than the built-in rules (up to {newest})"
+        )
+
+
+class TPUInference(Engine):
+    name = "tpu-inference"
+    title = "tpu-inference"
+    id_keys = ()  # the JAX path reads no ids from the draft
+
+    def versions(self, spec: str | None) -> list[str | None]:
+        return [None] if spec is None else list(releases_for(spec, releases(), "tpu-inference"))
+
+    def _resolve(self, q: Query) -> Resolution:
+        version = q.assume(releases()[-1], "tpu-inference")
+        _check(version)
+        arch = q.arch or "LlamaForCausalLM"
+        if not q.arch:
+            q.notes.append(f"no --arch: {arch}")
+        q.arch = arch
+        prefer = next(r for r in _data()["rows"] if _covers(r, version))["preferred"]
+        row = next(
+            (r for r in _data()["archs"] if arch in r["archs"] and _covers(r, version)), None
+        )
+        if row is None or arch in prefer:
+            why = (
+                "prefers vLLM's code for it"
+                if arch in prefer
+                else "has no JAX model with EAGLE-3 for it"
+            )
+            raise Unservable(
+                f"tpu-inference {version} {why}: MODEL_IMPL_TYPE=auto runs vLLM's own model "
+                f"code (torchax) for {arch[:60]}; resolve --engine vllm at the vLLM release "
+                "installed beside it"
+            )
+        L = q.num_layers
+        default = eagle3_default_ids(L)
+        if q.ids is not None and list(q.ids) != default:
+            q.problems.append(
+                Problem(
+                    "EC508",
+                    f"tpu-inference {_span(row)} {row['file']} (JAX path) reads no ids: "
+                    f"{list(q.ids)} are not used, it captures its default {default}",
+                )
+            )
+        elif q.ids is None:
+            q.notes.append(f"no ids: tpu-inference's default {default}")
+        captured = sorted(set(default))
+        return q.answer(
+            tuple(Position(i, i, Layer(i)) for i in captured),
+            f"built-in rules: tpu-inference {_span(row)} {row['file']} (JAX path, "
+            f"MODEL_IMPL_TYPE=auto): get_eagle3_aux_hidden_state_layers() = ({row['default']}) "
+            "whatever the draft says; captured before layer i (residual:i), in layer order",
+            default,
+        )

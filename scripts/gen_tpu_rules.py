@@ -1,0 +1,244 @@
+"""Derive vLLM tpu-inference's EAGLE-3 rules from its released wheels; write
+engines/tpu_rules.json.
+
+    python scripts/gen_tpu_rules.py WHEEL_DIR [--out FILE] [--check] [--download]
+
+``--download`` fetches every tpu-inference wheel (pure Python, about 2 MB each). Each
+``tpu_inference-X-*.whl`` is read with zipfile and ast (jax and vllm are never imported):
+
+- the model path a default launch takes per architecture (``models/common/model_loader.py``:
+  ``MODEL_IMPL_TYPE=auto`` resolves to the JAX path, ``flax_nnx``, for architectures in
+  ``_MODEL_REGISTRY`` unless they are in ``_VLLM_PREFERRED_ARCHITECTURES``; the others run
+  vLLM's own model code through torchax);
+- per JAX model class with EAGLE-3: its ``get_eagle3_aux_hidden_state_layers``, compiled alone
+  and *run* on stub models (which ids, whether it reads any config at all), and where its
+  ``__call__`` loop captures (before layer i: ``residual:i``).
+
+A structure the script does not recognise makes it exit 1. ``--check`` compares with the
+committed file and exits 1 on any difference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import builtins
+import copy
+import json
+import re
+import subprocess
+import sys
+import types
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+OUT = Path(__file__).resolve().parents[1] / "pytest_eagle_contract/engines/tpu_rules.json"
+LOADER = "tpu_inference/models/common/model_loader.py"
+
+
+class Wheel:
+    def __init__(self, path: Path) -> None:
+        self.zip = zipfile.ZipFile(path)
+        self.version = path.name.split("-")[1]
+        self.names = set(self.zip.namelist())
+
+    def tree(self, name: str) -> ast.Module | None:
+        if name not in self.names:
+            return None
+        return ast.parse(self.zip.read(name).decode("utf-8"))
+
+
+def _literal_set(tree: ast.Module, name: str) -> set[str]:
+    for node in ast.walk(tree):
+        target = node.target if isinstance(node, ast.AnnAssign) else None
+        if isinstance(node, ast.Assign):
+            target = node.targets[0]
+        if getattr(target, "id", "") == name and isinstance(node, ast.Assign | ast.AnnAssign):
+            value = node.value
+            if isinstance(value, ast.Call) and value.args:
+                value = value.args[0]
+            return {e.value for e in getattr(value, "elts", []) if isinstance(e, ast.Constant)}
+    return set()
+
+
+def _registry(tree: ast.Module) -> dict[str, tuple[str, str]]:
+    """architecture -> (module path, class) from ``_MODEL_REGISTRY[...] = Class`` and the
+    imports in the same function."""
+    imports: dict[str, str] = {}
+    out: dict[str, tuple[str, str]] = {}
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and node.module.startswith("tpu_inference")
+        ):
+            for alias in node.names:
+                imports[alias.asname or alias.name] = (
+                    node.module.replace(".", "/") + ".py",
+                    alias.name,
+                )  # type: ignore[assignment]
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.targets[0], ast.Subscript)
+            and getattr(node.targets[0].value, "id", "") == "_MODEL_REGISTRY"
+            and isinstance(node.targets[0].slice, ast.Constant)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in imports
+        ):
+            out[node.targets[0].slice.value] = imports[node.value.id]  # type: ignore[assignment]
+    return out
+
+
+def _method(cls: ast.ClassDef, name: str) -> ast.FunctionDef | None:
+    return next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == name), None)
+
+
+def _run_default(fn: ast.FunctionDef) -> str:
+    """Run the release's own default-ids method on stub models; ``reads``: whether it takes
+    anything but ``self`` (a config it could read the draft's ids from)."""
+    if [a.arg for a in fn.args.args] != ["self"]:
+        raise SystemExit(f"{fn.name} takes {[a.arg for a in fn.args.args]}: not understood")
+    fn = copy.deepcopy(fn)
+    fn.decorator_list, fn.returns = [], None
+    names = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)} - set(dir(builtins))
+    scope: dict[str, Any] = {n: None for n in names}
+    exec(compile(ast.fix_missing_locations(ast.Module([fn], [])), "<tpu>", "exec"), scope)
+    got = {
+        n: tuple(scope[fn.name](types.SimpleNamespace(layers=[None] * n, num_layers=n)))
+        for n in (32, 61)
+    }
+    if all(got[n] == (2, n // 2, n - 3) for n in got):
+        return "2,L//2,L-3"
+    raise SystemExit(f"default ids {got} not understood")
+
+
+def _capture_site(cls: ast.ClassDef) -> str:
+    """Where the ``__call__`` layer loop appends the EAGLE-3 states: ``input`` (before layer
+    i runs: the residual stream entering it) or ``output``."""
+    call = _method(cls, "__call__")
+    for loop in (n for n in ast.walk(call) if isinstance(n, ast.For)) if call else ():
+        texts = [ast.unparse(stmt) for stmt in loop.body]
+        appends = [k for k, t in enumerate(texts) if "aux_hidden_states.append" in t]
+        eagle = [k for k in appends if "eagle3" in texts[k]] or appends
+        called = [k for k, t in enumerate(texts) if re.search(r"=\s*layer\(", t)]
+        if len(eagle) == 1 and len(called) == 1:
+            return "input" if eagle[0] < called[0] else "output"
+    raise SystemExit(f"{cls.name}: EAGLE-3 capture loop not understood")
+
+
+def derive(path: Path) -> dict[str, Any] | None:
+    wheel = Wheel(path)
+    loader = wheel.tree(LOADER)
+    if loader is None:
+        return None
+    preferred = _literal_set(loader, "_VLLM_PREFERRED_ARCHITECTURES")
+    archs: dict[str, Any] = {}
+    for arch, (module, name) in sorted(_registry(loader).items()):
+        tree = wheel.tree(module)
+        cls = next(
+            (
+                n
+                for n in (tree.body if tree else [])
+                if isinstance(n, ast.ClassDef) and n.name == name
+            ),
+            None,
+        )
+        holder = None
+        for c in ast.walk(tree) if tree else ():
+            if isinstance(c, ast.ClassDef) and _method(c, "get_eagle3_aux_hidden_state_layers"):
+                holder = c
+        if cls is None or holder is None:
+            continue
+        fn = _method(holder, "get_eagle3_aux_hidden_state_layers")
+        assert fn is not None
+        archs[arch] = {
+            "path": "vllm" if arch in preferred else "jax",
+            "file": module.removeprefix("tpu_inference/"),
+            "default": _run_default(fn),
+            "reads_ids": False,
+            "capture": _capture_site(holder),
+        }
+    if not archs:
+        return None
+    return {"archs": archs, "preferred": sorted(preferred)}
+
+
+def _vkey(version: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", version))
+
+
+def _spans(versions: list[str], facts: dict[str, Any]) -> Iterator[tuple[str, str | None, Any]]:
+    start = 0
+    for n in range(1, len(versions) + 1):
+        if n == len(versions) or facts.get(versions[n]) != facts.get(versions[start]):
+            if facts.get(versions[start]) is not None:
+                until = versions[n] if n < len(versions) else None
+                yield versions[start], until, facts[versions[start]]
+            start = n
+
+
+def tables(releases: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    versions = list(releases)
+    prefer = {v: r["preferred"] for v, r in releases.items()}
+    rows = [{"since": a, "until": b, "preferred": p} for a, b, p in _spans(versions, prefer)]
+    grouped: dict[str, list[str]] = {}
+    for arch in sorted({a for r in releases.values() for a in r["archs"]}):
+        per = {v: r["archs"].get(arch) for v, r in releases.items()}
+        for a, b, rule in _spans(versions, per):
+            grouped.setdefault(json.dumps({"since": a, "until": b, **rule}), []).append(arch)
+    archs = [{**json.loads(k), "archs": v} for k, v in grouped.items()]
+    archs.sort(key=lambda r: (_vkey(r["since"]), r["archs"][0]))
+    return {"releases": versions, "rows": rows, "archs": archs}
+
+
+def download(folder: Path) -> None:
+    pip = [sys.executable, "-m", "pip"]
+    out = subprocess.run(
+        [*pip, "index", "versions", "tpu-inference"], capture_output=True, text=True
+    )
+    listed = re.search(r"Available versions: (.*)", out.stdout)
+    if listed is None:
+        raise SystemExit(f"pip index versions gave no list:\n{out.stdout}{out.stderr}")
+    folder.mkdir(parents=True, exist_ok=True)
+    for version in listed.group(1).split(", "):
+        if not list(folder.glob(f"tpu_inference-{version}-*.whl")):
+            cmd = [*pip, "download", "-q", "--no-deps", f"tpu-inference=={version}"]
+            subprocess.run([*cmd, "-d", str(folder)], check=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("wheels", type=Path)
+    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--check", action="store_true")
+    parser.add_argument("--download", action="store_true")
+    args = parser.parse_args(argv)
+    if args.download:
+        download(args.wheels)
+        return 0
+    releases: dict[str, Any] = {}
+    wheels = sorted(
+        args.wheels.glob("tpu_inference-*.whl"), key=lambda w: _vkey(w.name.split("-")[1])
+    )
+    for wheel in wheels:
+        rules = derive(wheel)
+        version = wheel.name.split("-")[1]
+        print(version, "no EAGLE-3" if rules is None else "ok", file=sys.stderr)
+        if rules is not None:
+            releases[version] = rules
+    text = json.dumps(tables(releases), indent=1) + "\n"
+    if args.check:
+        if args.out.read_text("utf-8") != text:
+            print(f"{args.out} differs from the releases' code", file=sys.stderr)
+            return 1
+        print(f"{args.out} agrees with {len(releases)} releases", file=sys.stderr)
+        return 0
+    args.out.write_text(text, "utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

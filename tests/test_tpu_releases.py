@@ -1,0 +1,28 @@
+"""The tpu-inference rules against every tpu-inference wheel (``tox -e tpu-releases``):
+re-derives ``engines/tpu_rules.json`` with ``scripts/gen_tpu_rules.py`` (each release's own
+default-ids method run on stub models, its capture loop, its model-path lists) and fails on
+any difference. Needs the wheels: set EAGLE_CONTRACT_TPU_WHEELS=DIR
+(``scripts/gen_tpu_rules.py DIR --download``). Never part of the default run.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+WHEELS = os.environ.get("EAGLE_CONTRACT_TPU_WHEELS")
+if not WHEELS:
+    pytest.skip(
+        "set EAGLE_CONTRACT_TPU_WHEELS to a folder of tpu-inference wheels (tox -e tpu-releases)",
+        allow_module_level=True,
+    )
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+
+import gen_tpu_rules as gen  # noqa: E402
+
+
+def test_the_rules_file_is_what_the_releases_code_says():
+    assert gen.main([str(WHEELS), "--check"]) == 0

@@ -328,6 +328,31 @@ def vllm_file_cases(root: Path) -> list[Case]:
     return cases
 
 
+def gguf_cases(root: Path, rng: random.Random) -> list[Case]:
+    """One hostile GGUF draft per case (tests/test_llamacpp.py's HOSTILE_GGUF, then random
+    byte flips of a good one), given to ``resolve --engine llama.cpp --draft-config``: exit 2
+    naming the file, never a traceback."""
+    import test_llamacpp as tl
+
+    good = root / "gguf-good.gguf"
+    tl.gguf(good, [("eagle3.target_layers", tl._ARRAY, (tl._INT32, [2, 16, 29]))])
+    data = good.read_bytes()
+    made = dict(tl.HOSTILE_GGUF.items())
+    for n in range(8):
+        flipped = bytearray(data)
+        for _ in range(3):
+            flipped[rng.randrange(4, len(flipped))] = rng.randrange(256)
+        made[f"flipped-{n}"] = (lambda p, b=bytes(flipped): p.write_bytes(b), "")
+    cases = []
+    for i, (name, (make, _)) in enumerate(made.items()):
+        folder = root / "gguf" / f"{i:03d}"
+        folder.mkdir(parents=True)
+        make(folder / "draft.gguf")
+        argv = ["resolve", "--engine", "llama.cpp", "--num-layers", "32"]
+        cases.append(Case("gguf", name, folder, [*argv, "--draft-config", "draft.gguf"]))
+    return cases
+
+
 def http_cases(root: Path, world: tuple[Path, Path, dict[str, Any]]) -> list[Case]:
     import socketserver
 

@@ -2,13 +2,15 @@
 the ids a GGUF draft carries (``eagle3.target_layers``) or the converter bakes from a
 config.json, what the target records for them, and what it refuses; GGUF drafts written here
 byte by byte (the format: magic, version, counts, typed key/value pairs), hostile ones
-included; a pinned snapshot of the rules derived from the releases' code
+included (``HOSTILE_GGUF``, also swept by benchmarks/hostile_sweep.py's gguf surface); a
+pinned snapshot of the rules derived from the releases' code
 (``engines/llamacpp_rules.json``, checked against the sdists by test_llamacpp_releases.py)."""
 
 from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -154,64 +156,58 @@ def test_want_gives_ids_in_the_trainers_order_since_llama_cpp_does_not_sort(cli)
     assert out["config_line"] == f'"{TOP}": [29, 0, 16]'
 
 
-@pytest.mark.parametrize(
-    ("name", "build", "says"),
-    [
-        ("magic", lambda p: p.write_bytes(b"GGUF"), "ends early"),
-        ("version", lambda p: gguf(p, [], version=1), "GGUF version 1"),
-        (
-            "huge-string",
-            lambda p: p.write_bytes(b"GGUF" + struct.pack("<IQQQ", 3, 0, 1, 1 << 40)),
-            "over the limit",
+HOSTILE_GGUF: dict[str, tuple[Callable[[Path], object], str]] = {
+    "magic": (lambda p: p.write_bytes(b"GGUF"), "ends early"),
+    "version": (lambda p: gguf(p, [], version=1), "GGUF version 1"),
+    "huge-string": (
+        lambda p: p.write_bytes(b"GGUF" + struct.pack("<IQQQ", 3, 0, 1, 1 << 40)),
+        "over the limit",
+    ),
+    "huge-count": (
+        lambda p: p.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, 1 << 40)),
+        "over the limit",
+    ),
+    "truncated-array": (
+        lambda p: p.write_bytes(
+            b"GGUF"
+            + struct.pack("<IQQ", 3, 0, 1)
+            + _s("eagle3.target_layers")
+            + struct.pack("<IIQ", _ARRAY, _INT32, 3)
+            + struct.pack("<i", 1)
         ),
-        (
-            "huge-count",
-            lambda p: p.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, 1 << 40)),
-            "over the limit",
+        "ends early",
+    ),
+    "bad-type": (
+        lambda p: p.write_bytes(
+            b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + _s("x") + struct.pack("<I", 77)
         ),
-        (
-            "truncated-array",
-            lambda p: p.write_bytes(
-                b"GGUF"
-                + struct.pack("<IQQ", 3, 0, 1)
-                + _s("eagle3.target_layers")
-                + struct.pack("<IIQ", _ARRAY, _INT32, 3)
-                + struct.pack("<i", 1)
-            ),
-            "ends early",
+        "value type 77",
+    ),
+    "nested-array": (
+        lambda p: p.write_bytes(
+            b"GGUF"
+            + struct.pack("<IQQ", 3, 0, 1)
+            + _s("x")
+            + struct.pack("<IIQ", _ARRAY, _ARRAY, 1)
         ),
-        (
-            "bad-type",
-            lambda p: p.write_bytes(
-                b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + _s("x") + struct.pack("<I", 77)
-            ),
-            "value type 77",
+        "an array of value type 9",
+    ),
+    "not-utf8": (
+        lambda p: p.write_bytes(
+            b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 2) + b"\xff\xfe"
         ),
-        (
-            "nested-array",
-            lambda p: p.write_bytes(
-                b"GGUF"
-                + struct.pack("<IQQ", 3, 0, 1)
-                + _s("x")
-                + struct.pack("<IIQ", _ARRAY, _ARRAY, 1)
-            ),
-            "an array of value type 9",
-        ),
-        (
-            "not-utf8",
-            lambda p: p.write_bytes(
-                b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 2) + b"\xff\xfe"
-            ),
-            "not UTF-8",
-        ),
-        (
-            "ids-not-ints",
-            lambda p: gguf(p, [("eagle3.target_layers", _STRING, "1,2,3")]),
-            "not a list of integers",
-        ),
-    ],
-)
-def test_a_hostile_gguf_draft_is_a_usage_error_naming_the_file(cli, tmp_path, name, build, says):
+        "not UTF-8",
+    ),
+    "ids-not-ints": (
+        lambda p: gguf(p, [("eagle3.target_layers", _STRING, "1,2,3")]),
+        "not a list of integers",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_GGUF))
+def test_a_hostile_gguf_draft_is_a_usage_error_naming_the_file(cli, tmp_path, name):
+    build, says = HOSTILE_GGUF[name]
     path = tmp_path / f"{name}.gguf"
     build(path)
     res = cli("resolve", "--engine", "llama.cpp", "--num-layers", "32", "--draft-config", path)

@@ -192,17 +192,19 @@ def test_probe_cli(
     assert code == 0
     out = json.loads(capsys.readouterr().out)
     assert out["convention"].startswith("accept_length: tokens per target forward")
-    assert [x["layers"] for x in out["layouts"]] == [
-        ["embed", "residual:2", "residual:4"],  # vLLM reads ids [0, 2, 4] as hidden_states[k]
-        ["residual:2", "residual:4", "residual:6"],
-    ]
-    assert out["layouts"][0]["name"].startswith("vllm")
-    assert out["layouts"][1]["name"] == "layout 1"
+    # the draft holds its ids [0, 2, 4] under eagle_config only: vLLM 0.34.0 (the newest,
+    # the V2 runner only) never reads them there, and its default (2, 3, 3) on 6 layers
+    # leaves 2 states for an fc built for 3, so no vLLM release in the rules' newest serves it
+    assert [x["layers"] for x in out["layouts"]] == [["residual:2", "residual:4", "residual:6"]]
+    assert out["layouts"][0]["name"] == "layout 1"
     assert all(len(x["per_step"]) == 2 and x["accept_length"] >= 1 for x in out["layouts"])
 
 
 def _write_contract(root: Path, target: Path, draft: Path, engine: str, floors: str) -> Path:
-    version = "  version: '0.5.13'\n" if engine == "sglang" else ""
+    # vLLM 0.22.0 starts its V1 runner, which reads the draft's nested eagle_config ids
+    # (the V2 runner newer releases start does not: see test_probe_cli)
+    pinned = {"sglang": "0.5.13", "vllm": "0.22.0"}.get(engine)
+    version = f"  version: '{pinned}'\n" if pinned else ""
     path = root / f"{engine}.yaml"
     path.write_text(
         "contract: probe-gate\nversion: 1\n"

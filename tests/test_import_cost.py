@@ -50,7 +50,8 @@ def test_pytest_run_with_plugin_off_loads_no_more_than_without_it(pytester):
 NOT_FOR_A_PLAIN_CHECK = (
     "jsonschema",  # the contract's schema pass is kept (contract/validated.py)
     "importlib.metadata",  # the caches key on the packages' files, not their versions
-    "pytest_eagle_contract.engines.fixes",  # no serving section: no engine rules
+    "pytest_eagle_contract.engines.resolve",  # no serving section: no engine rules
+    "pytest_eagle_contract.engines.fixes",
     "pytest_eagle_contract.engines.matrix",
     "pytest_eagle_contract.models.target",  # no target model
     "pytest_eagle_contract.models.acceptance",  # no acceptance floor

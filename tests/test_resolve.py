@@ -311,3 +311,11 @@ def test_config_line_is_the_key_each_engine_reads():
     assert get_engine("vllm").config_line((0, 3, 31)) == (
         '"eagle_aux_hidden_state_layer_ids": [0, 3, 31]'
     )
+
+
+def test_the_clis_engine_names_are_the_engines():
+    """`--engine`'s choices come from a list that loads no engine (engines/names.py)."""
+    from pytest_eagle_contract.engines.names import ENGINE_NAMES
+    from pytest_eagle_contract.engines.resolve import ENGINES
+
+    assert ENGINE_NAMES == tuple(ENGINES)

@@ -32,7 +32,7 @@ from .terminal import QuietPipe
 
 
 def _parser() -> argparse.ArgumentParser:
-    from ..engines.resolve import ENGINES
+    from ..engines.names import ENGINE_NAMES
     from ..version import __version__
 
     p = argparse.ArgumentParser(prog="eagle-contract", description=__doc__.splitlines()[0])
@@ -188,7 +188,7 @@ def _parser() -> argparse.ArgumentParser:
     add_print_json(idf)
 
     res = sub.add_parser("resolve", help="map an engine's aux layer ids to canonical layers")
-    res.add_argument("--engine", required=True, choices=ENGINES)
+    res.add_argument("--engine", required=True, choices=ENGINE_NAMES)
     res.add_argument(
         "--version",
         help="engine version (sglang: default the installed one, else the newest in the table)",

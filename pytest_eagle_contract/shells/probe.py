@@ -94,7 +94,7 @@ def probe(args: argparse.Namespace) -> int:
 
 def add_parser(sub: Any) -> None:
     """The ``probe`` subcommand's arguments."""
-    from ..engines.resolve import ENGINES
+    from ..engines.names import ENGINE_NAMES
 
     prb = sub.add_parser(
         "probe",
@@ -118,7 +118,7 @@ def add_parser(sub: Any) -> None:
     )
     prb.add_argument(
         "--engine",
-        choices=ENGINES,
+        choices=ENGINE_NAMES,
         default="sglang",
         help="without a contract: the engine whose reading of the draft config's "
         "ids gives the served layout (default sglang)",

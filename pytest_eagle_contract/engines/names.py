@@ -1,0 +1,20 @@
+"""The engines' and trainers' names as users write them, in ``resolve.ENGINES``'s order: the
+CLI's ``--engine`` choices without loading a single engine's rules (a command that resolves
+nothing, such as ``check`` of a contract without a serving section, never imports them).
+``tests/test_resolve.py`` holds this tuple equal to ``resolve.ENGINES``."""
+
+from __future__ import annotations
+
+ENGINE_NAMES: tuple[str, ...] = (
+    "sglang",
+    "vllm",
+    "trtllm",
+    "llama.cpp",
+    "mlx",
+    "tpu-inference",
+    "specforge",
+    "speculators-v1",
+    "speculators",
+    "eagle",
+    "hf",
+)

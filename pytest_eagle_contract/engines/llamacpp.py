@@ -12,50 +12,22 @@ order (no sort, duplicates kept); any other id aborts.
 from __future__ import annotations
 
 import functools
-import json
 from dataclasses import dataclass
-from importlib import resources
 from typing import TYPE_CHECKING, Any
 
-from ..errors import EagleContractError, Problem, Unservable
+from ..errors import Problem, Unservable
 from ..layers import Layer
 from .base import Engine, Position, Query, Resolution, eagle3_default_ids, releases_for
 from .gguf_meta import GGUF_PREFIX
+from .rule_table import RuleTable, span
 
 if TYPE_CHECKING:
     from .draft_config import DraftConfig
 
 
-@functools.cache
-def _data() -> dict[str, Any]:
-    text = resources.files(__package__).joinpath("llamacpp_rules.json").read_text("utf-8")
-    data: dict[str, Any] = json.loads(text)
-    return data
-
-
-def releases() -> list[str]:
-    found: list[str] = _data()["releases"]
-    return found
-
-
-def _v(text: str) -> Any:
-    from packaging.version import InvalidVersion, Version
-
-    try:
-        return Version(text)
-    except InvalidVersion:
-        raise EagleContractError(
-            f"{text!r} is not a llama-cpp-python version (e.g. {releases()[-1]})"
-        ) from None
-
-
-def _covers(row: dict[str, Any], version: str) -> bool:
-    v = _v(version)
-    return _v(row["since"]) <= v and (row["until"] is None or v < _v(row["until"]))
-
-
-def _span(row: dict[str, Any]) -> str:
-    return f"{row['since']} <= v < {row['until']}" if row["until"] else f">={row['since']}"
+_TABLE = RuleTable("llamacpp_rules.json", "llama-cpp-python", "0.3.36")
+_data, releases, _v, _covers = _TABLE.data, _TABLE.releases, _TABLE.version, _TABLE.covers
+_span = span
 
 
 @dataclass(frozen=True)

@@ -13,48 +13,22 @@ capture index i, in layer order, each layer once: id k is ``residual:k``, id 0 s
 from __future__ import annotations
 
 import functools
-import json
 from dataclasses import dataclass
-from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from ..errors import EagleContractError, Problem, Unservable
+from ..errors import Problem, Unservable
 from ..layers import Layer
 from .base import Engine, Position, Query, Resolution, releases_for
 from .draft_config import read_draft_json
+from .rule_table import RuleTable, span
 
 if TYPE_CHECKING:
     from .draft_config import DraftConfig
 
 
-@functools.cache
-def _data() -> dict[str, Any]:
-    text = resources.files(__package__).joinpath("mlx_rules.json").read_text("utf-8")
-    data: dict[str, Any] = json.loads(text)
-    return data
-
-
-def releases() -> list[str]:
-    found: list[str] = _data()["releases"]
-    return found
-
-
-def _v(text: str) -> Any:
-    from packaging.version import InvalidVersion, Version
-
-    try:
-        return Version(text)
-    except InvalidVersion:
-        raise EagleContractError(f"{text!r} is not an mlx-vlm version (e.g. 0.7.10)") from None
-
-
-def _covers(row: dict[str, Any], version: str) -> bool:
-    v = _v(version)
-    return _v(row["since"]) <= v and (row["until"] is None or v < _v(row["until"]))
-
-
-def _span(row: dict[str, Any]) -> str:
-    return f"{row['since']} <= v < {row['until']}" if row["until"] else f">={row['since']}"
+_TABLE = RuleTable("mlx_rules.json", "mlx-vlm", "0.7.10")
+_data, releases, _v, _covers = _TABLE.data, _TABLE.releases, _TABLE.version, _TABLE.covers
+_span = span
 
 
 @dataclass(frozen=True)

@@ -11,44 +11,14 @@ the vLLM release installed beside it apply.
 
 from __future__ import annotations
 
-import functools
-import json
-from importlib import resources
-from typing import Any
-
-from ..errors import EagleContractError, Problem, Unservable
+from ..errors import Problem, Unservable
 from ..layers import Layer
 from .base import Engine, Position, Query, Resolution, eagle3_default_ids, releases_for
+from .rule_table import RuleTable, span
 
-
-@functools.cache
-def _data() -> dict[str, Any]:
-    text = resources.files(__package__).joinpath("tpu_rules.json").read_text("utf-8")
-    data: dict[str, Any] = json.loads(text)
-    return data
-
-
-def releases() -> list[str]:
-    found: list[str] = _data()["releases"]
-    return found
-
-
-def _v(text: str) -> Any:
-    from packaging.version import InvalidVersion, Version
-
-    try:
-        return Version(text)
-    except InvalidVersion:
-        raise EagleContractError(f"{text!r} is not a tpu-inference version (e.g. 0.32.0)") from None
-
-
-def _covers(row: dict[str, Any], version: str) -> bool:
-    v = _v(version)
-    return _v(row["since"]) <= v and (row["until"] is None or v < _v(row["until"]))
-
-
-def _span(row: dict[str, Any]) -> str:
-    return f"{row['since']} <= v < {row['until']}" if row["until"] else f">={row['since']}"
+_TABLE = RuleTable("tpu_rules.json", "tpu-inference", "0.32.0")
+_data, releases, _v, _covers = _TABLE.data, _TABLE.releases, _TABLE.version, _TABLE.covers
+_span = span
 
 
 def _check(version: str) -> None:

@@ -9,12 +9,11 @@ width; per architecture and range, the capture rule of its layer loop. See docs/
 from __future__ import annotations
 
 import functools
-import json
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
 
-from ..errors import EagleContractError, Unservable
+from ..errors import Unservable
+from .rule_table import RuleTable, span
 
 
 @dataclass(frozen=True)
@@ -65,35 +64,8 @@ class Capture:
     wrapper: str | None = None
 
 
-@functools.cache
-def _data() -> dict[str, Any]:
-    text = resources.files(__package__).joinpath("vllm_rules.json").read_text("utf-8")
-    data: dict[str, Any] = json.loads(text)
-    return data
-
-
-def releases() -> list[str]:
-    """Every covered release with EAGLE-3, oldest first."""
-    found: list[str] = _data()["releases"]
-    return found
-
-
-def _v(text: str) -> Any:
-    from packaging.version import InvalidVersion, Version
-
-    try:
-        return Version(text)
-    except InvalidVersion:
-        raise EagleContractError(f"{text!r} is not a vLLM version (e.g. 0.10.1)") from None
-
-
-def _covers(row: dict[str, Any], version: str) -> bool:
-    v = _v(version)
-    return _v(row["since"]) <= v and (row["until"] is None or v < _v(row["until"]))
-
-
-def span(row: dict[str, Any]) -> str:
-    return f"{row['since']} <= v < {row['until']}" if row["until"] else f">={row['since']}"
+_TABLE = RuleTable("vllm_rules.json", "vLLM", "0.10.1")
+_data, releases, _v, _covers = _TABLE.data, _TABLE.releases, _TABLE.version, _TABLE.covers
 
 
 @functools.cache

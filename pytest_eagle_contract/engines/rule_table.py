@@ -1,0 +1,61 @@
+"""A generated rules file (``*_rules.json``, written by ``scripts/gen_*_rules.py`` from each
+release's own code) and the version arithmetic every engine does on it: its releases, a
+version read or refused in the engine's words, whether a row's span covers a version."""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+from typing import Any
+
+from ..errors import EagleContractError
+
+Row = dict[
+    str, Any
+]  # a rule row: "since" (a release), "until" (the first it no longer holds, or None)
+
+
+class RuleTable:
+    """The rules file ``file`` beside this module, of the project users install as
+    ``project`` (its name in errors), a version of which looks like ``example``."""
+
+    def __init__(self, file: str, project: str, example: str) -> None:
+        self.file, self.project, self.example = file, project, example
+
+    @functools.cached_property
+    def _parsed(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads((Path(__file__).parent / self.file).read_text("utf-8"))
+        return data
+
+    def data(self) -> dict[str, Any]:
+        """The whole file, read once."""
+        return self._parsed
+
+    def releases(self) -> list[str]:
+        """Every covered release, oldest first."""
+        found: list[str] = self._parsed["releases"]
+        return found
+
+    def version(self, text: str) -> Any:
+        """``text`` as a version, or an error naming the project."""
+        from packaging.version import InvalidVersion, Version
+
+        try:
+            return Version(text)
+        except InvalidVersion:
+            raise EagleContractError(
+                f"{text!r} is not a {self.project} version (e.g. {self.example})"
+            ) from None
+
+    def covers(self, row: Row, version: str) -> bool:
+        """Whether ``row`` holds in ``version``."""
+        v = self.version(version)
+        return self.version(row["since"]) <= v and (
+            row["until"] is None or v < self.version(row["until"])
+        )
+
+
+def span(row: Row) -> str:
+    """A row's releases, as a version spec."""
+    return f"{row['since']} <= v < {row['until']}" if row["until"] else f">={row['since']}"

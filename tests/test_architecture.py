@@ -63,3 +63,23 @@ def test_every_test_module_has_a_kind():
     modules = {p.stem for p in (ROOT / "tests").glob("test_*.py")}
     assert modules - set(KIND_OF) == set(), "give each test module a kind in tests/conftest.py"
     assert set(KIND_OF) - modules == set(), "tests/conftest.py names a test module that is gone"
+
+
+def test_every_data_file_of_the_package_is_in_the_wheel():
+    """A file the package reads at run time (a schema, a generated rules table, the demo's
+    contract) is shipped: pyproject's package-data globs match every non-Python file."""
+    import fnmatch
+
+    import tomllib
+
+    globs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-data"
+    ]["pytest_eagle_contract"]
+    data = [
+        p.relative_to(PACKAGE).as_posix()
+        for p in PACKAGE.rglob("*")
+        if p.is_file() and p.suffix not in {".py", ".pyc"} and "__pycache__" not in p.parts
+    ]
+    assert data, "the package has no data files?"
+    unshipped = [f for f in data if not any(fnmatch.fnmatch(f, g) for g in globs)]
+    assert not unshipped, f"not in [tool.setuptools.package-data]: {unshipped}"

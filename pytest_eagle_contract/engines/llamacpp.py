@@ -42,16 +42,7 @@ class Rules:
 
 @functools.cache
 def rules(version: str) -> Rules:
-    first, newest = releases()[0], releases()[-1]
-    if _v(version) < _v(first):
-        raise Unservable(
-            f"llama-cpp-python {version}: its llama.cpp has no EAGLE-3 (first in {first})"
-        )
-    if _v(version) > _v(newest):
-        raise Unservable(
-            f"llama-cpp-python {version} is newer than the built-in rules (up to {newest})"
-        )
-    row = next(r for r in _data()["rows"] if _covers(r, version))
+    row = _TABLE.row(version, ": its llama.cpp has no EAGLE-3")
     return Rules(
         version,
         _span(row),

@@ -42,12 +42,7 @@ class Rules:
 
 @functools.cache
 def rules(version: str) -> Rules:
-    first, newest = releases()[0], releases()[-1]
-    if _v(version) < _v(first):
-        raise Unservable(f"mlx-vlm {version} has no EAGLE-3 drafter (first in {first})")
-    if _v(version) > _v(newest):
-        raise Unservable(f"mlx-vlm {version} is newer than the built-in rules (up to {newest})")
-    row = next(r for r in _data()["rows"] if _covers(r, version))
+    row = _TABLE.row(version, " has no EAGLE-3 drafter")
     draft = row["draft"]
     return Rules(
         version, _span(row), tuple(draft["keys"]), draft["draft_layers_default"], row["fc"]

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..errors import EagleContractError
+from ..errors import EagleContractError, Unservable
 
 Row = dict[
     str, Any
@@ -54,6 +54,22 @@ class RuleTable:
         return self.version(row["since"]) <= v and (
             row["until"] is None or v < self.version(row["until"])
         )
+
+    def check(self, version: str, missing: str = " has no EAGLE-3") -> None:
+        """Raise Unservable for ``version`` outside the covered releases: before the first
+        (``{project} {version}{missing}``) or past the newest the rules were made from."""
+        first, newest = self.releases()[0], self.releases()[-1]
+        if self.version(version) < self.version(first):
+            raise Unservable(f"{self.project} {version}{missing} (first in {first})")
+        if self.version(version) > self.version(newest):
+            raise Unservable(
+                f"{self.project} {version} is newer than the built-in rules (up to {newest})"
+            )
+
+    def row(self, version: str, missing: str = " has no EAGLE-3") -> Row:
+        """The ``rows`` entry that covers ``version`` (:meth:`check` first)."""
+        self.check(version, missing)
+        return next(r for r in self._parsed["rows"] if self.covers(r, version))
 
 
 def span(row: Row) -> str:

@@ -22,13 +22,7 @@ _span = span
 
 
 def _check(version: str) -> None:
-    first, newest = releases()[0], releases()[-1]
-    if _v(version) < _v(first):
-        raise Unservable(f"tpu-inference {version} has no EAGLE-3 (first in {first})")
-    if _v(version) > _v(newest):
-        raise Unservable(
-            f"tpu-inference {version} is newer than the built-in rules (up to {newest})"
-        )
+    _TABLE.check(version)
 
 
 class TPUInference(Engine):

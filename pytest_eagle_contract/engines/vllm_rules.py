@@ -12,7 +12,6 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import Unservable
 from .rule_table import RuleTable, span
 
 
@@ -71,12 +70,7 @@ _data, releases, _v, _covers = _TABLE.data, _TABLE.releases, _TABLE.version, _TA
 @functools.cache
 def release(version: str) -> Release:
     """The rules of ``version``. Raises Unservable outside the covered releases."""
-    first, newest = releases()[0], releases()[-1]
-    if _v(version) < _v(first):
-        raise Unservable(f"vLLM {version} has no EAGLE-3 (first in {first})")
-    if _v(version) > _v(newest):
-        raise Unservable(f"vLLM {version} is newer than the built-in rules (up to {newest})")
-    row = next(r for r in _data()["rows"] if _covers(r, version))
+    row = _TABLE.row(version)
     return Release(
         version,
         span(row),

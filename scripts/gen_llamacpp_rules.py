@@ -26,16 +26,15 @@ A structure the script does not recognise makes it exit 1: a new release needs a
 
 from __future__ import annotations
 
-import argparse
 import hashlib
-import json
 import re
-import subprocess
 import sys
 import tarfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import release_scan
+from release_scan import Scan, grouped, rows, version_key
 
 OUT = Path(__file__).resolve().parents[1] / "pytest_eagle_contract/engines/llamacpp_rules.json"
 FIRST = (0, 3, 28)  # the last release whose llama.cpp has no EAGLE-3
@@ -235,99 +234,39 @@ def derive(path: Path) -> dict[str, Any] | None:
         "target": target,
         "archs": _archs(sdist, target["last"]),
         "hf": hf_names(sdist),
+        "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
     }
 
 
-def _vkey(version: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in re.findall(r"\d+", version))
-
-
-def _spans(versions: list[str], facts: dict[str, Any]) -> Iterator[tuple[str, str | None, Any]]:
-    start = 0
-    for n in range(1, len(versions) + 1):
-        if n == len(versions) or facts.get(versions[n]) != facts.get(versions[start]):
-            if facts.get(versions[start]) is not None:
-                yield (
-                    versions[start],
-                    versions[n] if n < len(versions) else None,
-                    facts[versions[start]],
-                )
-            start = n
-
-
-def tables(releases: dict[str, dict[str, Any]], sums: dict[str, str]) -> dict[str, Any]:
-    versions = list(releases)
-    general = {v: {k: r[k] for k in r if k not in {"archs", "hf"}} for v, r in releases.items()}
-    rows = [{"since": a, "until": b, **f} for a, b, f in _spans(versions, general)]
-    grouped: dict[str, list[str]] = {}
-    for arch in sorted({a for r in releases.values() for a in r["archs"]}):
-        per = {v: r["archs"].get(arch) for v, r in releases.items()}
-        for a, b, rule in _spans(versions, per):
-            grouped.setdefault(json.dumps({"since": a, "until": b, **rule}), []).append(arch)
-    archs = [{**json.loads(k), "archs": v} for k, v in grouped.items()]
-    archs.sort(key=lambda r: (_vkey(r["since"]), r["archs"][0]))
+def tables(releases: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    archs = grouped(releases, "archs")
+    archs.sort(key=lambda r: (version_key(r["since"]), r["archs"][0]))
     served = {a for r in releases.values() for a in r["archs"]}
     hf: dict[str, str] = {}
     for r in releases.values():  # the newest release's spelling wins; only served ones kept
         hf.update({k: v for k, v in r["hf"].items() if v in served})
     return {
-        "releases": versions,
-        "sha256": sums,
-        "rows": rows,
+        "releases": list(releases),
+        "sha256": {v: r["sha256"] for v, r in releases.items()},
+        "rows": rows(releases, {"archs", "hf", "sha256"}),
         "archs": archs,
         "hf": dict(sorted(hf.items())),
     }
 
 
-def download(folder: Path) -> None:
-    pip = [sys.executable, "-m", "pip"]
-    out = subprocess.run(
-        [*pip, "index", "versions", "llama-cpp-python"], capture_output=True, text=True
-    )
-    listed = re.search(r"Available versions: (.*)", out.stdout)
-    if listed is None:
-        raise SystemExit(f"pip index versions gave no list:\n{out.stdout}{out.stderr}")
-    folder.mkdir(parents=True, exist_ok=True)
-    for version in listed.group(1).split(", "):
-        if _vkey(version) >= FIRST and not (folder / f"llama_cpp_python-{version}.tar.gz").exists():
-            cmd = [*pip, "download", "-q", "--no-deps", "--no-binary", ":all:"]
-            subprocess.run([*cmd, f"llama-cpp-python=={version}", "-d", str(folder)], check=True)
+SCAN = Scan(
+    project="llama-cpp-python",
+    pattern="llama_cpp_python-{version}.tar.gz",
+    out=OUT,
+    derive=derive,
+    tables=tables,
+    first=FIRST,
+    pip_options=("--no-binary", ":all:"),
+)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("sdists", type=Path)
-    parser.add_argument("--out", type=Path, default=OUT)
-    parser.add_argument("--check", action="store_true")
-    parser.add_argument("--download", action="store_true")
-    args = parser.parse_args(argv)
-    if args.download:
-        download(args.sdists)
-        return 0
-    releases: dict[str, Any] = {}
-    sums: dict[str, str] = {}
-    paths = sorted(
-        args.sdists.glob("llama_cpp_python-*.tar.gz"),
-        key=lambda p: _vkey(p.name.removeprefix("llama_cpp_python-")),
-    )
-    for path in paths:
-        rules = derive(path)
-        version = path.name.removeprefix("llama_cpp_python-").removesuffix(".tar.gz")
-        if _vkey(version) < FIRST:
-            continue
-        print(version, "no EAGLE-3" if rules is None else "ok", file=sys.stderr)
-        if rules is not None:
-            releases[version] = rules
-            sums[version] = hashlib.sha256(path.read_bytes()).hexdigest()
-    text = json.dumps(tables(releases, sums), indent=1) + "\n"
-    if args.check:
-        if args.out.read_text("utf-8") != text:
-            print(f"{args.out} differs from the releases' code", file=sys.stderr)
-            return 1
-        print(f"{args.out} agrees with {len(releases)} releases", file=sys.stderr)
-        return 0
-    args.out.write_text(text, "utf-8")
-    return 0
+    return release_scan.main(SCAN, argv, __doc__)
 
 
 if __name__ == "__main__":

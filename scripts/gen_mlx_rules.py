@@ -20,34 +20,21 @@ committed file and exits 1 on any difference.
 
 from __future__ import annotations
 
-import argparse
 import ast
-import builtins
-import copy
-import json
 import re
-import subprocess
 import sys
 import types
-import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import release_scan
+from release_scan import Scan, Wheel, compile_alone, grouped, rows, version_key
 
 OUT = Path(__file__).resolve().parents[1] / "pytest_eagle_contract/engines/mlx_rules.json"
 CONFIG = "mlx_vlm/speculative/drafters/eagle3/config.py"
 DRAFTER = "mlx_vlm/speculative/drafters/eagle3/eagle3.py"
 _PROBE = [5, 9, 13]
-
-
-class Wheel:
-    def __init__(self, path: Path) -> None:
-        self.zip = zipfile.ZipFile(path)
-        self.version = path.name.split("-")[1]
-        self.names = set(self.zip.namelist())
-
-    def text(self, name: str) -> str | None:
-        return self.zip.read(name).decode("utf-8") if name in self.names else None
 
 
 def _post_init(wheel: Wheel) -> Callable[[Any], None]:
@@ -65,14 +52,7 @@ def _post_init(wheel: Wheel) -> Callable[[Any], None]:
     )
     if fn is None:
         raise SystemExit(f"{wheel.version}: Eagle3Config.__post_init__ not found")
-    fn = copy.deepcopy(fn)
-    fn.decorator_list, fn.returns = [], None
-    for arg in fn.args.args:
-        arg.annotation = None
-    names = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)} - set(dir(builtins))
-    scope: dict[str, Any] = {name: None for name in names}
-    exec(compile(ast.fix_missing_locations(ast.Module([fn], [])), "<mlx>", "exec"), scope)
-    run: Callable[[Any], None] = scope["__post_init__"]
+    run: Callable[[Any], None] = compile_alone(fn, "<mlx>")
     return run
 
 
@@ -208,74 +188,23 @@ def derive(path: Path) -> dict[str, Any] | None:
     }
 
 
-def _vkey(version: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in re.findall(r"\d+", version))
-
-
-def _spans(versions: list[str], facts: dict[str, Any]) -> Iterator[tuple[str, str | None, Any]]:
-    start = 0
-    for n in range(1, len(versions) + 1):
-        if n == len(versions) or facts.get(versions[n]) != facts.get(versions[start]):
-            if facts.get(versions[start]) is not None:
-                until = versions[n] if n < len(versions) else None
-                yield versions[start], until, facts[versions[start]]
-            start = n
-
-
 def tables(releases: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    versions = list(releases)
-    general = {v: {k: r[k] for k in r if k != "models"} for v, r in releases.items()}
-    rows = [{"since": a, "until": b, **f} for a, b, f in _spans(versions, general)]
-    grouped: dict[str, list[str]] = {}
-    for model in sorted({m for r in releases.values() for m in r["models"]}):
-        per = {v: r["models"].get(model) for v, r in releases.items()}
-        for a, b, site in _spans(versions, per):
-            grouped.setdefault(json.dumps({"since": a, "until": b, "site": site}), []).append(model)
-    models = [{**json.loads(k), "models": v} for k, v in grouped.items()]
-    models.sort(key=lambda r: (_vkey(r["since"]), r["models"][0]))
-    return {"releases": versions, "rows": rows, "models": models}
+    models = grouped(releases, "models", as_row=lambda site: {"site": site})
+    models.sort(key=lambda r: (version_key(r["since"]), r["models"][0]))
+    return {"releases": list(releases), "rows": rows(releases, {"models"}), "models": models}
 
 
-def download(folder: Path) -> None:
-    pip = [sys.executable, "-m", "pip"]
-    out = subprocess.run([*pip, "index", "versions", "mlx-vlm"], capture_output=True, text=True)
-    listed = re.search(r"Available versions: (.*)", out.stdout)
-    if listed is None:
-        raise SystemExit(f"pip index versions gave no list:\n{out.stdout}{out.stderr}")
-    folder.mkdir(parents=True, exist_ok=True)
-    for version in listed.group(1).split(", "):
-        if not list(folder.glob(f"mlx_vlm-{version}-*.whl")):
-            cmd = [*pip, "download", "-q", "--no-deps", f"mlx-vlm=={version}", "-d", str(folder)]
-            subprocess.run(cmd, check=True)
+SCAN = Scan(
+    project="mlx-vlm",
+    pattern="mlx_vlm-{version}-*.whl",
+    out=OUT,
+    derive=derive,
+    tables=tables,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("wheels", type=Path)
-    parser.add_argument("--out", type=Path, default=OUT)
-    parser.add_argument("--check", action="store_true")
-    parser.add_argument("--download", action="store_true")
-    args = parser.parse_args(argv)
-    if args.download:
-        download(args.wheels)
-        return 0
-    releases: dict[str, Any] = {}
-    wheels = sorted(args.wheels.glob("mlx_vlm-*.whl"), key=lambda w: _vkey(w.name.split("-")[1]))
-    for wheel in wheels:
-        rules = derive(wheel)
-        version = wheel.name.split("-")[1]
-        print(version, "no EAGLE-3" if rules is None else "ok", file=sys.stderr)
-        if rules is not None:
-            releases[version] = rules
-    text = json.dumps(tables(releases), indent=1) + "\n"
-    if args.check:
-        if args.out.read_text("utf-8") != text:
-            print(f"{args.out} differs from the releases' code", file=sys.stderr)
-            return 1
-        print(f"{args.out} agrees with {len(releases)} releases", file=sys.stderr)
-        return 0
-    args.out.write_text(text, "utf-8")
-    return 0
+    return release_scan.main(SCAN, argv, __doc__)
 
 
 if __name__ == "__main__":

@@ -20,34 +20,18 @@ committed file and exits 1 on any difference.
 
 from __future__ import annotations
 
-import argparse
 import ast
-import builtins
-import copy
-import json
 import re
-import subprocess
 import sys
 import types
-import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import release_scan
+from release_scan import Scan, Wheel, compile_alone, grouped, rows, version_key
+
 OUT = Path(__file__).resolve().parents[1] / "pytest_eagle_contract/engines/tpu_rules.json"
 LOADER = "tpu_inference/models/common/model_loader.py"
-
-
-class Wheel:
-    def __init__(self, path: Path) -> None:
-        self.zip = zipfile.ZipFile(path)
-        self.version = path.name.split("-")[1]
-        self.names = set(self.zip.namelist())
-
-    def tree(self, name: str) -> ast.Module | None:
-        if name not in self.names:
-            return None
-        return ast.parse(self.zip.read(name).decode("utf-8"))
 
 
 def _literal_set(tree: ast.Module, name: str) -> set[str]:
@@ -101,13 +85,9 @@ def _run_default(fn: ast.FunctionDef) -> str:
     anything but ``self`` (a config it could read the draft's ids from)."""
     if [a.arg for a in fn.args.args] != ["self"]:
         raise SystemExit(f"{fn.name} takes {[a.arg for a in fn.args.args]}: not understood")
-    fn = copy.deepcopy(fn)
-    fn.decorator_list, fn.returns = [], None
-    names = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)} - set(dir(builtins))
-    scope: dict[str, Any] = {n: None for n in names}
-    exec(compile(ast.fix_missing_locations(ast.Module([fn], [])), "<tpu>", "exec"), scope)
+    default_ids = compile_alone(fn, "<tpu>")
     got = {
-        n: tuple(scope[fn.name](types.SimpleNamespace(layers=[None] * n, num_layers=n)))
+        n: tuple(default_ids(types.SimpleNamespace(layers=[None] * n, num_layers=n)))
         for n in (32, 61)
     }
     if all(got[n] == (2, n // 2, n - 3) for n in got):
@@ -166,78 +146,23 @@ def derive(path: Path) -> dict[str, Any] | None:
     return {"archs": archs, "preferred": sorted(preferred)}
 
 
-def _vkey(version: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in re.findall(r"\d+", version))
-
-
-def _spans(versions: list[str], facts: dict[str, Any]) -> Iterator[tuple[str, str | None, Any]]:
-    start = 0
-    for n in range(1, len(versions) + 1):
-        if n == len(versions) or facts.get(versions[n]) != facts.get(versions[start]):
-            if facts.get(versions[start]) is not None:
-                until = versions[n] if n < len(versions) else None
-                yield versions[start], until, facts[versions[start]]
-            start = n
-
-
 def tables(releases: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    versions = list(releases)
-    prefer = {v: r["preferred"] for v, r in releases.items()}
-    rows = [{"since": a, "until": b, "preferred": p} for a, b, p in _spans(versions, prefer)]
-    grouped: dict[str, list[str]] = {}
-    for arch in sorted({a for r in releases.values() for a in r["archs"]}):
-        per = {v: r["archs"].get(arch) for v, r in releases.items()}
-        for a, b, rule in _spans(versions, per):
-            grouped.setdefault(json.dumps({"since": a, "until": b, **rule}), []).append(arch)
-    archs = [{**json.loads(k), "archs": v} for k, v in grouped.items()]
-    archs.sort(key=lambda r: (_vkey(r["since"]), r["archs"][0]))
-    return {"releases": versions, "rows": rows, "archs": archs}
+    archs = grouped(releases, "archs")
+    archs.sort(key=lambda r: (version_key(r["since"]), r["archs"][0]))
+    return {"releases": list(releases), "rows": rows(releases, {"archs"}), "archs": archs}
 
 
-def download(folder: Path) -> None:
-    pip = [sys.executable, "-m", "pip"]
-    out = subprocess.run(
-        [*pip, "index", "versions", "tpu-inference"], capture_output=True, text=True
-    )
-    listed = re.search(r"Available versions: (.*)", out.stdout)
-    if listed is None:
-        raise SystemExit(f"pip index versions gave no list:\n{out.stdout}{out.stderr}")
-    folder.mkdir(parents=True, exist_ok=True)
-    for version in listed.group(1).split(", "):
-        if not list(folder.glob(f"tpu_inference-{version}-*.whl")):
-            cmd = [*pip, "download", "-q", "--no-deps", f"tpu-inference=={version}"]
-            subprocess.run([*cmd, "-d", str(folder)], check=True)
+SCAN = Scan(
+    project="tpu-inference",
+    pattern="tpu_inference-{version}-*.whl",
+    out=OUT,
+    derive=derive,
+    tables=tables,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("wheels", type=Path)
-    parser.add_argument("--out", type=Path, default=OUT)
-    parser.add_argument("--check", action="store_true")
-    parser.add_argument("--download", action="store_true")
-    args = parser.parse_args(argv)
-    if args.download:
-        download(args.wheels)
-        return 0
-    releases: dict[str, Any] = {}
-    wheels = sorted(
-        args.wheels.glob("tpu_inference-*.whl"), key=lambda w: _vkey(w.name.split("-")[1])
-    )
-    for wheel in wheels:
-        rules = derive(wheel)
-        version = wheel.name.split("-")[1]
-        print(version, "no EAGLE-3" if rules is None else "ok", file=sys.stderr)
-        if rules is not None:
-            releases[version] = rules
-    text = json.dumps(tables(releases), indent=1) + "\n"
-    if args.check:
-        if args.out.read_text("utf-8") != text:
-            print(f"{args.out} differs from the releases' code", file=sys.stderr)
-            return 1
-        print(f"{args.out} agrees with {len(releases)} releases", file=sys.stderr)
-        return 0
-    args.out.write_text(text, "utf-8")
-    return 0
+    return release_scan.main(SCAN, argv, __doc__)
 
 
 if __name__ == "__main__":

@@ -27,21 +27,19 @@ Reads every ``vllm-X-*.whl`` in WHEEL_DIR with zipfile and ast (vllm is never im
 
 from __future__ import annotations
 
-import argparse
 import ast
-import builtins
-import copy
 import hashlib
+import inspect
 import json
-import multiprocessing
 import re
-import subprocess
 import sys
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import release_scan
+from release_scan import Scan, compile_alone, grouped, rows, version_key
 from vllm_capture import MODELS, Release, archs, functions, imported_modules, registry
 from vllm_runner import choice, flags
 
@@ -62,16 +60,7 @@ class _Stub:
 
 def _compile(fn: ast.FunctionDef) -> Callable[..., Any]:
     """One function of a release, annotations stripped, run with stubs for its globals."""
-    fn = copy.deepcopy(fn)
-    fn.decorator_list, fn.returns = [], None
-    for arg in [*fn.args.args, *fn.args.kwonlyargs]:
-        arg.annotation = None
-    module = ast.fix_missing_locations(ast.Module(body=[fn], type_ignores=[]))
-    names = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)} - set(dir(builtins))
-    scope: dict[str, Any] = {name: _Stub() for name in names}
-    exec(compile(module, "<vllm>", "exec"), scope)
-    function: Callable[..., Any] = scope[fn.name]
-    return function
+    return compile_alone(fn, "<vllm>", _Stub)
 
 
 def _reader(release: Release, runner_file: str) -> ast.FunctionDef | None:
@@ -233,88 +222,35 @@ def _derive_cached(wheel: Path) -> dict[str, Any] | None:
 
 
 def _readers() -> str:
-    """The code ``_read`` runs: vllm_capture.py and this module's reading part."""
+    """The code ``_read`` runs: vllm_capture.py, this module's reading part and
+    ``release_scan.compile_alone``."""
     here = Path(__file__).parent
     own = (here / "gen_vllm_rules.py").read_text("utf-8")
     part = own[own.index("class _Stub") : own.index("def derive(")]
-    return part + (here / "vllm_capture.py").read_text("utf-8")
-
-
-def _version(wheel: Path) -> str:
-    return wheel.name.split("-")[1]
-
-
-def _key(version: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in re.findall(r"\d+", version))
-
-
-def _spans(versions: list[str], facts: dict[str, Any]) -> Iterator[tuple[str, str | None, Any]]:
-    """Runs of consecutive releases with equal facts (absent: None, not yielded)."""
-    start = 0
-    for n in range(1, len(versions) + 1):
-        if n == len(versions) or facts.get(versions[n]) != facts.get(versions[start]):
-            if facts.get(versions[start]) is not None:
-                until = versions[n] if n < len(versions) else None
-                yield versions[start], until, facts[versions[start]]
-            start = n
+    shared = inspect.getsource(compile_alone)
+    return part + shared + (here / "vllm_capture.py").read_text("utf-8")
 
 
 def tables(releases: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Per-release rules folded into rows over release ranges (``until`` exclusive)."""
-    versions = list(releases)
-    general = {v: {k: r[k] for k in r if k != "archs"} for v, r in releases.items()}
-    rows = [{"since": a, "until": b, **facts} for a, b, facts in _spans(versions, general)]
-    grouped: dict[str, list[str]] = {}
-    for arch in sorted({a for r in releases.values() for a in r["archs"]}):
-        per = {v: r["archs"].get(arch) for v, r in releases.items()}
-        for a, b, rule in _spans(versions, per):
-            key = json.dumps({"since": a, "until": b, **rule}, sort_keys=True)
-            grouped.setdefault(key, []).append(arch)
-    archs = [{**json.loads(k), "archs": v} for k, v in grouped.items()]
-    archs.sort(key=lambda r: (r.get("file") or r["wrapper"], _key(r["since"])))
-    return {"releases": versions, "rows": rows, "archs": archs}
+    archs = grouped(releases, "archs", sort_keys=True)
+    archs.sort(key=lambda r: (r.get("file") or r["wrapper"], version_key(r["since"])))
+    return {"releases": list(releases), "rows": rows(releases, {"archs"}), "archs": archs}
 
 
-def download(folder: Path) -> None:
-    pip = [sys.executable, "-m", "pip"]
-    out = subprocess.run([*pip, "index", "versions", "vllm"], capture_output=True, text=True)
-    listed = re.search(r"Available versions: (.*)", out.stdout)
-    if listed is None:
-        raise SystemExit(f"pip index versions vllm gave no list:\n{out.stdout}{out.stderr}")
-    folder.mkdir(parents=True, exist_ok=True)
-    for version in listed.group(1).split(", "):
-        if _key(version) >= (0, 8, 4) and not list(folder.glob(f"vllm-{version}-*.whl")):
-            cmd = [*pip, "download", "-q", "--no-deps", f"vllm=={version}", "-d", str(folder)]
-            subprocess.run(cmd, check=True)
+SCAN = Scan(
+    project="vllm",
+    pattern="vllm-{version}-*.whl",
+    out=OUT,
+    derive=derive,
+    tables=tables,
+    first=(0, 8, 4),
+    jobs=2,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("wheels", type=Path)
-    parser.add_argument("--out", type=Path, default=OUT)
-    parser.add_argument("--check", action="store_true")
-    parser.add_argument("--download", action="store_true")
-    parser.add_argument("--jobs", type=int, default=2, help="wheels read at once (2)")
-    args = parser.parse_args(argv)
-    if args.download:
-        download(args.wheels)
-        return 0
-    releases: dict[str, Any] = {}
-    wheels = sorted(args.wheels.glob("vllm-*.whl"), key=lambda w: _key(_version(w)))
-    with multiprocessing.Pool(args.jobs) as pool:
-        for wheel, rules in zip(wheels, pool.map(derive, wheels)):
-            print(_version(wheel), "no EAGLE-3" if rules is None else "ok", file=sys.stderr)
-            if rules is not None:
-                releases[_version(wheel)] = rules
-    text = json.dumps(tables(releases), indent=1) + "\n"
-    if args.check:
-        if args.out.read_text("utf-8") != text:
-            print(f"{args.out} differs from the releases' code", file=sys.stderr)
-            return 1
-        print(f"{args.out} agrees with {len(releases)} releases", file=sys.stderr)
-        return 0
-    args.out.write_text(text, "utf-8")
-    return 0
+    return release_scan.main(SCAN, argv, __doc__)
 
 
 if __name__ == "__main__":

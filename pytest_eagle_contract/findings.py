@@ -47,6 +47,10 @@ RuleCode = Literal[
     "EC603",
     "EC604",
     "EC605",
+    "EC620",
+    "EC621",
+    "EC622",
+    "EC623",
     "EC701",
     "EC702",
     "EC703",
@@ -130,6 +134,11 @@ _RULES: tuple[Rule, ...] = (
     ),
     Rule("EC604", "slot-identity", "a reference capture finds another layer than declared"),
     Rule("EC605", "target-model", "the target model does not match the contract's target"),
+    # -- EC62x: the serving target against the training target --
+    Rule("EC620", "serving-target-unreadable", "a target folder cannot be read or run"),
+    Rule("EC621", "serving-target-shape", "the serving target has another shape"),
+    Rule("EC622", "serving-target-drift", "the serving target's states drift (quantized twin)"),
+    Rule("EC623", "serving-target-basis", "the serving target's states are in another basis"),
     # -- EC7xx: serving capture (live SGLang, capture files) --
     Rule(
         "EC701",

@@ -43,6 +43,7 @@ KINDS: dict[str, tuple[str, ...]] = {
         "test_sharpness_cache",
         "test_stored",
         "test_strategies",
+        "test_target_identity",
     ),
     "cli": (
         "test_action",

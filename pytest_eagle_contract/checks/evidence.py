@@ -364,7 +364,7 @@ FAMILY = CheckFamily(
     "evidence",
     "shard",
     "what each slot is, proven with the target's weights",
-    codes=codes("EC6"),
+    codes=codes("EC60"),
     keys=("training.slots", "target", "target.model", "target.reference_capture"),
     run=_run,
     measure=measured_curve,

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 Scope = Literal["contract", "shard"]
 """``contract``: one unit per contract; ``shard``: one unit per sampled shard."""
 
-Need = Literal["training", "serving", "target", "capture", "floor"]
+Need = Literal["training", "serving", "target", "capture", "floor", "serving-target"]
 """What a family needs to run: a contract section, a target model (``--target-model`` or
 ``target.model``), serving captures (``--captures`` / ``--sglang-url``), or an acceptance
 floor in the contract (the probe)."""
@@ -33,6 +33,7 @@ NEED_HOW: dict[str, str] = {
     "target": "--target-model (or target.model in the contract)",
     "capture": "--captures DIR or --sglang-url URL",
     "floor": "serving.min_accept_length or serving.max_accept_drop in the contract",
+    "serving-target": "--serving-target-model (or serving.target_model in the contract)",
 }
 
 

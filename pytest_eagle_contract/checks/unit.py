@@ -42,6 +42,7 @@ class Settings:
 
     serving_args: str | None = None
     target_model: Path | None = None
+    serving_target_model: Path | None = None  # the checkpoint served (target identity)
     reference: bool | None = None
     captures: tuple[Path, ...] = ()
     sglang_url: str | None = None
@@ -62,6 +63,8 @@ class Resources(Protocol):
     def shard_of(self, unit: Unit) -> Shard: ...
 
     def target(self, contract: Contract) -> TargetModel | None: ...
+
+    def serving_target(self, contract: Contract) -> Path | None: ...
 
     def reference(self, contract: Contract) -> bool: ...
 

@@ -100,6 +100,7 @@ class ServingSpec:
     launch: str | None
     min_accept_length: float | None = None  # the probe's floor (EC906)
     max_accept_drop: float | None = None  # the largest drop from the trainer's layout (EC907)
+    target_model: Path | None = None  # the checkpoint served, beside target.model (EC62x)
 
 
 @dataclass(frozen=True)
@@ -386,6 +387,9 @@ def _serving(sv: dict[str, Any], training: TrainingSpec | None, r: _Reading) -> 
         launch=sv.get("launch"),
         min_accept_length=sv.get("min_accept_length"),
         max_accept_drop=sv.get("max_accept_drop"),
+        target_model=(
+            r.path("serving.target_model", sv["target_model"]) if "target_model" in sv else None
+        ),
     )
     floors = [k for k in ("min_accept_length", "max_accept_drop") if k in sv]
     if floors and spec.draft_config is None:

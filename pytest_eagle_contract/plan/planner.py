@@ -32,7 +32,9 @@ if TYPE_CHECKING:
     from ..shards.shard import Shard
 
 
-def _available(contract: Contract, target_model: Path | None, capture: bool) -> set[Need]:
+def _available(
+    contract: Contract, target_model: Path | None, capture: bool, serving_target: Path | None = None
+) -> set[Need]:
     have: set[Need] = set()
     if contract.training is not None:
         have.add("training")
@@ -44,6 +46,8 @@ def _available(contract: Contract, target_model: Path | None, capture: bool) -> 
         have.add("target")
     if capture:
         have.add("capture")
+    if serving_target is not None or (contract.serving and contract.serving.target_model):
+        have.add("serving-target")
     return have
 
 
@@ -55,6 +59,7 @@ def families(
     target_model: Path | None = None,
     capture: bool = False,
     reference: bool = False,
+    serving_target: Path | None = None,
 ) -> list[CheckFamily]:
     """The families to run, in registry order.
 
@@ -65,7 +70,7 @@ def families(
     from ..checks.family import NEED_HOW
     from .registry import BY_NAME, FAMILIES, SELECTABLE
 
-    have = _available(contract, target_model, capture)
+    have = _available(contract, target_model, capture, serving_target)
     if reference and "target" not in have:
         raise UsageError("--reference-capture needs " + NEED_HOW["target"])
     named = list(checks) if checks is not None else None
@@ -98,6 +103,7 @@ def plan(
     capture: bool = False,
     without: Iterable[str] = (),
     reference: bool = False,
+    serving_target: Path | None = None,
 ) -> list[Unit]:
     """All units of a contract: contract-level families first, then the shard families
     grouped by shard so each shard is read once.
@@ -113,12 +119,14 @@ def plan(
         target_model=target_model,
         capture=capture,
         reference=reference,
+        serving_target=serving_target,
     )
     per_contract = [f for f in chosen if f.scope == "contract"]
     per_shard = [f for f in chosen if f.scope == "shard"]
     found: list[tuple[Path, str]] = []
     problem: list[Unit] = []
-    if per_shard or any(f.name == "layout" for f in per_contract):
+    with_evidence = ("layout", "target-identity")  # contract units that read a first shard
+    if per_shard or any(f.name in with_evidence for f in per_contract):
         try:
             found = shard_paths(contract, shards, sample, seed)
         except UsageError as exc:
@@ -129,7 +137,7 @@ def plan(
     first = found[0] if found else (None, "")
     units = [
         Unit(contract, f.name, evidence=first[0], evidence_label=first[1])
-        if f.name == "layout"
+        if f.name in with_evidence
         else Unit(contract, f.name)
         for f in per_contract
     ]
@@ -175,6 +183,11 @@ class Runner:
         """The target model (override, else the contract's), opened once."""
         path = self.settings.target_model or contract.target.model
         return None if path is None else self.open_target(path)
+
+    def serving_target(self, contract: Contract) -> Path | None:
+        """The serving checkpoint's folder (override, else the contract's)."""
+        serving = contract.serving.target_model if contract.serving else None
+        return self.settings.serving_target_model or serving
 
     def open_target(self, path: Path) -> TargetModel:
         """A target model directory, opened (config and tensor index) once per run."""

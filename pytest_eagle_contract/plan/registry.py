@@ -6,7 +6,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ..checks import capture, draft, evidence, files, layout, norms, probe, structure, values
+from ..checks import (
+    capture,
+    draft,
+    evidence,
+    files,
+    identity,
+    layout,
+    norms,
+    probe,
+    structure,
+    values,
+)
 from ..checks.family import CheckFamily
 from ..sharpness import family as sharpness
 
@@ -26,6 +37,7 @@ FAMILIES: tuple[CheckFamily, ...] = (
     norms.FAMILY,
     evidence.FAMILY,
     capture.FAMILY,
+    identity.FAMILY,
 )
 BY_NAME: dict[str, CheckFamily] = {f.name: f for f in FAMILIES}
 SELECTABLE: tuple[str, ...] = tuple(f.name for f in FAMILIES if f.selectable)

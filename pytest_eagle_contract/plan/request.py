@@ -42,6 +42,7 @@ class CheckRequest:
         checks: Sequence[str] | None = None,
         no_sharpness: bool = False,
         target_model: Path | None = None,
+        serving_target_model: Path | None = None,
         reference: bool | None = None,
         captures: Sequence[Path] = (),
         sglang_url: str | None = None,
@@ -52,6 +53,7 @@ class CheckRequest:
         settings = Settings(
             serving_args=serving_args,
             target_model=target_model,
+            serving_target_model=serving_target_model,
             reference=reference,
             captures=tuple(captures),
             sglang_url=sglang_url,
@@ -81,4 +83,5 @@ class CheckRequest:
             capture=bool(s.captures or s.sglang_url),
             reference=bool(s.reference),
             without=self.without,
+            serving_target=s.serving_target_model,
         )

@@ -62,6 +62,19 @@ def add_target_model(
     parser.add_argument("--target-model", type=Path, required=required, metavar="DIR", help=help)
 
 
+def add_serving_target_model(parser: argparse.ArgumentParser) -> None:
+    """``--serving-target-model DIR``: the checkpoint the engine serves, compared with the
+    training target (``--target-model``) on the aux layers (models/identity.py)."""
+    parser.add_argument(
+        "--serving-target-model",
+        type=Path,
+        metavar="DIR",
+        help="HF model directory the engine serves (overrides serving.target_model): "
+        "compared with the training target's aux layers (a quantized twin drifts, a "
+        "rotated one fails)",
+    )
+
+
 def add_annotations(add: Add, prefix: str = "") -> None:
     add(
         f"--{prefix}annotations",

@@ -53,6 +53,8 @@ def run_check(
             contract.training.shards if contract.training else None,
             contract.target.model,
             request.settings.target_model,
+            request.settings.serving_target_model,
+            contract.serving.target_model if contract.serving else None,
             *request.shards,
             *(u.shard for u in units),
         )
@@ -105,6 +107,7 @@ def check(args: argparse.Namespace) -> int:
         checks=check_names(args.checks),
         no_sharpness=args.no_sharpness,
         target_model=args.target_model,
+        serving_target_model=args.serving_target_model,
         reference=args.reference_capture,
         captures=args.captures or (),
         sglang_url=args.sglang_url,

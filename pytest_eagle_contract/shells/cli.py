@@ -22,6 +22,7 @@ from .args import (
     add_quiet,
     add_report_json,
     add_sampling,
+    add_serving_target_model,
     add_sglang,
     add_shards,
     add_target_model,
@@ -125,6 +126,7 @@ def _parser() -> argparse.ArgumentParser:
         "HF model directory of the target (overrides target.model): adds the "
         "weight-based evidence checks",
     )
+    add_serving_target_model(chk)
     chk.add_argument(
         "--reference-capture",
         action=argparse.BooleanOptionalAction,

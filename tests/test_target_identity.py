@@ -1,0 +1,139 @@
+"""Issue 24 item 4: the serving target against the training target. Twins of a tiny Llama
+target made in code: a fake-quantized one (weights rounded to int8 per row) drifts and
+says by how much (EC622, a warning); a QuaRot-style one (norm weights folded into the
+next linears, then an orthogonal rotation of the hidden basis folded into every weight:
+the same logits, other hidden states) fails (EC623); another shape is EC621 and a folder
+that cannot be read EC620. A CLI run of ``check --serving-target-model`` end to end."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from pytest_eagle_contract.errors import UsageError
+from pytest_eagle_contract.models.identity import check_target_identity
+from pytest_eagle_contract.models.tiny import TinySpec, tiny_target
+
+SPEC = TinySpec(num_layers=4, hidden_size=64, vocab_size=256)
+
+
+def fake_quantized(model, bits: int = 8):
+    """Every linear weight rounded to ``bits``-bit integers, one scale per row (RTN)."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 2 and "embed" not in name:
+                scale = p.abs().amax(dim=1, keepdim=True) / (2 ** (bits - 1) - 1)
+                p.copy_(torch.round(p / scale) * scale)
+    return model
+
+
+def rotated(model, seed: int = 1):
+    """QuaRot's computational invariance on a Llama: each RMSNorm's weight folded into the
+    linears it feeds, then hidden = hidden @ Q for a random orthogonal Q, folded into the
+    embedding, every linear reading the residual (W Q), every one writing it (Q^T W) and
+    the lm_head. The logits stay; every hidden state is rotated."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.linalg.qr(torch.randn(SPEC.hidden_size, SPEC.hidden_size, generator=g))[0]
+    inner = model.model
+
+    def fold(norm, linears):
+        for lin in linears:
+            lin.weight.mul_(norm.weight)
+        norm.weight.fill_(1.0)
+
+    with torch.no_grad():
+        for layer in inner.layers:
+            attn, mlp = layer.self_attn, layer.mlp
+            fold(layer.input_layernorm, [attn.q_proj, attn.k_proj, attn.v_proj])
+            fold(layer.post_attention_layernorm, [mlp.gate_proj, mlp.up_proj])
+            for lin in (attn.q_proj, attn.k_proj, attn.v_proj, mlp.gate_proj, mlp.up_proj):
+                lin.weight.copy_(lin.weight @ q)
+            for lin in (attn.o_proj, mlp.down_proj):
+                lin.weight.copy_(q.T @ lin.weight)
+        fold(inner.norm, [model.lm_head])
+        model.lm_head.weight.copy_(model.lm_head.weight @ q)
+        inner.embed_tokens.weight.copy_(inner.embed_tokens.weight @ q)
+    return model
+
+
+@pytest.fixture(scope="module")
+def targets(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("targets")
+    made = {
+        "training": tiny_target(SPEC),
+        "quantized": fake_quantized(tiny_target(SPEC)),
+        "rotated": rotated(tiny_target(SPEC)),
+        "wider": tiny_target(TinySpec(num_layers=4, hidden_size=96, vocab_size=256)),
+    }
+    for name, model in made.items():
+        model.save_pretrained(root / name)
+    shutil.copytree(root / "training", root / "copy")
+    return {name: root / name for name in [*made, "copy"]}
+
+
+def test_the_same_checkpoint_is_the_same_target(targets):
+    assert check_target_identity(targets["training"], targets["copy"]) == []
+
+
+def test_a_quantized_twin_shows_its_drift_as_a_number(targets):
+    (f,) = check_target_identity(targets["training"], targets["quantized"])
+    assert (f.code, f.severity) == ("EC622", "warning"), f
+    layers = f.extra["layers"]
+    assert layers["embed"]["rel_error"] == 0.0  # the embedding was left as it was
+    deepest = layers["residual:4"]
+    assert 1e-3 < deepest["rel_error"] < 0.1 and deepest["cosine"] > 0.99
+    assert "residual:4" in f.found and "relative error" in f.details
+
+
+def test_a_rotated_twin_fails_though_its_logits_are_the_same(targets):
+    from transformers import AutoModelForCausalLM
+
+    ids = torch.arange(1, 17).unsqueeze(0)
+    with torch.no_grad():
+        a, b = (
+            AutoModelForCausalLM.from_pretrained(targets[n])(ids).logits
+            for n in ("training", "rotated")
+        )
+    assert torch.allclose(a, b, atol=1e-4, rtol=1e-4)  # the served output is unchanged
+    (f,) = check_target_identity(targets["training"], targets["rotated"], tokens=range(1, 17))
+    assert f.code == "EC623" and f.severity == "error", f
+    assert all(v["cosine"] < 0.5 for v in f.extra["layers"].values())
+
+
+def test_the_compared_layers_and_tokens_are_the_callers(targets):
+    (f,) = check_target_identity(
+        targets["training"], targets["quantized"], layers=["residual:2"], tokens=[5, 6, 7]
+    )
+    assert set(f.extra["layers"]) == {"residual:2"} and f.extra["tokens"] == 3
+    with pytest.raises(UsageError, match="beyond"):
+        check_target_identity(targets["training"], targets["copy"], layers=["residual:9"])
+    with pytest.raises(UsageError, match="outside"):
+        check_target_identity(targets["training"], targets["copy"], tokens=[256])
+
+
+def test_another_shape_or_an_unreadable_folder_is_a_coded_finding(targets, tmp_path):
+    (f,) = check_target_identity(targets["training"], targets["wider"])
+    assert f.code == "EC621" and "hidden_size 96" in f.message
+    (tmp_path / "config.json").write_text("{not json")
+    (f,) = check_target_identity(targets["training"], tmp_path)
+    assert f.code == "EC620" and "serving target" in f.message
+    (f,) = check_target_identity(tmp_path / "nowhere", targets["training"])
+    assert f.code == "EC620" and "training target" in f.message
+
+
+@pytest.mark.slow
+def test_check_compares_the_serving_target_end_to_end(targets, tmp_path, cli):
+    contract = tmp_path / "c.yaml"
+    contract.write_text(
+        "contract: identity\nversion: 1\n"
+        "target: {num_hidden_layers: 4, hidden_size: 64, vocab_size: 256}\n"
+        f"serving:\n  engine: vllm\n  target_model: {targets['quantized']}\n"
+    )
+    args = (contract, "--target-model", targets["training"], "--checks", "target-identity")
+    res = cli("check", *args)
+    assert res.returncode == 0 and "EC622" in res.stdout, res.stdout + res.stderr
+    res = cli("check", *args, "--serving-target-model", targets["rotated"])
+    assert res.returncode == 1 and "EC623 serving-target-basis" in res.stdout, res.stdout

@@ -90,6 +90,8 @@ KINDS: dict[str, tuple[str, ...]] = {
         "test_output_paths",
     ),
     "engines": (
+        "test_ascend",
+        "test_ascend_releases",
         "test_fixes",
         "test_layout",
         "test_llamacpp",

@@ -12,6 +12,7 @@ ENGINE_NAMES: tuple[str, ...] = (
     "llama.cpp",
     "mlx",
     "tpu-inference",
+    "vllm-ascend",
     "specforge",
     "speculators-v1",
     "speculators",

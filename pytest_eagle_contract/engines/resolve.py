@@ -2,7 +2,7 @@
 
 Engines: ``sglang`` (built-in table in ``sglang_table``, or the installed sglang's own
 methods), ``vllm``, ``trtllm`` (TensorRT-LLM), ``llama.cpp``, ``mlx``,
-``tpu-inference``; trainers' captures:
+``tpu-inference``, ``vllm-ascend``; trainers' captures:
 ``specforge`` (SGLang at the version SpecForge pinned), ``speculators-v1``, ``speculators``,
 ``eagle`` (SafeAILab EAGLE-3) and ``hf`` (``output_hidden_states`` indices). See
 docs/layers.md for every rule and its source.
@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from ..errors import EagleContractError, Unservable
 from ..named import by_name, lookup
+from .ascend import VLLMAscend
 from .base import Engine, Position, Resolution
 from .draft_config import read_draft_config
 from .llamacpp import LlamaCpp
@@ -49,6 +50,7 @@ ENGINES: dict[str, Engine] = by_name(
         LlamaCpp(),
         MLX(),
         TPUInference(),
+        VLLMAscend(),
         SpecForge(),
         SpeculatorsV1(),
         Speculators(),

@@ -1,0 +1,151 @@
+"""vllm-ascend (vLLM on Huawei Ascend NPUs): its EAGLE-3 rules per release
+(``ascend_rules.json``, written by ``scripts/gen_ascend_rules.py`` from each sdist's code).
+
+vllm-ascend X.Y.Z runs on vLLM X.Y.Z and loads vLLM's own model files, but its model runner
+(``NPUModelRunner.load_model``) sets the aux layers itself. Up to 0.18.0 it sets the target
+model's default ``(2, L//2, L-3)`` and never reads the draft's config, even where vLLM's own
+runner of the same release reads ``eagle_aux_hidden_state_layer_ids`` (0.13.0, 0.18.0):
+the draft's ids are silently not used (EC508). From 0.23.0 it calls vLLM's
+``_get_eagle3_aux_layers_from_config``: the keys vLLM's V1 runner reads. The capture itself
+is vLLM's (the vLLM rules of the paired release), except for the architectures a patch of its
+own gives an EAGLE-3 capture (MiniMax-M2 in 0.18.0: the state entering layer i, the
+embedding at i = 0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..errors import Problem, Unservable
+from ..layers import Layer
+from . import vllm_rules
+from .base import Engine, Position, Query, Resolution, eagle3_default_ids, releases_for
+from .rule_table import RuleTable, span
+from .vllm import VLLM, DraftIds, read_draft_ids
+
+if TYPE_CHECKING:
+    from .draft_config import DraftConfig
+
+_TABLE = RuleTable("ascend_rules.json", "vllm-ascend", "0.23.0")
+releases = _TABLE.releases
+RUNNER = "worker/model_runner_v1.py NPUModelRunner.load_model"
+_LLAMA = "LlamaForCausalLM"
+
+
+class VLLMAscend(Engine):
+    name = "vllm-ascend"
+    title = "vllm-ascend"
+    id_keys = VLLM.id_keys
+
+    def versions(self, spec: str | None) -> list[str | None]:
+        return [None] if spec is None else list(releases_for(spec, releases(), "vllm-ascend"))
+
+    def draft_ids(self, draft: DraftConfig) -> tuple[int, ...] | None:
+        return read_draft_ids(draft.path)
+
+    def n_aux(self, draft: DraftConfig, version: str | None) -> int:
+        row = _TABLE.row(version or releases()[-1])
+        return VLLM("v1").n_aux(draft, row["vllm"])
+
+    def _resolve(self, q: Query) -> Resolution:
+        version = q.assume(releases()[-1], "vllm-ascend")
+        row = _TABLE.row(version)
+        arch = q.arch or _LLAMA
+        if not q.arch:
+            q.notes.append(f"no --arch: the {_LLAMA} loop's rule")
+        q.arch = arch
+        where = f"vllm-ascend {span(row)} {RUNNER}"
+        reads = row["ids_from"] == "config"
+        default = eagle3_default_ids(q.num_layers)
+        said = _said(q.ids)
+        if not reads and said is not None and said != default:
+            own = vllm_rules.release(row["vllm"]).runners.get("v1")
+            q.problems.append(
+                Problem(
+                    "EC508",
+                    f"{where} sets the target's {row['method']}() = {default} and reads no "
+                    f"ids from the draft config: {said} are not used"
+                    + (f" (vLLM {row['vllm']}'s own runner reads them)" if own else ""),
+                )
+            )
+        q.assumed.append(
+            (
+                "runner",
+                "v1",
+                f"vllm-ascend {version}: NPUModelRunner ({_v2_why(row)})",
+            )
+        )
+        patched = next((p for p in row["patched"] if p["arch"] == arch), None)
+        if patched is not None:
+            return self._patched(q, row, patched, default)
+        if arch in row["replaced"]:
+            q.notes.append(
+                f"vllm-ascend {version} registers its own model class for {arch} "
+                f"({row['replaced'][arch]}): the capture below is vLLM's, which that class "
+                "inherits unless it overrides the model's forward (not read per class)"
+            )
+        return self._via_vllm(q, row, where, reads)
+
+    def _via_vllm(self, q: Query, row: dict[str, Any], where: str, reads: bool) -> Resolution:
+        vllm = row["vllm"]
+        try:
+            res = VLLM("v1").resolve(
+                q.num_layers, q.ids if reads else None, q.arch, vllm, q.use_installed
+            )
+        except Unservable as e:
+            raise Unservable(f"vllm-ascend {q.version} on vLLM {vllm}: {e}") from None
+        q.notes.extend(n for n in res.notes if not n.startswith("no ids read"))
+        default = eagle3_default_ids(q.num_layers)
+        if not reads:
+            q.notes.append(f"no ids read: {row['method']}() = {default}")
+        elif res.ids is None:
+            q.notes.append(f"no ids read: the target's default {default}")
+        q.problems.extend(res.problems)
+        how = (
+            f"reads the draft's ids through vLLM {vllm}'s _get_eagle3_aux_layers_from_config"
+            if reads
+            else f"sets {row['method']}() whatever the draft says"
+        )
+        return q.answer(
+            res.positions,
+            f"built-in rules: {where} {how}; capture: "
+            + res.source.removeprefix("built-in rules: "),
+            res.ids if reads else default,
+        )
+
+    def _patched(
+        self, q: Query, row: dict[str, Any], patched: dict[str, str], default: list[int]
+    ) -> Resolution:
+        L = q.num_layers
+        captured = sorted({i for i in default if 0 <= i < L})
+        if q.ids is None:
+            q.notes.append(f"no ids: {row['method']}() = {default}")
+        return q.answer(
+            tuple(Position(i, i, Layer(i)) for i in captured),
+            f"built-in rules: vllm-ascend {span(row)} {patched['file']}: {q.arch} patched with "
+            f"an EAGLE-3 capture; {RUNNER} sets {row['method']}() = (2, L//2, L-3) whatever "
+            "the draft says; id i = the state entering layer i (residual:i, id 0 the "
+            "embedding), in layer order",
+            default,
+        )
+
+
+def _said(ids: Sequence[int] | None) -> list[int] | None:
+    """The ids the draft says, under any key some vLLM release reads."""
+    if isinstance(ids, DraftIds):
+        return next((list(v) for v in ids.found.values()), None)
+    return None if ids is None else list(ids)
+
+
+def _v2_why(row: dict[str, Any]) -> str:
+    v2 = row["v2"]
+    if v2 == "env":
+        return (
+            "VLLM_USE_V2_MODEL_RUNNER=1 starts its V2 runner instead, which keeps vLLM "
+            f"{row['vllm']}'s V2 load_model: resolve --engine vllm --version {row['vllm']} "
+            "--runner v2 for that launch"
+        )
+    if v2 == "v1 only":
+        return f"its worker turns the V2 runner off on vLLM {row['vllm']}"
+    return "it has no other runner"

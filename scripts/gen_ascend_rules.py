@@ -1,0 +1,260 @@
+"""Derive vllm-ascend's EAGLE-3 rules from its released sdists; write
+engines/ascend_rules.json.
+
+    python scripts/gen_ascend_rules.py SDIST_DIR [--out FILE] [--check] [--download]
+
+``--download`` fetches every vllm-ascend release's sdist the index lists (through the index's
+JSON API: ``pip download`` of an sdist prepares its metadata, which fails for vllm-ascend's
+setuptools_scm and CANN build requirements). Each ``vllm_ascend-X.tar.gz`` is read with
+tarfile and ast (nothing is imported or built):
+
+- whether it has EAGLE-3 (``NPUModelRunner.load_model`` in ``worker/model_runner_v1.py``
+  calls ``set_aux_hidden_state_layers``), and where the layers it sets come from: the target
+  model's own ``get_eagle3_aux_hidden_state_layers()`` /
+  ``get_eagle3_default_aux_hidden_state_layers()`` (no config read: vLLM's default
+  ``(2, L//2, L-3)`` whatever the draft says), or vLLM's ``_get_eagle3_aux_layers_from_config``
+  (the draft config's keys, as the paired vLLM release's V1 runner reads them);
+- the vLLM release it runs on (its ``vllm_version_is("X")`` checks; vllm-ascend X.Y.Z pairs
+  with vLLM X.Y.Z);
+- how its worker picks the V2 runner;
+- the architectures it gives an EAGLE-3 capture of its own (``patch/``: ``X.set_aux_hidden_
+  state_layers = ...``) and where that capture sits, and the architectures it replaces with
+  its own model classes (``models/__init__.py``'s ``register_model``).
+
+A structure the script does not recognise makes it exit 1. ``--check`` compares with the
+committed file and exits 1 on any difference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import collections
+import json
+import re
+import sys
+import tarfile
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+OUT = Path(__file__).resolve().parents[1] / "pytest_eagle_contract/engines/ascend_rules.json"
+RUNNER = "vllm_ascend/worker/model_runner_v1.py"
+WORKER = "vllm_ascend/worker/worker.py"
+MODELS = "vllm_ascend/models/__init__.py"
+INDEX = "https://pypi.org/pypi/vllm-ascend/json"
+MAX_MEMBER = 4 << 20  # bytes read of one source file
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    from packaging.version import Version
+
+    v = Version(version)
+    return (*v.release, v.post or 0)
+
+
+class Sdist:
+    """The ``.py`` files of one sdist, by their path under the top folder."""
+
+    def __init__(self, path: Path) -> None:
+        self.version = path.name.removeprefix("vllm_ascend-").removesuffix(".tar.gz")
+        self.files: dict[str, str] = {}
+        with tarfile.open(path) as tar:
+            for member in tar:
+                name = member.name.partition("/")[2]
+                if (
+                    member.isfile()
+                    and name.startswith("vllm_ascend/")
+                    and name.endswith(".py")
+                    and member.size <= MAX_MEMBER
+                ):
+                    handle = tar.extractfile(member)
+                    if handle is not None:
+                        self.files[name] = handle.read().decode("utf-8", "replace")
+
+    def tree(self, name: str) -> ast.Module:
+        return ast.parse(self.files[name])
+
+
+def _method(tree: ast.Module, cls: str, name: str) -> ast.FunctionDef | None:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == cls:
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name == name:
+                    return item
+    return None
+
+
+def _called(fn: ast.AST) -> set[str]:
+    return {
+        n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", "")
+        for n in ast.walk(fn)
+        if isinstance(n, ast.Call)
+    }
+
+
+def _aux_source(sdist: Sdist) -> tuple[str, str] | None:
+    """("default" | "config", the method called) from ``NPUModelRunner.load_model``."""
+    load = _method(sdist.tree(RUNNER), "NPUModelRunner", "load_model")
+    if load is None:
+        raise SystemExit(f"{sdist.version}: no NPUModelRunner.load_model in {RUNNER}")
+    called = _called(load)
+    if "set_aux_hidden_state_layers" not in called:
+        return None
+    if "_get_eagle3_aux_layers_from_config" in called:
+        return "config", "_get_eagle3_aux_layers_from_config"
+    for name in (
+        "get_eagle3_default_aux_hidden_state_layers",
+        "get_eagle3_aux_hidden_state_layers",
+    ):
+        if name in called:
+            return "default", name
+    raise SystemExit(f"{sdist.version}: load_model sets aux layers from an unknown source")
+
+
+def _paired_vllm(sdist: Sdist) -> str:
+    found = collections.Counter(
+        m
+        for text in sdist.files.values()
+        for m in re.findall(r'vllm_version_is\("([^"]+)"\)', text)
+    )
+    base = re.sub(r"\.post\d+$", "", sdist.version)
+    if found and found.most_common(1)[0][0] != base:
+        raise SystemExit(f"{sdist.version}: checks vLLM {found.most_common(1)[0][0]}, not {base}")
+    return base
+
+
+def _v2(sdist: Sdist, vllm: str) -> str:
+    text = sdist.files.get(WORKER, "")
+    if "NPUModelRunnerV2" not in text:
+        return "none"
+    if f'vllm_version_is("{vllm}")' in text and "falling back to v1" in text:
+        return "v1 only"  # the worker turns use_v2_model_runner off on this vLLM release
+    if "VLLM_USE_V2_MODEL_RUNNER" in text:
+        return "env"
+    return "vllm"
+
+
+_CAPTURE = re.compile(
+    r"aux_hidden_states\.append\(\s*hidden_states \+ residual if residual is not None "
+    r"else hidden_states\s*\)\s*\n\s*hidden_states, residual = layer\("
+)
+
+
+def _patched(sdist: Sdist) -> list[dict[str, Any]]:
+    """Architectures a patch gives ``set_aux_hidden_state_layers``, and its capture."""
+    out = []
+    for name, text in sorted(sdist.files.items()):
+        if not name.startswith("vllm_ascend/patch/"):
+            continue
+        for arch in re.findall(r"^(\w+ForCausalLM)\.set_aux_hidden_state_layers = ", text, re.M):
+            if not _CAPTURE.search(text):
+                raise SystemExit(f"{sdist.version}: {name} captures in an unknown way")
+            default = re.search(r"return \(2, num_layers // 2, num_layers - 3\)", text)
+            if default is None:
+                raise SystemExit(f"{sdist.version}: {name} has an unknown default")
+            # appended before layer i runs: residual:i; at i = 0 (residual None) the embedding
+            out.append({"arch": arch, "file": name, "capture": "input", "id0": "embed"})
+    return out
+
+
+def _replaced(sdist: Sdist) -> dict[str, str]:
+    if MODELS not in sdist.files:
+        return {}
+    out = {}
+    for node in ast.walk(sdist.tree(MODELS)):
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "register_model":
+            arch, target = (ast.literal_eval(a) for a in node.args[:2])
+            out[arch] = target.partition(":")[0].replace(".", "/") + ".py"
+    return dict(sorted(out.items()))
+
+
+def derive(path: Path) -> dict[str, Any] | None:
+    sdist = Sdist(path)
+    if RUNNER not in sdist.files:
+        return None
+    source = _aux_source(sdist)
+    if source is None:
+        return None
+    vllm = _paired_vllm(sdist)
+    return {
+        "vllm": vllm,
+        "ids_from": source[0],
+        "method": source[1],
+        "v2": _v2(sdist, vllm),
+        "patched": _patched(sdist),
+        "replaced": _replaced(sdist),
+    }
+
+
+def download(folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    with urllib.request.urlopen(INDEX, timeout=120) as reply:
+        data = json.load(reply)
+    for version, files in data["releases"].items():
+        if re.fullmatch(r"\d+(\.\d+)*(\.post\d+)?", version) is None:
+            continue  # release candidates and dev releases are left out
+        for f in files:
+            target = folder / f["filename"]
+            if f["filename"].endswith(".tar.gz") and not target.exists():
+                urllib.request.urlretrieve(urllib.parse.urljoin(INDEX, f["url"]), target)
+
+
+def tables(releases: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    versions = list(releases)
+    rows: list[dict[str, Any]] = []
+    for v in versions:
+        facts = releases[v]
+        if rows and rows[-1]["facts"] == facts:
+            rows[-1]["until"] = None
+            continue
+        if rows:
+            rows[-1]["until"] = v
+        rows.append({"since": v, "until": None, "facts": facts})
+    return {
+        "source": "vllm-ascend sdists (vllm_ascend/worker/model_runner_v1.py "
+        "NPUModelRunner.load_model, worker/worker.py, patch/, models/__init__.py)",
+        "releases": versions,
+        "rows": [{"since": r["since"], "until": r["until"], **r["facts"]} for r in rows],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("folder", type=Path, help="the vllm-ascend sdists")
+    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--check", action="store_true")
+    parser.add_argument("--download", action="store_true")
+    args = parser.parse_args(argv)
+    if args.download:
+        download(args.folder)
+        return 0
+    paths = sorted(
+        args.folder.glob("vllm_ascend-*.tar.gz"),
+        key=lambda p: version_key(p.name.removeprefix("vllm_ascend-").removesuffix(".tar.gz")),
+    )
+    releases: dict[str, dict[str, Any]] = {}
+    for path in paths:
+        version = path.name.removeprefix("vllm_ascend-").removesuffix(".tar.gz")
+        if re.fullmatch(r"\d+(\.\d+)*(\.post\d+)?", version) is None:
+            continue
+        facts = derive(path)
+        print(version, "no EAGLE-3" if facts is None else "ok", file=sys.stderr)
+        if facts is not None:
+            releases[version] = facts
+    if not releases:
+        raise SystemExit(f"no vllm-ascend release with EAGLE-3 in {args.folder}")
+    text = json.dumps(tables(releases), indent=1) + "\n"
+    if args.check:
+        if args.out.read_text("utf-8") != text:
+            print(f"{args.out} differs from the releases' code", file=sys.stderr)
+            return 1
+        print(f"{args.out} agrees with {len(releases)} releases", file=sys.stderr)
+        return 0
+    args.out.write_text(text, "utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

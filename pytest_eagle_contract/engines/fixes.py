@@ -15,6 +15,7 @@ Versions are the engine's release strings, ``"any"`` for an unversioned engine.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 from collections.abc import Callable, Iterator, Sequence
@@ -178,8 +179,22 @@ def inverse(
 ) -> Inverse:
     """The ids that make ``engine`` at ``version`` feed exactly ``wanted``, or why none do
     (``use_installed`` as for ``resolve``). Raises EagleContractError for a request no
-    engine could take (too many layers, a layer beyond the target)."""
-    wanted = tuple(wanted)
+    engine could take (too many layers, a layer beyond the target).
+
+    Kept per process: one search tries up to thousands of id lists, and EC501's table and
+    the self-test's mutations ask the same question of every engine release many times."""
+    return _inverse(engine, tuple(wanted), num_layers, arch, version, use_installed)
+
+
+@functools.lru_cache(maxsize=8192)
+def _inverse(
+    engine: Engine,
+    wanted: tuple[Layer, ...],
+    num_layers: int,
+    arch: str | None,
+    version: str | None,
+    use_installed: bool,
+) -> Inverse:
     if not 1 <= len(wanted) <= MAX_WANTED:
         raise EagleContractError(f"want 1 to {MAX_WANTED} layers, not {len(wanted)}")
     for layer in wanted:

@@ -39,14 +39,12 @@ class RuleTable:
 
     def version(self, text: str) -> Any:
         """``text`` as a version, or an error naming the project."""
-        from packaging.version import InvalidVersion, Version
-
-        try:
-            return Version(text)
-        except InvalidVersion:
+        found = _parsed_version(text)
+        if found is None:
             raise EagleContractError(
                 f"{text!r} is not a {self.project} version (e.g. {self.example})"
-            ) from None
+            )
+        return found
 
     def covers(self, row: Row, version: str) -> bool:
         """Whether ``row`` holds in ``version``."""
@@ -75,3 +73,15 @@ class RuleTable:
 def span(row: Row) -> str:
     """A row's releases, as a version spec."""
     return f"{row['since']} <= v < {row['until']}" if row["until"] else f">={row['since']}"
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed_version(text: str) -> Any:
+    """``text`` as a packaging Version, None where it is not one (kept: a fix search reads
+    the same few release strings millions of times)."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(text)
+    except InvalidVersion:
+        return None

@@ -22,6 +22,7 @@ matched inside the layer loop, so states come out in ascending order.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Callable, Sequence
@@ -33,6 +34,7 @@ Version = tuple[int, ...]
 _DATA = json.loads((Path(__file__).with_name("sglang_rules.json")).read_text(encoding="utf-8"))
 
 
+@functools.lru_cache(maxsize=4096)
 def parse_version(text: str) -> Version:
     """``"0.5.13"`` -> (0, 5, 13); ``"0.5.13.post1"`` -> (0, 5, 13, 1), after 0.5.13."""
     match = re.match(r"v?(\d+(?:\.\d+)*)(?:\.?post(\d+))?", text.strip())

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import release_scan
-from release_scan import Scan, grouped, rows, version_key
+from release_scan import Scan, grouped, rows
 
 OUT = Path(__file__).resolve().parents[1] / "pytest_eagle_contract/engines/llamacpp_rules.json"
 FIRST = (0, 3, 28)  # the last release whose llama.cpp has no EAGLE-3
@@ -240,7 +240,6 @@ def derive(path: Path) -> dict[str, Any] | None:
 
 def tables(releases: dict[str, dict[str, Any]]) -> dict[str, Any]:
     archs = grouped(releases, "archs")
-    archs.sort(key=lambda r: (version_key(r["since"]), r["archs"][0]))
     served = {a for r in releases.values() for a in r["archs"]}
     hf: dict[str, str] = {}
     for r in releases.values():  # the newest release's spelling wins; only served ones kept
@@ -254,14 +253,9 @@ def tables(releases: dict[str, dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+SOURCE_ONLY = ("--no-binary", ":all:")  # the sdist, which vendors llama.cpp
 SCAN = Scan(
-    project="llama-cpp-python",
-    pattern="llama_cpp_python-{version}.tar.gz",
-    out=OUT,
-    derive=derive,
-    tables=tables,
-    first=FIRST,
-    pip_options=("--no-binary", ":all:"),
+    "llama-cpp-python", "llama_cpp_python-{version}.tar.gz", OUT, derive, tables, FIRST, SOURCE_ONLY
 )
 
 

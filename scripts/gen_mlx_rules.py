@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import release_scan
-from release_scan import Scan, Wheel, compile_alone, grouped, rows, version_key
+from release_scan import Scan, Wheel, compile_alone, grouped, rows
 
 OUT = Path(__file__).resolve().parents[1] / "pytest_eagle_contract/engines/mlx_rules.json"
 CONFIG = "mlx_vlm/speculative/drafters/eagle3/config.py"
@@ -189,18 +189,14 @@ def derive(path: Path) -> dict[str, Any] | None:
 
 
 def tables(releases: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    models = grouped(releases, "models", as_row=lambda site: {"site": site})
-    models.sort(key=lambda r: (version_key(r["since"]), r["models"][0]))
-    return {"releases": list(releases), "rows": rows(releases, {"models"}), "models": models}
+    return {
+        "releases": list(releases),
+        "rows": rows(releases, {"models"}),
+        "models": grouped(releases, "models", as_row=lambda site: {"site": site}),
+    }
 
 
-SCAN = Scan(
-    project="mlx-vlm",
-    pattern="mlx_vlm-{version}-*.whl",
-    out=OUT,
-    derive=derive,
-    tables=tables,
-)
+SCAN = Scan("mlx-vlm", "mlx_vlm-{version}-*.whl", OUT, derive, tables)
 
 
 def main(argv: list[str] | None = None) -> int:

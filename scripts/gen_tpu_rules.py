@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import release_scan
-from release_scan import Scan, Wheel, compile_alone, grouped, rows, version_key
+from release_scan import Scan, Wheel, compile_alone, grouped, rows
 
 OUT = Path(__file__).resolve().parents[1] / "pytest_eagle_contract/engines/tpu_rules.json"
 LOADER = "tpu_inference/models/common/model_loader.py"
@@ -147,18 +147,14 @@ def derive(path: Path) -> dict[str, Any] | None:
 
 
 def tables(releases: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    archs = grouped(releases, "archs")
-    archs.sort(key=lambda r: (version_key(r["since"]), r["archs"][0]))
-    return {"releases": list(releases), "rows": rows(releases, {"archs"}), "archs": archs}
+    return {
+        "releases": list(releases),
+        "rows": rows(releases, {"archs"}),
+        "archs": grouped(releases, "archs"),
+    }
 
 
-SCAN = Scan(
-    project="tpu-inference",
-    pattern="tpu_inference-{version}-*.whl",
-    out=OUT,
-    derive=derive,
-    tables=tables,
-)
+SCAN = Scan("tpu-inference", "tpu_inference-{version}-*.whl", OUT, derive, tables)
 
 
 def main(argv: list[str] | None = None) -> int:

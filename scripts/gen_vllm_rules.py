@@ -233,20 +233,12 @@ def _readers() -> str:
 
 def tables(releases: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Per-release rules folded into rows over release ranges (``until`` exclusive)."""
-    archs = grouped(releases, "archs", sort_keys=True)
+    archs = grouped(releases, "archs", sort_keys=True, by_release=False)
     archs.sort(key=lambda r: (r.get("file") or r["wrapper"], version_key(r["since"])))
     return {"releases": list(releases), "rows": rows(releases, {"archs"}), "archs": archs}
 
 
-SCAN = Scan(
-    project="vllm",
-    pattern="vllm-{version}-*.whl",
-    out=OUT,
-    derive=derive,
-    tables=tables,
-    first=(0, 8, 4),
-    jobs=2,
-)
+SCAN = Scan("vllm", "vllm-{version}-*.whl", OUT, derive, tables, first=(0, 8, 4), jobs=2)
 
 
 def main(argv: list[str] | None = None) -> int:

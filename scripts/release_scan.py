@@ -148,10 +148,12 @@ def grouped(
     part: str,
     as_row: Callable[[Any], Facts] | None = None,
     sort_keys: bool = False,
+    by_release: bool = True,
 ) -> list[Facts]:
     """Per name under each release's ``part`` (an architecture, a model folder), its runs of
     equal rules; names with the same run and rule share one row (``since``, ``until``, the
-    rule as ``as_row`` spells it, ``part``: the names), in the order first met."""
+    rule as ``as_row`` spells it, ``part``: the names), ordered by ``since`` then first name
+    (``by_release``) or as first met."""
     versions = list(releases)
     found: dict[str, list[str]] = {}
     for name in sorted({n for r in releases.values() for n in r[part]}):
@@ -159,7 +161,10 @@ def grouped(
         for a, b, rule in spans(versions, per):
             row = {"since": a, "until": b, **(rule if as_row is None else as_row(rule))}
             found.setdefault(json.dumps(row, sort_keys=sort_keys), []).append(name)
-    return [{**json.loads(key), part: names} for key, names in found.items()]
+    out = [{**json.loads(key), part: names} for key, names in found.items()]
+    if by_release:
+        out.sort(key=lambda r: (version_key(r["since"]), r[part][0]))
+    return out
 
 
 class Wheel:

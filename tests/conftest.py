@@ -92,6 +92,7 @@ KINDS: dict[str, tuple[str, ...]] = {
     "engines": (
         "test_ascend",
         "test_ascend_releases",
+        "test_autodeploy",
         "test_fixes",
         "test_layout",
         "test_llamacpp",

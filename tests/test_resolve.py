@@ -152,6 +152,7 @@ def test_each_engine_says_its_default_ids():
         "mlx": [2, 0, 0],  # mlx-vlm counts the draft's own layers (1)
         "tpu-inference": [2, 30, 58],
         "vllm-ascend": [2, 30, 58],
+        "trtllm-autodeploy": [1, 29, 57],
         "specforge": [1, 29, 57],
         "speculators-v1": [2, 30, 58, 60],
         "speculators": [2, 30, 58, 61],

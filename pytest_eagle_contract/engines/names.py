@@ -13,6 +13,7 @@ ENGINE_NAMES: tuple[str, ...] = (
     "mlx",
     "tpu-inference",
     "vllm-ascend",
+    "trtllm-autodeploy",
     "specforge",
     "speculators-v1",
     "speculators",

@@ -38,6 +38,7 @@ KINDS: dict[str, tuple[str, ...]] = {
         "test_guard_trainers",
         "test_import_cost",
         "test_layers",
+        "test_numerics",
         "test_probe",
         "test_sharpness",
         "test_sharpness_cache",

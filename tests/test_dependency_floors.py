@@ -53,6 +53,7 @@ SAFE: dict[str, tuple[str, str]] = {
     "pytest-xdist": ("3", "none known"),
     "hypothesis": ("6", "none known"),
     "matplotlib": ("3.8", "none known"),
+    "hs-connectors": ("0.9", "none known"),
     "pre-commit": ("4.0", "none known"),
     "mkdocs": ("1.6", "CVE-2021-40978 dev-server path traversal (1.2.3)"),
     "mkdocs-material": ("9.5", "none known"),

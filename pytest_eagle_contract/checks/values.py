@@ -132,7 +132,7 @@ FAMILY = CheckFamily(
     "values",
     "shard",
     "ids inside the vocabulary, a binary non-empty loss mask, finite states",
-    codes=codes("EC3"),
+    codes=codes("EC30"),
     keys=("training.slots", "target.vocab_size", "training.loss_mask"),
     on_shard=check_values,
 )

@@ -100,8 +100,13 @@ def inspect_shard(
         out_slots.append(entry)
     report["slots"] = out_slots
     report["problems"] = problems
-    if sample.metadata:
-        report["data_config"] = sample.metadata
+    metadata = dict(sample.metadata)
+    stored = metadata.pop("precision", [])
+    if stored:  # FP8 states: the slots above are the dequantized values
+        report["precision"] = [dict(vars(p), saturation=p.saturation) for p in stored]
+        report["precision_text"] = [p.describe() for p in stored]
+    if metadata:
+        report["data_config"] = metadata
     return report
 
 
@@ -119,6 +124,8 @@ def format_report(report: dict[str, Any]) -> str:
     if "loss_mask" in report:
         m = report["loss_mask"]
         lines.append(f"loss_mask: {m['length']} entries, {m['sum']} of them 1")
+    for text in report.get("precision_text", []):
+        lines.append(f"FP8: {text}")
     lines.append("slots (per-token L2 norm):")
     lines.append(
         f"  {'slot':<5}{'source':<32}{'dtype':<10}{'mean':>10}{'median':>10}"

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ShardReadError
 from .formats import FORMATS, Format, Slot, detect, dtype_name
 from .mapped import read_stored
+from .precision import dequantized
 from .stored import Array, Stored, is_array, to_torch
 
 if TYPE_CHECKING:
@@ -319,7 +320,9 @@ def read_sample(path: str | Path, format: str = "auto", *, arrays: bool = False)
                 f"{key} is {found}, not a [T] or [1, T] tensor",
                 "one id or mask value per token",
             )
-    return Sample(path, fmt, tensors, fmt.read_extras(path, tensors))
+    tensors, stored = dequantized(fmt, tensors)  # FP8 states as the trainer reads them
+    extras = fmt.read_extras(path, tensors)
+    return Sample(path, fmt, tensors, extras | ({"precision": stored} if stored else {}))
 
 
 @functools.cache

@@ -104,6 +104,8 @@ KINDS: dict[str, tuple[str, ...]] = {
         "test_resolve",
         "test_rules",
         "test_sglang_hooks",
+        "test_sglang_jax",
+        "test_sglang_jax_source",
         "test_sglang_releases",
         "test_sglang_rules",
         "test_sglang_table",

@@ -14,6 +14,7 @@ ENGINE_NAMES: tuple[str, ...] = (
     "tpu-inference",
     "vllm-ascend",
     "trtllm-autodeploy",
+    "sglang-jax",
     "specforge",
     "speculators-v1",
     "speculators",

@@ -1,5 +1,6 @@
 """What the engine release tests (``tox -e *-releases``) share: the folder of release wheels
-an environment variable names, with ``scripts/`` (the rule generators) put on the path."""
+(or sdists) an environment variable names, with ``scripts/`` (the rule generators) put on the
+path, and one release's wheel in it."""
 
 from __future__ import annotations
 
@@ -12,13 +13,13 @@ import pytest
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
 
-def wheel_folder(variable: str, project: str, env: str) -> Path:
+def wheel_folder(variable: str, project: str, env: str, files: str = "wheels") -> Path:
     """The folder ``$variable`` names, ``scripts/`` importable; without it the calling test
     module is skipped (never part of the default test run)."""
     wheels = os.environ.get(variable)
     if not wheels:
         pytest.skip(
-            f"set {variable} to a folder of {project} wheels (tox -e {env})",
+            f"set {variable} to a folder of {project} {files} (tox -e {env})",
             allow_module_level=True,
         )
     sys.path.insert(0, str(SCRIPTS))

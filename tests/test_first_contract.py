@@ -11,6 +11,7 @@ import sys
 import pytest
 import torch
 from conftest import no_traceback
+from serving_cases import DROPPED_LAST
 
 from pytest_eagle_contract.shells import demo
 
@@ -90,23 +91,7 @@ def test_ec202_names_the_key_that_differs_from_the_majority(demo_dir, tmp_path, 
 
 def test_resolve_with_a_problem_exits_1(cli):
     """Item 6: EC511 (a capture the loop never reaches) is a finding: exit 1."""
-    res = cli(
-        "resolve",
-        "--engine",
-        "sglang",
-        "--arch",
-        "llama",
-        "--version",
-        "0.5.23",
-        "--num-layers",
-        "61",
-        "--ids",
-        "2",
-        "30",
-        "60",
-        "--source",
-        "table",
-    )
+    res = cli("resolve", *DROPPED_LAST, "--source", "table")
     assert res.returncode == 1 and "EC511" in res.stdout
 
 

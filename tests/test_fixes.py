@@ -6,16 +6,15 @@ import json
 from pathlib import Path
 
 import pytest
+from serving_cases import resolve_json, served_triples
 
 CONTRACTS = Path(__file__).parent.parent / "contracts"
 KIMI = ("--arch", "KimiK25ForConditionalGeneration", "--num-layers", "61")
 
 
 def want(cli, engine: str, *args: str, version: str | None = None):
-    head = ["resolve", "--engine", engine, *(("--version", version) if version else ())]
-    res = cli(*head, *args, "--json")
-    assert "Traceback" not in res.stderr, res.stderr
-    return res, json.loads(res.stdout) if res.stdout.strip() else None
+    head = ["--engine", engine, *(("--version", version) if version else ())]
+    return resolve_json(cli, *head, *args)
 
 
 @pytest.mark.slow
@@ -198,16 +197,14 @@ def test_inverse_undoes_resolve_on_every_covered_engine_version(arch):
     for engine in serving_engines():
         for version in covered(engine):
             asked = None if version == ANY else version
-            for ids in [(1, 2, 3), (2, 30, 58), (1, 29, 57), (0, 3, 31), (5, 6, 60), (3, 31, -1)]:
-                try:
-                    served = engine.resolve(61, ids, arch, asked).layers
-                except EagleContractError:
-                    continue
-                if len(served) == 3:
-                    found = inverse(engine, served, 61, arch, asked)
-                    assert found.ids is not None, (engine.name, version, ids, found.refused)
-                    assert engine.resolve(61, found.ids, arch, asked).layers == served
-                    tried += 1
+            id_lists = [(1, 2, 3), (2, 30, 58), (1, 29, 57), (0, 3, 31), (5, 6, 60), (3, 31, -1)]
+            for ids, served in served_triples(
+                engine, 61, arch, asked, id_lists, EagleContractError
+            ):
+                found = inverse(engine, served, 61, arch, asked)
+                assert found.ids is not None, (engine.name, version, ids, found.refused)
+                assert engine.resolve(61, found.ids, arch, asked).layers == served
+                tried += 1
     assert tried > 50
 
 

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from serving_cases import layer_inputs, resolve_json
 
 from pytest_eagle_contract.engines import llamacpp
 from pytest_eagle_contract.engines.matrix import serving_engines
@@ -55,25 +56,17 @@ def _draft(tmp_path: Path, ids: list[int] | None = None, **extra: object) -> Pat
 
 
 def _resolve(cli, *args: object, version: str = "0.3.36", layers: int = 32):
-    res = cli(
-        "resolve", "--engine", "llama.cpp", "--version", version, "--num-layers", str(layers),
-        *args, "--json",
-    )  # fmt: skip
-    assert "Traceback" not in res.stderr, res.stderr
-    return res, json.loads(res.stdout)
-
-
-def _layers(*indices: int) -> list[str]:
-    return [f"residual:{i}" if i else "embed" for i in indices]
+    head = ("--engine", "llama.cpp", "--version", version, "--num-layers", layers)
+    return resolve_json(cli, *head, *args)
 
 
 def test_ids_are_layer_inputs_in_list_order_and_id_0_is_the_embedding(cli):
     res, out = _resolve(cli, "--arch", "llama", "--ids", "29", "0", "16")
-    assert res.returncode == 0 and out["layers"] == _layers(29, 0, 16)
+    assert res.returncode == 0 and out["layers"] == layer_inputs(29, 0, 16)
     assert any("does not sort" in n for n in out["notes"])
     assert "common/speculative.cpp" in out["source"] and "0.3.35" in out["source"]
     res, out = _resolve(cli, "--arch", "LlamaForCausalLM", "--ids", "4", "4", "9")
-    assert res.returncode == 0 and out["layers"] == _layers(4, 4, 9)  # duplicates kept
+    assert res.returncode == 0 and out["layers"] == layer_inputs(4, 4, 9)  # duplicates kept
 
 
 @pytest.mark.parametrize(
@@ -87,7 +80,7 @@ def test_ids_are_layer_inputs_in_list_order_and_id_0_is_the_embedding(cli):
 def test_id_l_is_the_pre_norm_last_state_where_the_graph_records_it(cli, arch, version, served):
     res, out = _resolve(cli, "--arch", arch, "--ids", "2", "16", "32", version=version)
     if served:
-        assert res.returncode == 0 and out["layers"] == _layers(2, 16, 32)
+        assert res.returncode == 0 and out["layers"] == layer_inputs(2, 16, 32)
     else:
         assert res.returncode == 2 and "aborts" in out["refused"]
 
@@ -112,7 +105,7 @@ def test_what_llama_cpp_refuses(cli, args, says):
 def test_a_gguf_draft_is_resolved_by_its_baked_ids(cli, tmp_path):
     path = _draft(tmp_path, [1, 16, 29])
     res, out = _resolve(cli, "--arch", "qwen3", "--draft-config", path)
-    assert res.returncode == 0 and out["layers"] == _layers(1, 16, 29)
+    assert res.returncode == 0 and out["layers"] == layer_inputs(1, 16, 29)
     assert any("baked in the GGUF" in n for n in out["notes"])
     res, out = _resolve(cli, "--arch", "qwen3", "--draft-config", _draft(tmp_path, None))
     assert res.returncode == 2 and "has no eagle3.target_layers" in out["refused"]
@@ -141,7 +134,7 @@ def test_a_config_json_draft_gets_what_the_converter_bakes(
 ):
     path = _config(tmp_path, config)
     res, out = _resolve(cli, "--arch", "llama", "--draft-config", path, version=version)
-    assert out["layers"] == _layers(*layers)
+    assert out["layers"] == layer_inputs(*layers)
     assert [p["code"] for p in out["problems"]] == codes
     assert res.returncode == (1 if codes else 0)
 
@@ -156,48 +149,33 @@ def test_want_gives_ids_in_the_trainers_order_since_llama_cpp_does_not_sort(cli)
     assert out["config_line"] == f'"{TOP}": [29, 0, 16]'
 
 
+def _raw(*parts: bytes) -> Callable[[Path], object]:
+    """A file of the magic then these bytes (what ``gguf`` would never write)."""
+    return lambda p: p.write_bytes(b"GGUF" + b"".join(parts))
+
+
+_ONE_PAIR = struct.pack("<IQQ", 3, 0, 1)  # version 3, no tensors, one key/value pair
+
 HOSTILE_GGUF: dict[str, tuple[Callable[[Path], object], str]] = {
-    "magic": (lambda p: p.write_bytes(b"GGUF"), "ends early"),
+    "magic": (_raw(), "ends early"),
     "version": (lambda p: gguf(p, [], version=1), "GGUF version 1"),
-    "huge-string": (
-        lambda p: p.write_bytes(b"GGUF" + struct.pack("<IQQQ", 3, 0, 1, 1 << 40)),
-        "over the limit",
-    ),
-    "huge-count": (
-        lambda p: p.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, 1 << 40)),
-        "over the limit",
-    ),
+    "huge-string": (_raw(struct.pack("<IQQQ", 3, 0, 1, 1 << 40)), "over the limit"),
+    "huge-count": (_raw(struct.pack("<IQQ", 3, 0, 1 << 40)), "over the limit"),
     "truncated-array": (
-        lambda p: p.write_bytes(
-            b"GGUF"
-            + struct.pack("<IQQ", 3, 0, 1)
-            + _s("eagle3.target_layers")
-            + struct.pack("<IIQ", _ARRAY, _INT32, 3)
-            + struct.pack("<i", 1)
+        _raw(
+            _ONE_PAIR,
+            _s("eagle3.target_layers"),
+            struct.pack("<IIQ", _ARRAY, _INT32, 3),
+            struct.pack("<i", 1),
         ),
         "ends early",
     ),
-    "bad-type": (
-        lambda p: p.write_bytes(
-            b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + _s("x") + struct.pack("<I", 77)
-        ),
-        "value type 77",
-    ),
+    "bad-type": (_raw(_ONE_PAIR, _s("x"), struct.pack("<I", 77)), "value type 77"),
     "nested-array": (
-        lambda p: p.write_bytes(
-            b"GGUF"
-            + struct.pack("<IQQ", 3, 0, 1)
-            + _s("x")
-            + struct.pack("<IIQ", _ARRAY, _ARRAY, 1)
-        ),
+        _raw(_ONE_PAIR, _s("x"), struct.pack("<IIQ", _ARRAY, _ARRAY, 1)),
         "an array of value type 9",
     ),
-    "not-utf8": (
-        lambda p: p.write_bytes(
-            b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 2) + b"\xff\xfe"
-        ),
-        "not UTF-8",
-    ),
+    "not-utf8": (_raw(_ONE_PAIR, struct.pack("<Q", 2), b"\xff\xfe"), "not UTF-8"),
     "ids-not-ints": (
         lambda p: gguf(p, [("eagle3.target_layers", _STRING, "1,2,3")]),
         "not a list of integers",

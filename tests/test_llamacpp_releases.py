@@ -10,26 +10,16 @@ fetches them). Never part of the default test run.
 
 from __future__ import annotations
 
-import os
-import sys
-from pathlib import Path
-
 import pytest
+from release_helpers import wheel_folder
 
 from pytest_eagle_contract.engines import llamacpp
 
-SDISTS = os.environ.get("EAGLE_CONTRACT_LLAMACPP_SDISTS")
-if not SDISTS:
-    pytest.skip(
-        "set EAGLE_CONTRACT_LLAMACPP_SDISTS to a folder of llama-cpp-python sdists "
-        "(tox -e llamacpp-releases)",
-        allow_module_level=True,
-    )
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+DIR = wheel_folder(
+    "EAGLE_CONTRACT_LLAMACPP_SDISTS", "llama-cpp-python", "llamacpp-releases", files="sdists"
+)
 
 import gen_llamacpp_rules as gen  # noqa: E402
-
-DIR = Path(SDISTS or ".")
 
 
 def test_the_rules_file_is_what_the_releases_code_says():

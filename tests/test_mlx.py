@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
+from serving_cases import layer_inputs, resolve_json
 
 from pytest_eagle_contract.engines import mlx
 
@@ -24,28 +25,20 @@ def _draft(tmp_path: Path, config: dict[str, object]) -> Path:
 
 
 def _resolve(cli, *args: object, version: str = "0.7.10", arch: str = "qwen3_5"):
-    res = cli(
-        "resolve", "--engine", "mlx", "--version", version, "--arch", arch,
-        "--num-layers", "32", *args, "--json",
-    )  # fmt: skip
-    assert "Traceback" not in res.stderr, res.stderr
-    return res, json.loads(res.stdout)
-
-
-def _layers(*indices: int) -> list[str]:
-    return [f"residual:{i}" if i else "embed" for i in indices]
+    head = ("--engine", "mlx", "--version", version, "--arch", arch, "--num-layers", 32)
+    return resolve_json(cli, *head, *args)
 
 
 def test_id_k_is_residual_k_in_layer_order(cli):
     res, out = _resolve(cli, "--ids", "16", "2", "29")
-    assert res.returncode == 0 and out["layers"] == _layers(2, 16, 29)
+    assert res.returncode == 0 and out["layers"] == layer_inputs(2, 16, 29)
     assert [p["capture"] for p in out["positions"]] == [1, 15, 28]
     assert any("not ascending" in n for n in out["notes"])
 
 
 def test_id_0_silently_feeds_residual_1(cli):
     res, out = _resolve(cli, "--ids", "0", "16", "29")
-    assert res.returncode == 1 and out["layers"] == _layers(1, 16, 29)
+    assert res.returncode == 1 and out["layers"] == layer_inputs(1, 16, 29)
     assert [p["code"] for p in out["problems"]] == ["EC516"]
     # ids 0 and 1 both become capture index 0: two states, the fc takes three
     res, out = _resolve(cli, "--ids", "0", "1", "29")
@@ -70,7 +63,7 @@ def test_what_the_drafter_reads_from_the_draft_config(cli, tmp_path, config, lay
     if layers is None:  # the default [2, 0, 0] (or [2, 1, 0]): fewer than 3 states
         assert res.returncode == 2 and "the draft fc" in out["refused"], out
         return
-    assert out["layers"] == _layers(*layers), out
+    assert out["layers"] == layer_inputs(*layers), out
     assert [p["code"] for p in out["problems"]] == codes
 
 

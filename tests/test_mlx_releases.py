@@ -7,19 +7,9 @@ loops) and fails on any difference. Needs the wheels: set EAGLE_CONTRACT_MLX_WHE
 
 from __future__ import annotations
 
-import os
-import sys
-from pathlib import Path
+from release_helpers import wheel_folder
 
-import pytest
-
-WHEELS = os.environ.get("EAGLE_CONTRACT_MLX_WHEELS")
-if not WHEELS:
-    pytest.skip(
-        "set EAGLE_CONTRACT_MLX_WHEELS to a folder of mlx-vlm wheels (tox -e mlx-releases)",
-        allow_module_level=True,
-    )
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+WHEELS = wheel_folder("EAGLE_CONTRACT_MLX_WHEELS", "mlx-vlm", "mlx-releases")
 
 import gen_mlx_rules as gen  # noqa: E402
 

@@ -7,19 +7,9 @@ any difference. Needs the wheels: set EAGLE_CONTRACT_TPU_WHEELS=DIR
 
 from __future__ import annotations
 
-import os
-import sys
-from pathlib import Path
+from release_helpers import wheel_folder
 
-import pytest
-
-WHEELS = os.environ.get("EAGLE_CONTRACT_TPU_WHEELS")
-if not WHEELS:
-    pytest.skip(
-        "set EAGLE_CONTRACT_TPU_WHEELS to a folder of tpu-inference wheels (tox -e tpu-releases)",
-        allow_module_level=True,
-    )
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+WHEELS = wheel_folder("EAGLE_CONTRACT_TPU_WHEELS", "tpu-inference", "tpu-releases")
 
 import gen_tpu_rules as gen  # noqa: E402
 

@@ -15,6 +15,7 @@ import pytest
 import shardgen
 import torch
 import yaml
+from serving_cases import tiny_contract
 
 from pytest_eagle_contract.engines import trtllm
 from pytest_eagle_contract.engines.draft_config import DraftConfig
@@ -118,21 +119,6 @@ def test_draft_config_ids_are_never_read():
     assert ids_for(ENGINES["trtllm"], [Layer(3), Layer(17)], 32, None, "1.2.1") == (2, 16)
 
 
-CONTRACT = """\
-contract: tiny-trtllm
-version: 1
-target: {{arch: LlamaForCausalLM, num_hidden_layers: 8, hidden_size: 64, vocab_size: 512}}
-training:
-  format: specforge
-  shards: shards
-  slots:
-{slots}
-serving:
-  engine: trtllm
-  version: "{version}"
-"""
-
-
 @pytest.mark.parametrize(
     ("slots", "code"),
     [
@@ -141,9 +127,7 @@ serving:
     ],
 )
 def test_contract_serving_trtllm_layout(tmp_path, cli, slots, code):
-    text = CONTRACT.format(
-        slots="".join(f"    - {{layer: {s}}}\n" for s in [*slots, "final_norm"]), version=">=1.1"
-    )
+    text = tiny_contract("tiny-trtllm", [*slots, "final_norm"], "trtllm", ">=1.1")
     path = tmp_path / "c.yaml"
     path.write_text(text)
     res = cli("check", path, "--checks", "layout", "--no-sharpness")
@@ -161,10 +145,8 @@ def test_a_draft_config_with_ids_is_not_what_trtllm_reads(tmp_path, cli):
         '{"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": 64,'
         ' "eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 4, 5]}}'
     )
-    slots = "".join(
-        f"    - {{layer: {s}}}\n" for s in ["residual:3", "residual:5", "residual:6", "final_norm"]
-    )
-    text = CONTRACT.format(slots=slots, version="1.2.1")
+    slots = ["residual:3", "residual:5", "residual:6", "final_norm"]
+    text = tiny_contract("tiny-trtllm", slots, "trtllm", "1.2.1")
     path = tmp_path / "c.yaml"
     path.write_text(text + "  draft_config: draft\n  aux_layer_ids: [2, 4, 5]\n")
     res = cli("check", path, "--checks", "layout", "--no-sharpness")

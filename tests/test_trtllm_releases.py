@@ -7,23 +7,16 @@ EAGLE_CONTRACT_TRTLLM_WHEELS=DIR. Never part of the default test run.
 from __future__ import annotations
 
 import ast
-import os
 import zipfile
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from release_helpers import one_wheel, wheel_folder
 
 from pytest_eagle_contract.engines import trtllm
 from pytest_eagle_contract.shards.formats import FORMATS
 
-WHEELS = os.environ.get("EAGLE_CONTRACT_TRTLLM_WHEELS")
-if not WHEELS:
-    pytest.skip(
-        "set EAGLE_CONTRACT_TRTLLM_WHEELS to a folder of tensorrt-llm wheels "
-        "(tox -e trtllm-releases)",
-        allow_module_level=True,
-    )
+DIR = wheel_folder("EAGLE_CONTRACT_TRTLLM_WHEELS", "tensorrt-llm", "trtllm-releases")
 PKG = "tensorrt_llm/"
 EAGLE3 = PKG + "_torch/speculative/eagle3.py"
 LLAMA = PKG + "_torch/models/modeling_llama.py"
@@ -32,8 +25,7 @@ RELEASES = list(trtllm.RELEASES)
 
 
 def _sources(release: str) -> dict[str, str]:
-    (wheel,) = Path(WHEELS or ".").glob(f"tensorrt_llm-{release}-*.whl")
-    with zipfile.ZipFile(wheel) as z:
+    with zipfile.ZipFile(one_wheel(DIR, "tensorrt_llm", release)) as z:
         return {
             name: z.read(name).decode(errors="replace")
             for name in z.namelist()

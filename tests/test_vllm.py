@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
+from serving_cases import tiny_contract
 
 from pytest_eagle_contract.checks.layout import check_layout
 from pytest_eagle_contract.contract.model import load_contract
@@ -176,23 +177,12 @@ def test_bad_runner_version_and_arch_are_usage_errors_or_refusals(cli, tmp_path,
     assert res.returncode == 2 and "larger than 4096 bytes" in res.stderr
 
 
-CONTRACT = """\
-contract: tiny-vllm
-version: 1
-target: {arch: LlamaForCausalLM, num_hidden_layers: 8, hidden_size: 64, vocab_size: 512}
-training:
-  format: specforge
-  shards: shards
-  slots:
-    - {layer: residual:1}
-    - {layer: residual:4}
-    - {layer: residual:6}
-    - {layer: final_norm}
-serving:
-  engine: vllm
-  version: "VERSION"
-  draft_config: config.json
-"""
+CONTRACT = (
+    tiny_contract(
+        "tiny-vllm", ["residual:1", "residual:4", "residual:6", "final_norm"], "vllm", "VERSION"
+    )
+    + "  draft_config: config.json\n"
+)
 
 
 @pytest.mark.parametrize(

@@ -6,13 +6,14 @@ import json
 import re
 
 import pytest
+from serving_cases import DROPPED_LAST, resolve_json, served_triples
 
 from pytest_eagle_contract.engines.fixes import ids_for, reachable
 
 
-def resolve_json(cli, *args):
-    res = cli("resolve", *map(str, args), "--json", "--source", "table")
-    return res.returncode, json.loads(res.stdout) if res.stdout.strip() else None
+def resolve_table(cli, *args):
+    res, out = resolve_json(cli, *args, "--source", "table")
+    return res.returncode, out
 
 
 @pytest.mark.parametrize(
@@ -41,14 +42,14 @@ def test_resolve_layers(cli, engine, arch, version, ids, layers):
     args += ["--arch", arch] if arch else []
     args += ["--version", version] if version else []
     args += ["--ids", *ids] if ids else []
-    code, out = resolve_json(cli, *args)
+    code, out = resolve_table(cli, *args)
     assert code == (1 if out["problems"] else 0)  # a coded problem (e.g. EC514) is a finding
     assert out["layers"] == [f"residual:{k}" for k in layers]
     assert out["source"].startswith(("built-in", "SpecForge", "speculators", "SafeAILab"))
 
 
 def test_hf_indices(cli):
-    code, out = resolve_json(cli, "--engine", "hf", "--num-layers", 8, "--ids", 0, 3, 8)
+    code, out = resolve_table(cli, "--engine", "hf", "--num-layers", 8, "--ids", 0, 3, 8)
     assert code == 0 and out["layers"] == ["embed", "residual:3", "final_norm"]
 
 
@@ -77,43 +78,14 @@ def test_unservable_cases_exit_2(cli, args, words):
 
 
 def test_silently_dropped_layer_is_said(cli):
-    code, out = resolve_json(
-        cli,
-        "--engine",
-        "sglang",
-        "--arch",
-        "llama",
-        "--version",
-        "0.5.23",
-        "--num-layers",
-        61,
-        "--ids",
-        2,
-        30,
-        60,
-    )
+    code, out = resolve_table(cli, *DROPPED_LAST)
     assert code == 1 and out["layers"] == ["residual:3", "residual:31"]  # a finding: exit 1
     assert out["problems"][0]["code"] == "EC511"
 
 
 def test_text_output(cli):
-    res = cli(
-        "resolve",
-        "--engine",
-        "sglang",
-        "--version",
-        "0.5.14",
-        "--arch",
-        "deepseek_v3",
-        "--num-layers",
-        "61",
-        "--ids",
-        "2",
-        "30",
-        "58",
-        "--source",
-        "table",
-    )
+    args = "--engine sglang --version 0.5.14 --arch deepseek_v3 --num-layers 61 --ids 2 30 58"
+    res = cli("resolve", *args.split(), "--source", "table")
     assert res.returncode == 0
     assert re.search(r"^\s+0\s+2\s+2\s+residual:2$", res.stdout, re.M)
     assert "rule deepseek" in res.stdout
@@ -171,57 +143,31 @@ def _layers(*names):
     return [Layer.parse(n) for n in names]
 
 
+def _residual(*indices):
+    return [f"residual:{k}" for k in indices]
+
+
 @pytest.mark.parametrize(
     ("engine", "arch", "version", "layers", "ids"),
     [
         # the Kimi/DeepSeek case: SGLang 0.5.13+ feeds residual:2, 30, 58 for ids [2, 30, 58]
-        (
-            "sglang",
-            "DeepseekV3ForCausalLM",
-            "0.5.14",
-            ["residual:2", "residual:30", "residual:58"],
-            (2, 30, 58),
-        ),
+        ("sglang", "DeepseekV3ForCausalLM", "0.5.14", _residual(2, 30, 58), (2, 30, 58)),
         # before PR #25454 every id gets +1
-        (
-            "sglang",
-            "DeepseekV3ForCausalLM",
-            "0.5.9",
-            ["residual:2", "residual:30", "residual:58"],
-            (1, 29, 57),
-        ),
-        (
-            "sglang",
-            "KimiK25ForConditionalGeneration",
-            "0.5.23",
-            ["residual:3", "residual:31", "residual:59"],
-            (3, 31, 59),
-        ),
-        (
-            "sglang",
-            "LlamaForCausalLM",
-            "0.5.23",
-            ["residual:3", "residual:31", "residual:59"],
-            (2, 30, 58),
-        ),
-        (
-            "sglang",
-            "GptOssForCausalLM",
-            "0.5.23",
-            ["residual:1", "residual:30", "residual:61"],
-            (1, 30, 61),
-        ),
+        ("sglang", "DeepseekV3ForCausalLM", "0.5.9", _residual(2, 30, 58), (1, 29, 57)),
+        ("sglang", "KimiK25ForConditionalGeneration", "0.5.23", _residual(3, 31, 59), (3, 31, 59)),
+        ("sglang", "LlamaForCausalLM", "0.5.23", _residual(3, 31, 59), (2, 30, 58)),
+        ("sglang", "GptOssForCausalLM", "0.5.23", _residual(1, 30, 61), (1, 30, 61)),
         # the Kimi fix on the serving side: from 0.5.14 the capture happens after prepare_attn,
         # where index 0 is the embedding output
         (
             "sglang",
             "KimiK25ForConditionalGeneration",
             "0.5.14",
-            ["embed", "residual:3", "residual:31"],
+            ["embed", *_residual(3, 31)],
             (0, 3, 31),
         ),
-        ("vllm", None, None, ["embed", "residual:3", "residual:31"], (0, 3, 31)),
-        ("vllm", None, None, ["residual:2", "residual:30", "residual:61"], (2, 30, 61)),
+        ("vllm", None, None, ["embed", *_residual(3, 31)], (0, 3, 31)),
+        ("vllm", None, None, _residual(2, 30, 61), (2, 30, 61)),
     ],
 )
 def test_ids_for_finds_the_ids_that_resolve_to_the_layers(engine, arch, version, layers, ids):
@@ -238,19 +184,9 @@ def test_ids_for_finds_the_ids_that_resolve_to_the_layers(engine, arch, version,
         # no SGLang id captures index 0 where the loop adds a None residual before layer 0
         # (DeepSeek 0.5.13, the last with that loop); DeepSeek 0.5.13+ uses ascending ids as
         # given unless the first is 1 (then +1): residual:1 is out too
-        (
-            "DeepseekV3ForCausalLM",
-            "0.5.13",
-            ["residual:2", "residual:3", "residual:31"],
-            (2, 3, 31),
-        ),
-        (
-            "KimiK25ForConditionalGeneration",
-            "0.5.12",
-            ["residual:1", "residual:3", "residual:31"],
-            (0, 2, 30),
-        ),
-        ("LlamaForCausalLM", "0.5.23", ["residual:1", "residual:3", "residual:31"], (0, 2, 30)),
+        ("DeepseekV3ForCausalLM", "0.5.13", _residual(2, 3, 31), (2, 3, 31)),
+        ("KimiK25ForConditionalGeneration", "0.5.12", _residual(1, 3, 31), (0, 2, 30)),
+        ("LlamaForCausalLM", "0.5.23", _residual(1, 3, 31), (0, 2, 30)),
     ],
 )
 def test_no_sglang_ids_feed_the_embedding_and_the_nearest_is_named(arch, version, nearest, ids):
@@ -295,14 +231,10 @@ def test_ids_for_inverts_resolve(engine, arch, version):
     from pytest_eagle_contract.errors import Unservable
 
     side: Engine = get_engine(engine)
-    for ids in [(1, 2, 3), (1, 10, 20), (2, 16, 29), (5, 6, 30), (0, 15, 31), (3, 17, 32)]:
-        try:
-            served = side.resolve(32, ids, arch, version).layers
-        except Unservable:
-            continue
-        if len(served) == 3:
-            found = ids_for(side, served, 32, arch, version)
-            assert found is not None and side.resolve(32, found, arch, version).layers == served
+    id_lists = [(1, 2, 3), (1, 10, 20), (2, 16, 29), (5, 6, 30), (0, 15, 31), (3, 17, 32)]
+    for _, served in served_triples(side, 32, arch, version, id_lists, Unservable):
+        found = ids_for(side, served, 32, arch, version)
+        assert found is not None and side.resolve(32, found, arch, version).layers == served
 
 
 def test_config_line_is_the_key_each_engine_reads():

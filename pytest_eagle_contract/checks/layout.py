@@ -67,11 +67,15 @@ def check_layout(
     serving_args: str | None = None,
     stats_of: Callable[[int], object] | None = None,
     identified: dict[int, Any] | None = None,
+    *,
+    explain: bool = True,
 ) -> list[Finding]:
     """Findings of the training-vs-serving layout check (contract level).
 
     ``identified`` (slot -> evidence.Identification from a reference capture) replaces the
     declared layers on the training side; the report says which evidence it relied on.
+    ``explain=False`` leaves out EC501's fix search and every-engine table (the self-test
+    asks only which codes a mutation raises; the search tries thousands of id lists).
     """
     from ..engines.draft_config import read_draft_config
     from ..engines.fixes import Fixes
@@ -160,7 +164,7 @@ def check_layout(
         lambda e: engine_aux_ids(serving, draft, e.name),
         (serving.engine, [v for span in spans for v in span.versions]),
     )
-    matrix = functools.cache(lambda: summary(rows()))
+    matrix = functools.cache(lambda: summary(rows()) if explain else "")
     for span in spans:
         versioned = serving.engine == "sglang" or serving.version
         engine = f"{serving.engine} {span.label}" if versioned else serving.engine
@@ -175,7 +179,7 @@ def check_layout(
         res = span.resolution
         for p in res.problems:
             report.add(p.code, f"{engine}: {p.message}", "serving")
-        fix = functools.partial(fixes.hint, span.versions)
+        fix = functools.partial(fixes.hint, span.versions) if explain else str
         compare(report, training, res, fc_layers, engine, fmt, H, stats_of, evidence, fix, matrix)
         fc_width(report, contract, draft, weights, res, engine, span)
     served_dtype_check(report, contract, serving, serving_args)

@@ -160,7 +160,7 @@ def _run(
     if mutation.level == "contract":
         from ..checks.layout import check_layout
 
-        found = check_layout(mutation.apply_contract(contract))
+        found = check_layout(mutation.apply_contract(contract), explain=False)
         codes = tuple(
             c
             for c in _errors([f for f in found if f.code not in contract.waivers])
@@ -301,7 +301,7 @@ def sharpness(contract: Contract) -> SharpnessReport:
         from ..checks.layout import check_layout
 
         layout_codes = _errors(
-            [f for f in check_layout(contract) if f.code not in contract.waivers]
+            [f for f in check_layout(contract, explain=False) if f.code not in contract.waivers]
         )
     results = [
         r

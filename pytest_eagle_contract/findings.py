@@ -21,6 +21,7 @@ RuleCode = Literal[
     "EC204",
     "EC205",
     "EC206",
+    "EC207",
     "EC301",
     "EC302",
     "EC303",
@@ -55,6 +56,7 @@ RuleCode = Literal[
     "EC621",
     "EC622",
     "EC623",
+    "EC624",
     "EC701",
     "EC702",
     "EC703",
@@ -99,6 +101,7 @@ _RULES: tuple[Rule, ...] = (
     Rule("EC204", "slot-count", "the shard holds another number of slots than the contract"),
     Rule("EC205", "sequence-length", "the sequence is shorter or longer than the contract allows"),
     Rule("EC206", "dataset-row", "a shard's token ids differ from its dataset row's input_ids"),
+    Rule("EC207", "hc-width", "a state is hc_mult * hidden_size wide: hyper-connection streams"),
     Rule("EC301", "token-out-of-vocab", "an input id lies outside [0, vocab_size)"),
     Rule("EC302", "loss-mask-values", "loss_mask holds values other than 0 and 1"),
     Rule("EC303", "loss-mask-empty", "loss_mask is all zero: the sample trains nothing"),
@@ -148,6 +151,7 @@ _RULES: tuple[Rule, ...] = (
     Rule("EC621", "serving-target-shape", "the serving target has another shape"),
     Rule("EC622", "serving-target-drift", "the serving target's states drift (quantized twin)"),
     Rule("EC623", "serving-target-basis", "the serving target's states are in another basis"),
+    Rule("EC624", "scaled-embedding", "an embed slot lacks the normalizer (Gemma: sqrt(H))"),
     # -- EC7xx: serving capture (live SGLang, capture files) --
     Rule(
         "EC701",

@@ -93,6 +93,8 @@ KINDS: dict[str, tuple[str, ...]] = {
     "engines": (
         "test_ascend",
         "test_ascend_releases",
+        "test_atom",
+        "test_atom_source",
         "test_autodeploy",
         "test_fixes",
         "test_layout",

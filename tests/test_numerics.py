@@ -236,3 +236,106 @@ def test_infer_then_check_on_fp8_shards_end_to_end(tmp_path, write_fp8, cli):
     assert "float8" not in out.read_text() and "bfloat16" in out.read_text()
     res = cli("check", out, "--no-sharpness")
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+# -- widths: DeepSeek-V4's hyper-connection streams ---------------------------------------
+
+
+def test_states_hc_mult_times_hidden_wide_are_named_as_streams(tmp_path):
+    """DeepSeek-V4 keeps hc_mult (4) residual streams, [T, hc_mult, H] between layers
+    (config.json ``hc_mult``; vLLM's model builds ``hc_dim = hc_mult * hidden_size``): a
+    capture that flattens them writes states 4 * H wide, which is not the draft's input."""
+    from pytest_eagle_contract.shards.writing import save
+
+    g = torch.Generator().manual_seed(0)
+    streams = bf16_states(g).repeat(1, 1, 4)  # [T, 4 slots, 4 * H]
+    save(
+        tmp_path / "data" / "hidden_states" / "hs_0.safetensors",
+        {"hidden_states": streams, "token_ids": torch.randint(0, 100, (T,), generator=g)},
+    )
+    write_speculators_dataset(
+        tmp_path / "data", [(torch.zeros(T, dtype=torch.long), torch.ones(T, dtype=torch.long))]
+    )
+    (tmp_path / "c.yaml").write_text(speculators_contract(H, SLOTS))
+    found = findings(tmp_path / "c.yaml", ("structure",))
+    assert {code for _, code, _ in found} == {"EC207", "EC206"}  # ids differ from the row
+    outcome = run_units(
+        plan(load_contract(tmp_path / "c.yaml"), sample=None, checks=("structure",))
+    )
+    f = next(f for f in outcome.findings if f.code == "EC207")
+    assert "4 x hidden_size 32" in f.message and f.found == "[T, 4 * 32]"
+
+
+# -- scaled embeddings: Gemma multiplies the embedding rows by sqrt(H) ---------------------
+
+GEMMA_LAYERS = 4
+GEMMA_H = 64
+
+
+@pytest.fixture(scope="module")
+def gemma(tmp_path_factory):
+    """A tiny random Gemma (transformers' GemmaForCausalLM: embed = rows * sqrt(H)) saved
+    as an HF folder, its canonical states on 24 tokens, and its unscaled embedding rows."""
+    from transformers import GemmaConfig, GemmaForCausalLM
+
+    from pytest_eagle_contract.models.reference import capture_canonical
+
+    config = GemmaConfig(
+        vocab_size=256,
+        hidden_size=GEMMA_H,
+        intermediate_size=128,
+        num_hidden_layers=GEMMA_LAYERS,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=512,
+    )
+    torch.manual_seed(0)
+    model = GemmaForCausalLM(config).eval()
+    model.config.architectures = ["GemmaForCausalLM"]
+    path = tmp_path_factory.mktemp("gemma") / "model"
+    model.save_pretrained(path)
+    ids = torch.randint(0, 256, (24,), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        rows = model.model.embed_tokens.weight[ids].clone()
+        return path, ids, capture_canonical(model, ids), rows
+
+
+def _gemma_findings(tmp_path, gemma, embed: torch.Tensor) -> set[str]:
+    from pytest_eagle_contract.layers import Layer
+    from pytest_eagle_contract.shards.writing import write_shard
+
+    path, ids, states, _ = gemma
+    slots = [embed, states[Layer(2)], states[Layer(3)], states[Layer(-1)]]
+    write_shard(
+        tmp_path / "shards",
+        "specforge",
+        0,
+        ids,
+        torch.ones(len(ids), dtype=torch.long),
+        [s.to(torch.bfloat16) for s in slots],
+    )
+    (tmp_path / "c.yaml").write_text(
+        "contract: gemma\nversion: 1\n"
+        f"target: {{num_hidden_layers: {GEMMA_LAYERS}, hidden_size: {GEMMA_H}, "
+        f"vocab_size: 256, model: {path}}}\n"
+        "training:\n  format: specforge\n  shards: shards\n  slots:\n"
+        "    - {layer: embed}\n    - {layer: residual:2}\n    - {layer: residual:3}\n"
+        "    - {layer: final_norm}\n"
+    )
+    contract = load_contract(tmp_path / "c.yaml")
+    outcome = run_units(plan(contract, sample=None, checks=("evidence",)))
+    return {f.code for f in outcome.findings}
+
+
+def test_a_gemma_embed_slot_is_the_scaled_rows(tmp_path, gemma):
+    from pytest_eagle_contract.layers import Layer
+
+    _, _, states, rows = gemma
+    assert torch.allclose(states[Layer(0)], rows * GEMMA_H**0.5)  # transformers' own scale
+    assert _gemma_findings(tmp_path, gemma, states[Layer(0)]) == set()
+
+
+def test_a_gemma_embed_slot_without_the_normalizer_is_ec624(tmp_path, gemma):
+    _, _, _, rows = gemma  # cosine 1.0 with the embed state, 8 times too small
+    assert _gemma_findings(tmp_path, gemma, rows) == {"EC624"}

@@ -105,9 +105,9 @@ CASES: dict[str, Callable[[Path], None]] = {
 
 def test_every_shard_rule_has_a_failing_case():
     # EC206 needs the current speculators layout: tests/test_arrow_rows.py; EC009 (a check
-    # that did not run) tests/test_model_inputs.py and tests/test_no_silent_skips.py; EC31x
-    # (FP8 states) tests/test_numerics.py
-    fp8 = {"EC310", "EC311", "EC312", "EC313"}
+    # that did not run) tests/test_model_inputs.py and tests/test_no_silent_skips.py; EC207
+    # (hc_mult widths) and EC31x (FP8 states) tests/test_numerics.py
+    fp8 = {"EC207", "EC310", "EC311", "EC312", "EC313"}
     assert set(CASES) | {"EC206", "EC009"} | fp8 == {code for code in RULES if code < "EC500"}
 
 

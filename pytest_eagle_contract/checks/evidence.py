@@ -265,8 +265,24 @@ def _slot_evidence(
     """EC601 / EC602 of one slot: its declared layer against the embedding rows of its ids
     and the final norm's signature."""
     out: list[_SlotProblem] = []
-    err = embedding_error(tensor, rows)
-    if declared.is_embed and err > EMBED_RTOL:
+    scale = target.embedding_normalizer  # sqrt(H) for Gemma: the embed state is scaled rows
+    err = embedding_error(tensor, rows * scale) if scale != 1.0 else embedding_error(tensor, rows)
+    raw = embedding_error(tensor, rows) if scale != 1.0 else err
+    if declared.is_embed and err > EMBED_RTOL and raw <= EMBED_RTOL:
+        out.append(
+            (
+                "EC624",
+                f"but holds embed_tokens.weight[input_ids] without the architecture's "
+                f"normalizer sqrt(hidden_size) = {scale:.4g}: {scale:.3g} times too small "
+                "(cosine 1.0 all the same)",
+                f"embed_tokens.weight[input_ids] * {scale:.4g}",
+                "the unscaled rows (relative error "
+                f"{raw:.2g} to them, {err:.3g} to the scaled state)",
+                "capture the input of layer 0 (the engine feeds the draft the scaled "
+                "state), or multiply the slot by sqrt(hidden_size)",
+            )
+        )
+    elif declared.is_embed and err > EMBED_RTOL:
         out.append(
             (
                 "EC601",
@@ -276,7 +292,7 @@ def _slot_evidence(
                 "the slot holds a deeper layer",
             )
         )
-    elif not declared.is_embed and err <= EMBED_RTOL:
+    elif not declared.is_embed and min(err, raw) <= EMBED_RTOL:
         out.append(
             (
                 "EC601",
@@ -364,7 +380,7 @@ FAMILY = CheckFamily(
     "evidence",
     "shard",
     "what each slot is, proven with the target's weights",
-    codes=codes("EC60"),
+    codes=(*codes("EC60"), "EC624"),
     keys=("training.slots", "target", "target.model", "target.reference_capture"),
     run=_run,
     measure=measured_curve,

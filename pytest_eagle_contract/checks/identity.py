@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..findings import Finding, codes, finding
+from ..findings import Finding, finding
 from .family import CheckFamily, needed_target
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ FAMILY = CheckFamily(
     "target-identity",
     "contract",
     "the serving checkpoint's aux layers against the training target's (cosine, error)",
-    codes=codes("EC62"),
+    codes=("EC620", "EC621", "EC622", "EC623"),
     keys=("serving",),
     run=check_identity,
     needs=frozenset({"target", "serving-target"}),

@@ -75,7 +75,25 @@ def check_structure(contract: Contract, shard: Shard) -> list[Finding]:
     slots = shard.slots
     hidden = contract.target.hidden_size
     for slot in slots:
-        if slot.array.dim() != 2 or slot.array.shape[-1] != hidden:
+        streams = _hc_streams(slot.array.shape, hidden)
+        if streams:
+            add(
+                at(
+                    "EC207",
+                    f"slot {slot.index} ({slot.source}) is {slot.array.shape[-1]} wide: "
+                    f"{streams} x hidden_size {hidden}, the {streams} hyper-connection "
+                    "streams of a DeepSeek-V4-style target (hc_mult) before they are "
+                    "collapsed into one state",
+                    key="target.hidden_size",
+                    slot=slot.index,
+                    expected=f"[T, {hidden}]",
+                    found=f"[T, {streams} * {hidden}]",
+                    hint="capture the state the engine feeds the draft (hidden_size wide), "
+                    "or, if the engine feeds the streams, set target.hidden_size to "
+                    "hc_mult * hidden_size in the contract and the draft's target_hidden_size",
+                )
+            )
+        elif slot.array.dim() != 2 or slot.array.shape[-1] != hidden:
             add(
                 at(
                     "EC203",
@@ -197,11 +215,27 @@ def _length_outliers(
     return [(k, n, majority, agree) for k, n in lengths.items() if n != majority]
 
 
+HC_MULT_RANGE = range(2, 17)  # DeepSeek-V4 ships hc_mult 4
+
+
+def _hc_streams(shape: tuple[int, ...], hidden: int) -> int | None:
+    """``m`` when a [T, W] slot is ``m * hidden`` wide for a plausible ``hc_mult`` m."""
+    if len(shape) != 2 or hidden <= 0 or shape[-1] % hidden:
+        return None
+    m = shape[-1] // hidden
+    return m if m in HC_MULT_RANGE else None
+
+
 def _count_hint(found: int, expected: int) -> str:
     if found == expected + 1:
         return "one slot too many: an embedding or duplicated layer in front?"
     if found + 1 == expected:
         return "one slot missing: did the capture drop a layer, or the target state?"
+    if expected and found % expected == 0 and found // expected in HC_MULT_RANGE:
+        return (
+            f"{found // expected} times the contract's: states {found // expected} x "
+            "hidden_size wide (hyper-connection streams, hc_mult) split as slots?"
+        )
     return "the capture wrote another set of layers than the contract describes"
 
 
@@ -209,7 +243,7 @@ FAMILY = CheckFamily(
     "structure",
     "shard",
     "keys, dtypes, widths, slot count, lengths and dataset rows",
-    codes=("EC101", "EC102", "EC201", "EC202", "EC203", "EC204", "EC205", "EC206"),
+    codes=("EC101", "EC102", "EC201", "EC202", "EC203", "EC204", "EC205", "EC206", "EC207"),
     keys=(
         "training.slots",
         "training.format",

@@ -15,6 +15,7 @@ ENGINE_NAMES: tuple[str, ...] = (
     "vllm-ascend",
     "trtllm-autodeploy",
     "sglang-jax",
+    "atom",
     "specforge",
     "speculators-v1",
     "speculators",

@@ -2,7 +2,7 @@
 
 Engines: ``sglang`` (built-in table in ``sglang_table``, or the installed sglang's own
 methods), ``vllm``, ``trtllm`` (TensorRT-LLM), ``llama.cpp``, ``mlx``,
-``tpu-inference``, ``vllm-ascend``, ``trtllm-autodeploy``, ``sglang-jax``; trainers' captures:
+``tpu-inference``, ``vllm-ascend``, ``trtllm-autodeploy``, ``sglang-jax``, ``atom``; trainers' captures:
 ``specforge`` (SGLang at the version SpecForge pinned), ``speculators-v1``, ``speculators``,
 ``eagle`` (SafeAILab EAGLE-3) and ``hf`` (``output_hidden_states`` indices). See
 docs/layers.md for every rule and its source.
@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Protocol
 from ..errors import EagleContractError, Unservable
 from ..named import by_name, lookup
 from .ascend import VLLMAscend
+from .atom import ATOM
 from .autodeploy import AutoDeploy
 from .base import Engine, Position, Resolution
 from .draft_config import read_draft_config
@@ -55,6 +56,7 @@ ENGINES: dict[str, Engine] = by_name(
         VLLMAscend(),
         AutoDeploy(),
         SGLangJax(),
+        ATOM(),
         SpecForge(),
         SpeculatorsV1(),
         Speculators(),

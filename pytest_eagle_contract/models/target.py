@@ -38,6 +38,10 @@ NORM_NAMES = (
     "transformer.ln_f.weight",
 )
 HEAD_NAMES = ("lm_head.weight", "language_model.lm_head.weight")
+# model types whose embedding is scaled by sqrt(hidden_size) (transformers' Gemma models:
+# ``hidden_states * normalizer`` before the first layer) and whose RMSNorm multiplies by
+# ``1 + weight``
+SCALED_EMBEDDING_TYPES = ("gemma", "recurrent_gemma", "paligemma", "t5gemma")
 INDEX = "model.safetensors.index.json"
 
 
@@ -88,6 +92,12 @@ class TargetModel:
         return float(self.text_config.get("rms_norm_eps", 1e-6))
 
     @property
+    def embedding_normalizer(self) -> float:
+        """What the architecture multiplies the embedding rows by before layer 0 (the
+        ``embed`` state): sqrt(hidden_size) for the Gemma family, else 1."""
+        return math.sqrt(self.hidden_size) if self._gemma_like else 1.0
+
+    @property
     def arch(self) -> str | None:
         archs = self.config.get("architectures") or []
         return str(archs[0]) if archs else None
@@ -118,13 +128,20 @@ class TargetModel:
 
     @cached_property
     def final_norm_weight(self) -> torch.Tensor:
+        """What the final RMSNorm multiplies each channel by: its stored weight, plus one
+        for the Gemma family (its RMSNorm computes ``x * (1 + weight)``)."""
         weight = self.tensor(NORM_NAMES)
         if tuple(weight.shape) != (self.hidden_size,):
             raise self._error(
                 f"the final norm weight is {tuple(weight.shape)}, config.json "
                 f"says hidden_size {self.hidden_size}"
             )
-        return weight
+        return weight.float() + 1.0 if self._gemma_like else weight
+
+    @property
+    def _gemma_like(self) -> bool:
+        kind = str(self.text_config.get("model_type") or self.config.get("model_type") or "")
+        return kind.startswith(SCALED_EMBEDDING_TYPES)
 
     @cached_property
     def lm_head(self) -> torch.Tensor:

@@ -9,17 +9,14 @@ from __future__ import annotations
 import json
 
 import pytest
+from serving_cases import resolve_json
 
 from pytest_eagle_contract.engines import tpu
 
 
 def _resolve(cli, *args: object, version: str = "0.32.0"):
-    res = cli(
-        "resolve", "--engine", "tpu-inference", "--version", version, "--num-layers", "32",
-        *args, "--json",
-    )  # fmt: skip
-    assert "Traceback" not in res.stderr, res.stderr
-    return res, json.loads(res.stdout)
+    head = ("--engine", "tpu-inference", "--version", version, "--num-layers", 32)
+    return resolve_json(cli, *head, *args)
 
 
 def test_the_jax_path_ignores_the_drafts_ids_and_feeds_its_default(cli, tmp_path):

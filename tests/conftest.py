@@ -103,6 +103,8 @@ KINDS: dict[str, tuple[str, ...]] = {
         "test_matrix",
         "test_mlx",
         "test_mlx_releases",
+        "test_openvino",
+        "test_openvino_source",
         "test_resolve",
         "test_rules",
         "test_sglang_hooks",

@@ -127,6 +127,7 @@ def test_each_engine_says_its_default_ids():
         "trtllm-autodeploy": [1, 29, 57],
         "sglang-jax": [2, 30, 58],
         "atom": [2, 30, 58],
+        "openvino": [2, 30, 58],
         "specforge": [1, 29, 57],
         "speculators-v1": [2, 30, 58, 60],
         "speculators": [2, 30, 58, 61],

@@ -16,6 +16,7 @@ ENGINE_NAMES: tuple[str, ...] = (
     "trtllm-autodeploy",
     "sglang-jax",
     "atom",
+    "openvino",
     "specforge",
     "speculators-v1",
     "speculators",

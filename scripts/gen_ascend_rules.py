@@ -27,7 +27,6 @@ committed file and exits 1 on any difference.
 
 from __future__ import annotations
 
-import argparse
 import ast
 import collections
 import json
@@ -39,19 +38,15 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import release_scan
+from release_scan import Scan, rows
+
 OUT = Path(__file__).resolve().parents[1] / "pytest_eagle_contract/engines/ascend_rules.json"
 RUNNER = "vllm_ascend/worker/model_runner_v1.py"
 WORKER = "vllm_ascend/worker/worker.py"
 MODELS = "vllm_ascend/models/__init__.py"
 INDEX = "https://pypi.org/pypi/vllm-ascend/json"
 MAX_MEMBER = 4 << 20  # bytes read of one source file
-
-
-def version_key(version: str) -> tuple[int, ...]:
-    from packaging.version import Version
-
-    v = Version(version)
-    return (*v.release, v.post or 0)
 
 
 class Sdist:
@@ -202,58 +197,29 @@ def download(folder: Path) -> None:
 
 
 def tables(releases: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    versions = list(releases)
-    rows: list[dict[str, Any]] = []
-    for v in versions:
-        facts = releases[v]
-        if rows and rows[-1]["facts"] == facts:
-            rows[-1]["until"] = None
-            continue
-        if rows:
-            rows[-1]["until"] = v
-        rows.append({"since": v, "until": None, "facts": facts})
     return {
         "source": "vllm-ascend sdists (vllm_ascend/worker/model_runner_v1.py "
         "NPUModelRunner.load_model, worker/worker.py, patch/, models/__init__.py)",
-        "releases": versions,
-        "rows": [{"since": r["since"], "until": r["until"], **r["facts"]} for r in rows],
+        "releases": list(releases),
+        "rows": rows(releases, set()),
     }
 
 
+SCAN = Scan(
+    project="vllm-ascend",
+    pattern="vllm_ascend-{version}.tar.gz",
+    out=OUT,
+    derive=derive,
+    tables=tables,
+)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("folder", type=Path, help="the vllm-ascend sdists")
-    parser.add_argument("--out", type=Path, default=OUT)
-    parser.add_argument("--check", action="store_true")
-    parser.add_argument("--download", action="store_true")
-    args = parser.parse_args(argv)
-    if args.download:
-        download(args.folder)
+    args = sys.argv[1:] if argv is None else argv
+    if "--download" in args:  # the sdists through the index's JSON API, not pip download
+        download(Path(next(a for a in args if not a.startswith("-"))))
         return 0
-    paths = sorted(
-        args.folder.glob("vllm_ascend-*.tar.gz"),
-        key=lambda p: version_key(p.name.removeprefix("vllm_ascend-").removesuffix(".tar.gz")),
-    )
-    releases: dict[str, dict[str, Any]] = {}
-    for path in paths:
-        version = path.name.removeprefix("vllm_ascend-").removesuffix(".tar.gz")
-        if re.fullmatch(r"\d+(\.\d+)*(\.post\d+)?", version) is None:
-            continue
-        facts = derive(path)
-        print(version, "no EAGLE-3" if facts is None else "ok", file=sys.stderr)
-        if facts is not None:
-            releases[version] = facts
-    if not releases:
-        raise SystemExit(f"no vllm-ascend release with EAGLE-3 in {args.folder}")
-    text = json.dumps(tables(releases), indent=1) + "\n"
-    if args.check:
-        if args.out.read_text("utf-8") != text:
-            print(f"{args.out} differs from the releases' code", file=sys.stderr)
-            return 1
-        print(f"{args.out} agrees with {len(releases)} releases", file=sys.stderr)
-        return 0
-    args.out.write_text(text, "utf-8")
-    return 0
+    return release_scan.main(SCAN, argv, __doc__)
 
 
 if __name__ == "__main__":

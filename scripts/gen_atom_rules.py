@@ -23,14 +23,14 @@ committed file and exits 1 on any difference.
 
 from __future__ import annotations
 
-import argparse
 import ast
-import json
 import re
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+import source_scan
+from source_scan import Source, git
 
 OUT = Path(__file__).resolve().parents[1] / "pytest_eagle_contract/engines/atom_rules.json"
 CONFIG = "atom/config.py"
@@ -42,13 +42,6 @@ CAPTURES = (
     re.compile(r"aux_hidden_state = residual\.clone\(\) if capture_aux else None"),
 )
 DEFAULT = re.compile(r"return \(2, num_layers // 2, num_layers - 3\)")
-
-
-def _git(repo: Path, *args: str) -> str:
-    out = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
-    if out.returncode:
-        raise SystemExit(f"git {' '.join(args)}: {out.stderr.strip()}")
-    return out.stdout
 
 
 def _arch_dict(text: str) -> dict[str, str]:
@@ -75,19 +68,19 @@ def _method(tree: ast.Module, cls: str, name: str) -> ast.FunctionDef | None:
 
 
 def derive(repo: Path, ref: str) -> dict[str, Any] | None:
-    config = _git(repo, "show", f"{ref}:{CONFIG}")
+    config = git(repo, "show", f"{ref}:{CONFIG}")
     if "eagle_config" not in config:
         return None
     if GATE not in config or IDS not in config:
         raise SystemExit(f"{ref}: {CONFIG} reads the draft's eagle_config in an unknown way")
     archs: dict[str, str] = {}
     files: dict[str, str] = {}
-    for arch, target in _arch_dict(_git(repo, "show", f"{ref}:{RUNNER}")).items():
+    for arch, target in _arch_dict(git(repo, "show", f"{ref}:{RUNNER}")).items():
         module, _, cls = target.rpartition(".")
         path = module.replace(".", "/") + ".py"
         text = files.get(path)
         if text is None:
-            text = files[path] = _git(repo, "show", f"{ref}:{path}")
+            text = files[path] = git(repo, "show", f"{ref}:{path}")
         tree = ast.parse(text)
         setter = _method(tree, cls, "set_aux_hidden_state_layers")
         if setter is None:
@@ -98,10 +91,10 @@ def derive(repo: Path, ref: str) -> dict[str, Any] | None:
         if not any(p.search(text) for p in CAPTURES) and not delegates:
             raise SystemExit(f"{ref}: {path} captures in an unknown way")
         archs[arch] = path + (" (its language model's)" if delegates else "")
-    found = _git(
+    found = git(
         repo, "grep", "-l", "combine_hidden_states(concat_aux)", ref, "--", "atom/spec_decode"
     )
-    proposer = _git(repo, "show", found.split()[0]) if found else ""
+    proposer = git(repo, "show", found.split()[0]) if found else ""
     if "torch.cat(aux_hidden_states, dim=-1)" not in proposer:
         raise SystemExit(f"{ref}: the drafter feeds the aux states in an unknown way")
     mismatch = "strict" if "zip(self._aux_buffers, aux_list, strict=True)" in proposer else "fc"
@@ -117,44 +110,11 @@ def derive(repo: Path, ref: str) -> dict[str, Any] | None:
     }
 
 
+SOURCE = Source(repo="ROCm/ATOM", out=OUT, derive=derive)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("repo", type=Path, help="a git clone of ROCm/ATOM")
-    parser.add_argument("--out", type=Path, default=OUT)
-    parser.add_argument("--check", action="store_true")
-    args = parser.parse_args(argv)
-    if args.check:
-        head = json.loads(args.out.read_text("utf-8"))["snapshot"]["commit"]
-    else:
-        head = _git(args.repo, "rev-parse", "HEAD").strip()
-    refs = [*_git(args.repo, "tag", "--sort=creatordate").split(), head]
-    rows: list[dict[str, Any]] = []
-    for ref in refs:
-        facts = derive(args.repo, ref)
-        print(ref, "no EAGLE-3" if facts is None else "ok", file=sys.stderr)
-        if facts is None:
-            continue
-        if rows and {k: v for k, v in rows[-1].items() if k != "refs"} == facts:
-            rows[-1]["refs"].append(ref)
-        else:
-            rows.append({"refs": [ref], **facts})
-    table = {
-        "snapshot": {
-            "repo": "ROCm/ATOM",
-            "commit": head,
-            "date": _git(args.repo, "log", "-1", "--format=%cs", head).strip(),
-        },
-        "rows": rows,
-    }
-    text = json.dumps(table, indent=1) + "\n"
-    if args.check:
-        if args.out.read_text("utf-8") != text:
-            print(f"{args.out} differs from the source", file=sys.stderr)
-            return 1
-        print(f"{args.out} agrees with {len(refs)} refs", file=sys.stderr)
-        return 0
-    args.out.write_text(text, "utf-8")
-    return 0
+    return source_scan.main(SOURCE, argv, __doc__)
 
 
 if __name__ == "__main__":

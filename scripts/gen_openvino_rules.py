@@ -21,13 +21,13 @@ committed file and exits 1 on any difference.
 
 from __future__ import annotations
 
-import argparse
-import json
 import re
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+import source_scan
+from source_scan import Source, git
 
 OUT = Path(__file__).resolve().parents[1] / "pytest_eagle_contract/engines/openvino_rules.json"
 FILE = "src/cpp/src/speculative_decoding/eagle3_model_transforms.cpp"
@@ -42,15 +42,8 @@ NEEDED = {
 }
 
 
-def _git(repo: Path, *args: str, check: bool = True) -> str:
-    out = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
-    if out.returncode and check:
-        raise SystemExit(f"git {' '.join(args)}: {out.stderr.strip()}")
-    return out.stdout if out.returncode == 0 else ""
-
-
 def derive(repo: Path, ref: str) -> dict[str, Any] | None:
-    text = _git(repo, "show", f"{ref}:{FILE}", check=False)
+    text = git(repo, "show", f"{ref}:{FILE}", check=False)
     if not text:
         return None
     flat = re.sub(r"\s+", "", text)
@@ -76,49 +69,17 @@ def derive(repo: Path, ref: str) -> dict[str, Any] | None:
     }
 
 
+SOURCE = Source(
+    repo="openvinotoolkit/openvino.genai",
+    out=OUT,
+    derive=derive,
+    tags=lambda tag: re.fullmatch(r"\d{4}\.\d+\.\d+\.\d+", tag) is not None,
+    extra={"file": FILE},
+)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("repo", type=Path, help="a git clone of openvinotoolkit/openvino.genai")
-    parser.add_argument("--out", type=Path, default=OUT)
-    parser.add_argument("--check", action="store_true")
-    args = parser.parse_args(argv)
-    if args.check:
-        head = json.loads(args.out.read_text("utf-8"))["snapshot"]["commit"]
-    else:
-        head = _git(args.repo, "rev-parse", "HEAD").strip()
-    tags = [
-        t
-        for t in _git(args.repo, "tag", "--sort=version:refname").split()
-        if re.fullmatch(r"\d{4}\.\d+\.\d+\.\d+", t)
-    ]
-    rows: list[dict[str, Any]] = []
-    for ref in [*tags, head]:
-        facts = derive(args.repo, ref)
-        if facts is None:
-            continue
-        print(ref, "ok", file=sys.stderr)
-        if rows and {k: v for k, v in rows[-1].items() if k != "refs"} == facts:
-            rows[-1]["refs"].append(ref)
-        else:
-            rows.append({"refs": [ref], **facts})
-    table = {
-        "snapshot": {
-            "repo": "openvinotoolkit/openvino.genai",
-            "commit": head,
-            "date": _git(args.repo, "log", "-1", "--format=%cs", head).strip(),
-        },
-        "file": FILE,
-        "rows": rows,
-    }
-    text = json.dumps(table, indent=1) + "\n"
-    if args.check:
-        if args.out.read_text("utf-8") != text:
-            print(f"{args.out} differs from the source", file=sys.stderr)
-            return 1
-        print(f"{args.out} agrees with the source", file=sys.stderr)
-        return 0
-    args.out.write_text(text, "utf-8")
-    return 0
+    return source_scan.main(SOURCE, argv, __doc__)
 
 
 if __name__ == "__main__":

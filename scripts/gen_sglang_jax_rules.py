@@ -21,26 +21,19 @@ committed file and exits 1 on any difference.
 
 from __future__ import annotations
 
-import argparse
 import ast
-import json
 import re
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+import source_scan
+from source_scan import Source, git
 
 OUT = Path(__file__).resolve().parents[1] / "pytest_eagle_contract/engines/sglang_jax_rules.json"
 PKG = "python/sgl_jax/srt/"
 RUNNER = PKG + "model_executor/model_runner.py"
 TARGET_READ = 'eagle_config = getattr(self.model_config.hf_config, "eagle_config", None)'
-
-
-def _git(repo: Path, *args: str) -> str:
-    out = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
-    if out.returncode:
-        raise SystemExit(f"git {' '.join(args)}: {out.stderr.strip()}")
-    return out.stdout
 
 
 def _entry_classes(tree: ast.Module) -> list[str]:
@@ -85,58 +78,28 @@ def _model_file(text: str, name: str) -> dict[str, Any]:
     }
 
 
-def derive(repo: Path, ref: str) -> dict[str, Any]:
-    runner = _git(repo, "show", f"{ref}:{RUNNER}")
+def derive(repo: Path, ref: str) -> dict[str, Any] | None:
+    runner = git(repo, "show", f"{ref}:{RUNNER}", check=False)
     if "set_eagle3_layers_to_capture" not in runner:
-        raise SystemExit(f"{ref}: the model runner sets no EAGLE-3 capture")
+        return None
     if TARGET_READ not in runner or "not self.is_draft_worker" not in runner:
         raise SystemExit(f"{ref}: the model runner reads the ids in an unknown way")
-    files = _git(repo, "grep", "-l", "def set_eagle3_layers_to_capture", ref, "--", PKG + "models")
+    files = git(repo, "grep", "-l", "def set_eagle3_layers_to_capture", ref, "--", PKG + "models")
     models = []
     for line in sorted(files.split()):
         name = line.partition(":")[2]
-        models.append(_model_file(_git(repo, "show", f"{ref}:{name}"), name))
+        models.append(_model_file(git(repo, "show", f"{ref}:{name}"), name))
     return {
         "reads": "target_config.eagle_config.eagle_aux_hidden_state_layer_ids",
         "models": models,
     }
 
 
+SOURCE = Source(repo="sgl-project/sglang-jax", out=OUT, derive=derive)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("repo", type=Path, help="a git clone of sgl-project/sglang-jax")
-    parser.add_argument("--out", type=Path, default=OUT)
-    parser.add_argument("--check", action="store_true")
-    args = parser.parse_args(argv)
-    tags = _git(args.repo, "tag", "--sort=creatordate").split()
-    if args.check:  # the snapshot the committed file was read from
-        head = json.loads(args.out.read_text("utf-8"))["snapshot"]["commit"]
-    else:
-        head = _git(args.repo, "rev-parse", "HEAD").strip()
-    refs = [*tags, head]
-    facts = {ref: derive(args.repo, ref) for ref in refs}
-    snapshot = {
-        "repo": "sgl-project/sglang-jax",
-        "commit": head,
-        "date": _git(args.repo, "log", "-1", "--format=%cs", head).strip(),
-    }
-    same = all(facts[r] == facts[head] for r in refs)
-    table = {
-        "snapshot": snapshot,
-        "refs": refs if same else {r: facts[r] for r in refs},
-        **facts[head],
-    }
-    if not same:
-        raise SystemExit("the tags and the snapshot differ: give each its own rows first")
-    text = json.dumps(table, indent=1) + "\n"
-    if args.check:
-        if args.out.read_text("utf-8") != text:
-            print(f"{args.out} differs from the source", file=sys.stderr)
-            return 1
-        print(f"{args.out} agrees with {len(refs)} refs", file=sys.stderr)
-        return 0
-    args.out.write_text(text, "utf-8")
-    return 0
+    return source_scan.main(SOURCE, argv, __doc__)
 
 
 if __name__ == "__main__":

@@ -48,8 +48,10 @@ def test_what_it_does_not_serve(cli, args, says):
 def test_pinned_snapshot_of_the_rules_from_the_source():
     data = sglang_jax._data()
     assert data["snapshot"]["commit"].startswith("cddbf6f1")
-    assert data["reads"] == "target_config.eagle_config.eagle_aux_hidden_state_layer_ids"
-    assert {m["file"]: (m["plus"], m["index0"]) for m in data["models"]} == {
+    (row,) = data["rows"]  # every tag and the snapshot read alike
+    assert row["refs"][0] == "v0.0.3rc0" and row["refs"][-1] == data["snapshot"]["commit"]
+    assert row["reads"] == "target_config.eagle_config.eagle_aux_hidden_state_layer_ids"
+    assert {m["file"]: (m["plus"], m["index0"]) for m in row["models"]} == {
         "sgl_jax/srt/models/llama.py": (1, "crash"),
         "sgl_jax/srt/models/qwen3.py": (1, "embed"),
     }

@@ -37,6 +37,18 @@ def _data() -> dict[str, Any]:
     return data
 
 
+def _row(version: str | None) -> dict[str, Any]:
+    """The rules of a ref (a tag, with or without its ``v``), else the snapshot's."""
+    rows: list[dict[str, Any]] = _data()["rows"]
+    tag = None if version is None else "v" + version.removeprefix("v")
+    return next((r for r in rows if tag in r["refs"]), rows[-1])
+
+
+def refs() -> list[str]:
+    """Every ref the rules were read at: the tags, then the snapshot commit."""
+    return [r.removeprefix("v") for row in _data()["rows"] for r in row["refs"]]
+
+
 def snapshot() -> str:
     """The snapshot's label: ``main@<commit>``."""
     return f"main@{_data()['snapshot']['commit'][:8]}"
@@ -53,8 +65,8 @@ class SGLangJax(Engine):
         return next((ids for ids in found if ids), None)
 
     def _resolve(self, q: Query) -> Resolution:
-        data = _data()
-        self._version(q, data)
+        self._version(q)
+        data = _row(q.version)
         arch = q.arch or "LlamaForCausalLM"
         if not q.arch:
             q.notes.append(f"no --arch: {arch}")
@@ -93,18 +105,18 @@ class SGLangJax(Engine):
             default,
         )
 
-    def _version(self, q: Query, data: dict[str, Any]) -> None:
-        refs = [r.removeprefix("v") for r in data["refs"]]
+    def _version(self, q: Query) -> None:
+        known = refs()
         if q.version is None:
             q.version = snapshot()
             q.notes.append(f"no version: the source snapshot {q.version}")
         elif q.version in NO_EAGLE3:
             raise Unservable(
                 f"sglang-jax {q.version} has no EAGLE-3 (its code first has it in the "
-                f"repository's tags {refs[0]} and later)"
+                f"repository's tags {known[0]} and later)"
             )
-        elif q.version.removeprefix("v") not in refs and q.version != snapshot():
+        elif q.version.removeprefix("v") not in known and q.version != snapshot():
             q.notes.append(
                 f"sglang-jax {q.version} not read: the rules hold for the tags "
-                f"{', '.join(refs[:-1])} and {snapshot()}"
+                f"{', '.join(known[:-1])} and {snapshot()}"
             )

@@ -167,9 +167,11 @@ def variant(
     reference: bool = False,
     draft: Path | None = None,
     floor: bool = False,
+    serving_model: Path | None = None,
 ) -> str:
-    """``base`` with ``target.model``, ``target.reference_capture``, ``serving.draft_config``
-    and ``serving.min_accept_length`` added (each key's section must open a line)."""
+    """``base`` with ``target.model``, ``target.reference_capture``, ``serving.draft_config``,
+    ``serving.min_accept_length`` and ``serving.target_model`` added (each key's section
+    must open a line)."""
     out = []
     for line in base.splitlines(keepends=True):
         out.append(line)
@@ -183,6 +185,8 @@ def variant(
                 out.append(f"  draft_config: {draft}\n")
             if floor:
                 out.append("  min_accept_length: 1.0\n")
+            if serving_model is not None:
+                out.append(f"  target_model: {serving_model}\n")
     return "".join(out)
 
 
@@ -229,6 +233,9 @@ def write_variants(folder: Path, world: World, base: str, model: Path | None = N
     (folder / "c-draft.yaml").write_text(variant(base, draft=draft), "utf-8")
     probe = variant(base, model=model, reference=True, draft=draft, floor=True)
     (folder / "c-probe.yaml").write_text(probe, "utf-8")
+    # the folder (hostile in the models class) as the serving target beside the good one
+    identity = variant(base, model=world.model, serving_model=model)
+    (folder / "c-identity.yaml").write_text(identity, "utf-8")
 
 
 # -- cells: a family in a shell, and the argv that runs it ---------------------------------
@@ -294,7 +301,8 @@ def _fam(
     def covers() -> frozenset[str]:
         kw = dict(contract or {})
         kw = {
-            k: (Path("/x") if v is True and k in ("model", "draft") else v) for k, v in kw.items()
+            k: (Path("/x") if v is True and k in ("model", "draft", "serving_model") else v)
+            for k, v in kw.items()
         }
         return _families(_ref(base)(**kw), checks, **options)
 
@@ -386,6 +394,7 @@ def ray_cluster(wanted: bool) -> Iterator[None]:
 
 
 TARGET_ON = {"model": True, "reference": True}
+IDENTITY_ON = {"model": True, "serving_model": True}
 PROBE_ON = {"model": True, "reference": True, "draft": True, "floor": True}
 
 
@@ -932,6 +941,16 @@ def _probe_cmd(draft: str, model: str) -> list[str]:
     ]
 
 
+IDENTITY_PYTEST = Cell(
+    "target-identity",
+    "pytest",
+    lambda f, w: _pytest(
+        "c-identity.yaml", [], "--eagle-checks", "target-identity", "--eagle-no-sharpness"
+    ),
+    _fam(["target-identity"], contract=IDENTITY_ON),
+)
+
+
 def model_cells() -> list[Cell]:
     return [
         Cell(
@@ -947,6 +966,9 @@ def model_cells() -> list[Cell]:
         _alone("evidence", "c-target.yaml", on=TARGET_ON),
         _alone("probe", "c-probe.yaml", on=PROBE_ON),
         _alone("draft", "c-probe.yaml", on=PROBE_ON),
+        _alone("target-identity", "c-identity.yaml", on=IDENTITY_ON),
+        IDENTITY_PYTEST,
+        _xdist(IDENTITY_PYTEST),
         Cell(
             "identify", "cli", lambda f, w: ["identify", SHARD, "--target-model", "model"], _only()
         ),

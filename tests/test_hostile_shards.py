@@ -151,6 +151,22 @@ CASES: dict[str, tuple[Any, str]] = {
     "T + 5 ids": (good(input_ids=torch.arange(T + 5)), "EC202"),
     "TensorRT-LLM list of no dicts": ([1, torch.zeros(3)], "EC001"),
 }
+FP8 = torch.float8_e4m3fn
+_FP8_AUX = (torch.randn(1, T, 3 * H, generator=torch.Generator().manual_seed(1)) * 900).to(FP8)
+for _name, _scales in {  # FP8 states (shards/precision.py): their scales, hostile
+    "float8 state, no scales": None,
+    "float8 scales NaN": torch.full((1, T, 1), NAN),
+    "float8 scales of another shape": torch.ones(5),
+    "float8 scales 0": torch.zeros(()),
+    "float8 scales integers": torch.ones(1, T, 1, dtype=torch.int32),
+    "float8 scales a string": "x",
+    "float8 scales negative": torch.full((1, T, 1), -1.0),
+}.items():
+    _extra = {} if _scales is None else {"aux_hidden_state_scales": _scales}
+    CASES[_name] = (
+        good(aux_hidden_state=_FP8_AUX, **_extra),
+        "EC310" if _scales is None else "EC312",
+    )
 if hasattr(torch, "quantize_per_tensor"):
     CASES["quantized"] = (
         good(hidden_state=torch.quantize_per_tensor(torch.randn(T, H), 0.1, 0, torch.qint8)),

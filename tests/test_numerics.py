@@ -339,3 +339,14 @@ def test_a_gemma_embed_slot_is_the_scaled_rows(tmp_path, gemma):
 def test_a_gemma_embed_slot_without_the_normalizer_is_ec624(tmp_path, gemma):
     _, _, _, rows = gemma  # cosine 1.0 with the embed state, 8 times too small
     assert _gemma_findings(tmp_path, gemma, rows) == {"EC624"}
+
+
+def test_identify_names_unscaled_gemma_rows_as_the_embedding_and_says_so(gemma):
+    from pytest_eagle_contract.checks.evidence import identify
+    from pytest_eagle_contract.layers import Layer
+    from pytest_eagle_contract.models.target import TargetModel
+
+    path, ids, states, rows = gemma
+    found = identify([rows, states[Layer(0)], states[Layer(2)]], ids, TargetModel.open(path))
+    assert [str(i.best.layer) for i in found] == ["embed", "embed", "residual:2"]
+    assert "sqrt(hidden_size) = 8 (EC624)" in found[0].note and found[1].note == ""

@@ -137,3 +137,19 @@ def test_check_compares_the_serving_target_end_to_end(targets, tmp_path, cli):
     assert res.returncode == 0 and "EC622" in res.stdout, res.stdout + res.stderr
     res = cli("check", *args, "--serving-target-model", targets["rotated"])
     assert res.returncode == 1 and "EC623 serving-target-basis" in res.stdout, res.stdout
+
+
+@pytest.mark.slow
+def test_the_plugin_runs_target_identity_as_an_item(targets, pytester):
+    (pytester.path / "c.yaml").write_text(
+        "contract: identity\nversion: 1\n"
+        f"target: {{num_hidden_layers: 4, hidden_size: 64, vocab_size: 256, "
+        f"model: {targets['training']}}}\n"
+        f"serving:\n  engine: vllm\n  target_model: {targets['copy']}\n"
+    )
+    args = ["-p", "no:cacheprovider", "-q", "--eagle-contract", "c.yaml", "--eagle-checks"]
+    res = pytester.runpytest_subprocess(  # the option overrides serving.target_model
+        *args, "target-identity", "--eagle-serving-target-model", str(targets["rotated"])
+    )
+    res.assert_outcomes(failed=1)
+    assert "EC623" in res.stdout.str()

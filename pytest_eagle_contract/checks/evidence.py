@@ -46,9 +46,11 @@ class Identification:
     slot: int
     best: Match
     runner_up: Match
+    note: str = ""  # what the best match is beyond its layer (the unscaled embedding rows)
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            **({"note": self.note} if self.note else {}),
             "slot": self.slot,
             "layer": str(self.best.layer),
             "cosine": round(self.best.cosine, 6),
@@ -95,8 +97,18 @@ def identify(
             m = _compare(x, state)
             matches.append(Match(layer, m.cosine, m.rel_error))
         matches.sort(key=lambda m: m.rel_error)
+        note = ""
+        scale = target.embedding_normalizer
+        if scale != 1.0 and matches and Layer(0) in states and states[Layer(0)].shape == x.shape:
+            raw = _compare(x, states[Layer(0)] / scale)  # the rows without Gemma's sqrt(H)
+            if raw.rel_error < matches[0].rel_error:
+                matches.insert(0, Match(Layer(0), raw.cosine, raw.rel_error))
+                note = (
+                    f"the embedding rows without the normalizer sqrt(hidden_size) = "
+                    f"{scale:.4g} (EC624): {scale:.3g} times smaller than the embed state"
+                )
         if len(matches) >= 2:
-            out.append(Identification(index, matches[0], matches[1]))
+            out.append(Identification(index, matches[0], matches[1], note))
     return out
 
 

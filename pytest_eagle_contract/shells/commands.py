@@ -258,6 +258,9 @@ def identify(args: argparse.Namespace) -> int:
             right=(2, 3),
         )
     )
+    for i in found:
+        if i.note:
+            print(f"slot {i.slot}: {i.note}")
     return EXIT_OK
 
 

@@ -95,6 +95,11 @@ def target_model(config: pytest.Config) -> Path | None:
     return Path(given).resolve() if given else None
 
 
+def serving_target_model(config: pytest.Config) -> Path | None:
+    given = config.getoption("eagle_serving_target_model")
+    return Path(given).resolve() if given else None
+
+
 # Fixtures for users' own tests ----------------------------------------------------------
 
 
@@ -152,6 +157,14 @@ def add_options(parser: pytest.Parser) -> None:
         default=None,
         help="the target's HF model directory (overrides "
         "target.model): adds the evidence check per shard",
+    )
+    group.addoption(
+        "--eagle-serving-target-model",
+        dest="eagle_serving_target_model",
+        metavar="DIR",
+        default=None,
+        help="the HF model directory the engine serves (overrides serving.target_model): "
+        "compared with the training target's layers (target-identity)",
     )
     group.addoption(
         "--eagle-reference-capture",

@@ -324,6 +324,7 @@ def _request(config: pytest.Config) -> CheckRequest:
             checks=check_names(config.getoption("eagle_checks")),
             no_sharpness=config.getoption("eagle_no_sharpness"),
             target_model=options.target_model(config),
+            serving_target_model=options.serving_target_model(config),
             reference=config.getoption("eagle_reference"),
             captures=dirs,
             sglang_url=config.getoption("eagle_sglang_url"),

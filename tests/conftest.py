@@ -56,6 +56,7 @@ KINDS: dict[str, tuple[str, ...]] = {
         "test_capture_vllm",
         "test_compare_captures",
         "test_demo_probe",
+        "test_doctor",
         "test_first_contract",
         "test_infer_check_formats",
         "test_infer_sharp",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..contract.model import SCHEMA_FILE
 from ..errors import EagleContractError
-from . import audit, captures, check, commands, matrix, probe, vllm_record
+from . import audit, captures, check, commands, doctor, matrix, probe, vllm_record
 from .args import (
     add_annotations,
     add_checks,
@@ -253,6 +253,7 @@ def _parser() -> argparse.ArgumentParser:
     audit.add_parser(sub)
     matrix.add_parser(sub)
     captures.add_parser(sub)
+    doctor.add_parser(sub)
 
     sch = sub.add_parser("schema", help="print the contract JSON Schema (for editors)")
     sch.add_argument("--path", action="store_true", help="print the schema file's path instead")
@@ -294,6 +295,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "audit": audit.audit,
     "matrix": matrix.matrix,
     "compare-captures": captures.compare_captures,
+    "doctor": doctor.doctor,
 }
 
 

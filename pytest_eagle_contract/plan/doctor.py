@@ -1,0 +1,517 @@
+"""``eagle-contract doctor``: every check that needs no shards, before deploy, one verdict
+per seam (docs/doctor.md).
+
+A seam is one place where the draft meets what serves it: the layers the engine feeds
+(``layout``), what the engine does with the draft's ids (``engine-rules``), the checkpoint
+it loads (``draft-checkpoint``), the draft's config as trained and as served
+(``draft-config``), its vocabulary map (``vocabulary``), the tokenizer, the serving target
+against the training one (``target-identity``) and the launch line (``serving-args``).
+Each runs the check families' own functions on the draft folder and the folders given,
+under the user's contract or one made from the target's config.json, and ends ``pass``,
+``warn``, ``fail`` or ``skipped`` (with the reason and what to give to run it). Seams are
+listed failing first, then warning, each group in the order of what its failure costs
+(:data:`SEAMS`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from ..errors import EagleContractError, UsageError
+from ..findings import NOT_RUN, Finding, RuleCode, finding, not_run
+
+if TYPE_CHECKING:
+    from ..contract.model import Contract
+
+Status = Literal["pass", "warn", "fail", "skipped"]
+STATUSES: tuple[Status, ...] = ("fail", "warn", "pass", "skipped")  # the order seams print in
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What doctor was given: the draft's folder, and whatever else the user has."""
+
+    draft: Path
+    target_model: Path | None = None
+    serving_target_model: Path | None = None
+    engine: str | None = None
+    version: str | None = None
+    serving_args: str | None = None
+    contract: Contract | None = None
+
+
+class Skipped(Exception):
+    """A seam that cannot run on what was given: why, and what to give."""
+
+    def __init__(self, reason: str, fix: str) -> None:
+        super().__init__(reason)
+        self.reason, self.fix = reason, fix
+
+
+@dataclass
+class Setup:
+    """The inputs resolved once for every seam. ``contract`` is the user's (with the draft,
+    engine and folders given here in its place) or one made from the target's config.json
+    (``made``: its findings carry no contract location); None when no target shape is known."""
+
+    inputs: Inputs
+    draft_dir: Path
+    contract: Contract | None
+    made: bool
+    engine: str | None
+    target_dir: Path | None
+    serving_dir: Path | None
+    no_target: str  # why there is no contract, when there is none
+    kept: dict[str, list[Finding]] = field(default_factory=dict)
+
+    @property
+    def draft_config(self) -> Path:
+        return self.draft_dir / "config.json"
+
+    def serving_contract(self, seam: str) -> Contract:
+        """The contract with a serving section, or :class:`Skipped` saying what is missing."""
+        if self.contract is None:
+            raise Skipped(
+                f"{seam} needs the target's layer count and width: {self.no_target}",
+                "pass --target-model DIR (or --contract C)",
+            )
+        if self.contract.serving is None or self.engine is None:
+            raise Skipped(
+                f"{seam} needs the serving engine",
+                "pass --engine E [--version V] (or a contract with a serving section)",
+            )
+        return self.contract
+
+    def layout(self, seam: str) -> list[Finding]:
+        """The layout check's findings on this contract, run once (its codes are split
+        between the layout, engine-rules and serving-args seams)."""
+        contract = self.serving_contract(seam)
+        if "layout" not in self.kept:
+            from ..checks.layout import check_layout
+
+            self.kept["layout"] = check_layout(contract, self.inputs.serving_args)
+        return self.kept["layout"]
+
+
+@dataclass(frozen=True)
+class Seam:
+    """One seam: its name, what its failure costs, the codes an unreadable input is
+    reported under, and the function that checks it."""
+
+    name: str
+    costs: str
+    unreadable: RuleCode
+    run: Callable[[Setup], list[Finding]]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One seam's verdict."""
+
+    name: str
+    status: Status
+    findings: tuple[Finding, ...] = ()
+    reason: str = ""  # why it was skipped
+    fix: str = ""  # the first problem's hint, or what to give a skipped seam
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "status": self.status,
+            "reason": self.reason,
+            "fix": self.fix,
+            "findings": [f.to_dict() for f in self.findings],
+        }
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """Every seam's verdict, in print order, and the overall one."""
+
+    verdicts: tuple[Verdict, ...]
+
+    @property
+    def verdict(self) -> Status:
+        found = {v.status for v in self.verdicts}
+        return "fail" if "fail" in found else "warn" if "warn" in found else "pass"
+
+    @property
+    def failed(self) -> bool:
+        return self.verdict == "fail"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"verdict": self.verdict, "seams": [v.to_dict() for v in self.verdicts]}
+
+
+# -- the seams ------------------------------------------------------------------------------
+
+LAYOUT_CODES: frozenset[str] = frozenset(
+    {"EC501", "EC502", "EC503", "EC504", "EC505", "EC506", "EC515"}
+)
+ENGINE_CODES: frozenset[str] = frozenset({"EC507", "EC508", "EC510", "EC511", "EC514", "EC516"})
+LAUNCH_CODES: frozenset[str] = frozenset({"EC512"})
+
+
+def _layout(s: Setup) -> list[Finding]:
+    contract = s.serving_contract("layout")
+    if contract.training is None:
+        raise Skipped(
+            "no training section: the layers the draft was trained on are unknown",
+            "pass --contract C whose training.slots and fc_input name them",
+        )
+    return [f for f in s.layout("layout") if f.code in LAYOUT_CODES]
+
+
+def _engine_rules(s: Setup) -> list[Finding]:
+    return [f for f in s.layout("engine-rules") if f.code in ENGINE_CODES]
+
+
+def _serving_args(s: Setup) -> list[Finding]:
+    contract = s.serving_contract("serving-args")
+    assert contract.serving is not None
+    if not (s.inputs.serving_args or contract.serving.launch):
+        raise Skipped("no launch command line", 'pass --serving-args "..." (or set serving.launch)')
+    if contract.serving.engine != "sglang":
+        raise Skipped(
+            f"the launch line is linted for SGLang only, not {contract.serving.engine}",
+            "none for this engine: read its launch settings by hand",
+        )
+    return [f for f in s.layout("serving-args") if f.code in LAUNCH_CODES]
+
+
+def _draft_checkpoint(s: Setup) -> list[Finding]:
+    from ..checks.draft import check_draft
+    from ..models.draft import weight_files
+
+    contract = s.serving_contract("draft-checkpoint")
+    if not weight_files(s.draft_dir):
+        return [
+            _finding(
+                s,
+                "EC510",
+                f"draft {s.draft_dir} holds no safetensors weights: the engine has nothing to load",
+                "export the draft's weights (model.safetensors) beside its config.json",
+            )
+        ]
+    embedding = None
+    if s.target_dir is not None and contract.serving is not None:
+        if contract.serving.engine == "sglang":  # EC904 compares with the target's embedding
+            from ..models.target import TargetModel
+
+            embedding = TargetModel.open(s.target_dir).embedding
+    return check_draft(contract, embedding)
+
+
+def _vocabulary(s: Setup) -> list[Finding]:
+    from ..engines.draft_config import read_draft_config
+    from ..models.draft import read_draft_weights
+
+    draft = read_draft_config(s.draft_config)
+    vocab = s.contract.target.vocab_size if s.contract is not None else None
+    weights = read_draft_weights(s.draft_dir, vocab or draft.vocab_size, draft.draft_vocab_size)
+    out = []
+    if weights is not None and weights.d2t_problem:
+        out.append(
+            _finding(
+                s,
+                "EC509",
+                f"draft vocabulary maps: {weights.d2t_problem}",
+                "regenerate d2t/t2d from the same token frequencies, with the target's vocab_size",
+            )
+        )
+    check = _seam_function("vocabulary", "check_vocabulary")
+    if check is not None:
+        out += check(s.draft_dir, contract=s.contract, shard_paths=())
+    return out
+
+
+def _draft_config(s: Setup) -> list[Finding]:
+    import shlex
+
+    check = _seam_function("draft_config", "check_draft_config")
+    if check is None:
+        raise Skipped(
+            "this build has no draft-config check (checks/draft_config.py)",
+            "upgrade pytest-eagle-contract",
+        )
+    args = shlex.split(s.inputs.serving_args or "")
+    version = s.contract.serving.version if s.contract and s.contract.serving else None
+    found: list[Finding] = check(
+        s.draft_dir, contract=s.contract, engine=s.engine, version=version, serving_args=args
+    )
+    return found
+
+
+def _tokenizer(s: Setup) -> list[Finding]:
+    spec = getattr(s.contract, "tokenizer", None)  # the contract's tokenizer section (issue 25)
+    folder: Path | None = getattr(spec, "path", None)
+    if folder is None:
+        for candidate in (s.serving_dir, s.target_dir):
+            if candidate is not None and any(
+                (candidate / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")
+            ):
+                folder = candidate
+                break
+    if folder is None:
+        raise Skipped(
+            "no tokenizer folder (tokenizer.path, or tokenizer files in a target folder)",
+            "pass --contract C with tokenizer.path, or a --target-model holding its tokenizer",
+        )
+    check = _seam_function("tokens", "check_tokenizer")
+    if check is None:
+        raise Skipped(
+            "this build has no tokenizer check (checks/tokens.py)", "upgrade pytest-eagle-contract"
+        )
+    found: list[Finding] = check(folder, contract=s.contract)
+    return found
+
+
+def _target_identity(s: Setup) -> list[Finding]:
+    from ..models.identity import check_target_identity
+
+    if s.target_dir is None or s.serving_dir is None:
+        raise Skipped(
+            "needs both the training target and the serving checkpoint",
+            "pass --target-model DIR and --serving-target-model DIR",
+        )
+    training = s.contract.training if s.contract is not None else None
+    layers = sorted({str(slot.layer) for slot in training.slots}) if training else None
+    try:
+        return check_target_identity(s.target_dir, s.serving_dir, layers=layers)
+    except UsageError as exc:  # a layer the models do not have
+        return [
+            _finding(
+                s,
+                "EC620",
+                f"the serving target {s.serving_dir} could not be compared: {exc}",
+                "check target.num_hidden_layers against both models",
+                key="serving.target_model",
+            )
+        ]
+
+
+SEAMS: tuple[Seam, ...] = (
+    Seam(
+        "target-identity",
+        "a serving checkpoint in another basis (rotated, another model) feeds every state "
+        "wrong: acceptance near 1.0 whatever the layout",
+        "EC620",
+        _target_identity,
+    ),
+    Seam(
+        "layout",
+        "the fc fed other layers than it was trained on: acceptance collapses (EC501)",
+        "EC510",
+        _layout,
+    ),
+    Seam(
+        "engine-rules",
+        "the engine refuses the draft, or silently reads its default or moved ids",
+        "EC510",
+        _engine_rules,
+    ),
+    Seam(
+        "draft-checkpoint",
+        "an fc or lm_head of another shape fails to load or drafts from random weights",
+        "EC510",
+        _draft_checkpoint,
+    ),
+    Seam(
+        "vocabulary",
+        "a wrong d2t map turns every drafted token into another token",
+        "EC509",
+        _vocabulary,
+    ),
+    Seam(
+        "tokenizer",
+        "another tokenizer revision or template: the draft saw other tokens",
+        "EC009",  # its own check says EC330 for a folder it cannot read
+        _tokenizer,
+    ),
+    Seam(
+        "draft-config",
+        "positions, RoPE or flags served otherwise than trained: acceptance falls, most "
+        "at long context",
+        "EC510",
+        _draft_config,
+    ),
+    Seam(
+        "serving-args",
+        "a launch setting the engine silently changes (fewer draft tokens than asked)",
+        "EC512",
+        _serving_args,
+    ),
+)
+SEAM_NAMES: tuple[str, ...] = tuple(seam.name for seam in SEAMS)
+
+
+def _seam_function(module: str, name: str) -> Callable[..., list[Finding]] | None:
+    """A seam's check from ``checks/<module>.py`` (built beside this one), or None when this
+    build has none."""
+    import importlib
+
+    try:
+        found = importlib.import_module(f"..checks.{module}", __package__)
+    except ModuleNotFoundError:
+        return None
+    check = getattr(found, name, None)
+    return check if callable(check) else None
+
+
+def _finding(s: Setup, code: RuleCode, message: str, hint: str, key: str = "") -> Finding:
+    contract = None if s.made else s.contract
+    return finding(code, message, contract=contract, key=key or "serving.draft_config", hint=hint)
+
+
+# -- the run --------------------------------------------------------------------------------
+
+
+def setup(inputs: Inputs) -> Setup:
+    """Resolve the inputs once: the draft folder, the engine, the contract every seam reads.
+    A path that is not there, an engine that is a trainer or a version the engine cannot
+    read is a :class:`UsageError`."""
+    draft_dir = inputs.draft.parent if inputs.draft.name == "config.json" else inputs.draft
+    if not draft_dir.is_dir():
+        raise UsageError(f"--draft {inputs.draft}: no such folder")
+    for option, path in (
+        ("--target-model", inputs.target_model),
+        ("--serving-target-model", inputs.serving_target_model),
+    ):
+        if path is not None and not path.is_dir():
+            raise UsageError(f"{option} {path}: no such folder")
+    given = inputs.contract
+    serving = given.serving if given is not None else None
+    engine = inputs.engine or (serving.engine if serving is not None else None)
+    if inputs.version is not None and inputs.engine is None and serving is None:
+        raise UsageError("--version goes with --engine (or a contract's serving.engine)")
+    version = inputs.version if inputs.version is not None or inputs.engine else None
+    if version is None and serving is not None and engine == serving.engine:
+        version = serving.version
+    if engine is not None:
+        _check_engine(engine, version)
+    target_dir = inputs.target_model or (given.target.model if given is not None else None)
+    serving_dir = inputs.serving_target_model or (
+        serving.target_model if serving is not None else None
+    )
+    contract, no_target = _contract(given, draft_dir, engine, version, target_dir, serving_dir)
+    return Setup(
+        inputs,
+        draft_dir,
+        contract,
+        given is None,
+        engine,
+        target_dir,
+        serving_dir,
+        no_target,
+    )
+
+
+def _check_engine(engine: str, version: str | None) -> None:
+    from ..engines.matrix import serving_engines
+    from ..engines.resolve import get_engine
+
+    side = get_engine(engine)
+    if side not in serving_engines():
+        raise UsageError(f"--engine {engine} is a trainer, not a serving engine")
+    try:
+        side.versions(version)
+    except EagleContractError as exc:
+        raise UsageError(f"--version {version}: {exc}") from None
+
+
+def _contract(
+    given: Contract | None,
+    draft_dir: Path,
+    engine: str | None,
+    version: str | None,
+    target_dir: Path | None,
+    serving_dir: Path | None,
+) -> tuple[Contract | None, str]:
+    """The contract the seams read, and why there is none."""
+    from ..contract.model import Contract, ServingSpec, TargetSpec
+
+    config = draft_dir / "config.json"
+    if given is not None:
+        old = given.serving
+        serving = None
+        if engine is not None:
+            serving = ServingSpec(
+                engine=engine,
+                version=version,
+                arch=old.arch if old is not None else None,
+                draft_config=config,
+                aux_layer_ids=old.aux_layer_ids if old is not None else None,
+                dtype=old.dtype if old is not None else None,
+                launch=old.launch if old is not None else None,
+                target_model=serving_dir,
+            )
+        target = dataclasses.replace(given.target, model=target_dir)
+        return dataclasses.replace(given, serving=serving, target=target), ""
+    if target_dir is None:
+        return None, "no --target-model or --contract gives it"
+    from ..models.target import TargetModel
+
+    model = TargetModel.open(target_dir)
+    target = TargetSpec(
+        arch=model.arch,
+        num_hidden_layers=model.num_layers,
+        hidden_size=model.hidden_size,
+        vocab_size=model.vocab_size,
+        dtype=_dtype(model.text_config),
+        model=target_dir,
+    )
+    serving = (
+        ServingSpec(
+            engine=engine,
+            version=version,
+            arch=None,
+            draft_config=config,
+            aux_layer_ids=None,
+            dtype=None,
+            launch=None,
+            target_model=serving_dir,
+        )
+        if engine is not None
+        else None
+    )
+    return Contract("doctor", config, target, None, serving), ""
+
+
+def _dtype(config: dict[str, Any]) -> str:
+    value = config.get("torch_dtype") or config.get("dtype")
+    return value if value in ("bfloat16", "float16", "float32") else "bfloat16"
+
+
+def diagnose(inputs: Inputs, seams: Sequence[Seam] = SEAMS) -> Diagnosis:
+    """Every seam's verdict: failing seams first, then warning, passing and skipped ones,
+    each group in :data:`SEAMS`' order (what a failure costs, most first)."""
+    s = setup(inputs)
+    verdicts = [_verdict(s, seam) for seam in seams]
+    rank = {status: i for i, status in enumerate(STATUSES)}
+    order = sorted(range(len(verdicts)), key=lambda i: (rank[verdicts[i].status], i))
+    return Diagnosis(tuple(verdicts[i] for i in order))
+
+
+def _verdict(s: Setup, seam: Seam) -> Verdict:
+    try:
+        found = seam.run(s)
+    except Skipped as skip:
+        return Verdict(seam.name, "skipped", reason=skip.reason, fix=skip.fix)
+    except EagleContractError as exc:  # a file the seam reads cannot be read
+        said, hint = str(exc)[:400], "fix or replace the file the message names"
+        found = [
+            not_run(seam.name, said, hint=hint)
+            if seam.unreadable == NOT_RUN
+            else _finding(s, seam.unreadable, f"{seam.name}: {said}", hint)
+        ]
+    if s.made:  # made from the target's config: no contract file to point at
+        found = [dataclasses.replace(f, contract="", line=None) for f in found]
+    errors = [f for f in found if f.severity == "error"]
+    warnings = [f for f in found if f.severity != "error"]
+    status: Status = "fail" if errors else "warn" if warnings else "pass"
+    first = (errors or warnings)[:1]
+    return Verdict(seam.name, status, tuple(found), fix=first[0].hint if first else "")

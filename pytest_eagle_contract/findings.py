@@ -77,6 +77,21 @@ RuleCode = Literal[
     "EC905",
     "EC906",
     "EC907",
+    "EC920",
+    "EC921",
+    "EC922",
+    "EC923",
+    "EC924",
+    "EC925",
+    "EC926",
+    "EC927",
+    "EC928",
+    "EC930",
+    "EC931",
+    "EC932",
+    "EC933",
+    "EC934",
+    "EC935",
 ]
 """Every rule code; the type checker refuses a code not listed (tests tie it to RULES)."""
 
@@ -209,6 +224,21 @@ _RULES: tuple[Rule, ...] = (
     Rule("EC905", "draft-norm-flag", "a norm flag in the draft config the engine ignores"),
     Rule("EC906", "accept-length-below-floor", "a served layout's estimated acceptance is low"),
     Rule("EC907", "accept-drop", "a served layout accepts much less than the trainer's layout"),
+    Rule("EC920", "draft-config-unreadable", "the draft's or the trainer's config is unreadable"),
+    Rule("EC921", "draft-rope-theta", "a reader resolves another RoPE theta than trained"),
+    Rule("EC922", "draft-rope-scaling", "a reader resolves another RoPE type or scaling"),
+    Rule("EC923", "draft-max-position", "max position differs from trained or below the context"),
+    Rule("EC924", "draft-sliding-window", "the sliding window differs or the engine ignores it"),
+    Rule("EC925", "draft-head-dim", "a reader resolves another head dim than trained"),
+    Rule("EC926", "draft-dtype", "the exported dtype differs from the trained one"),
+    Rule("EC927", "draft-eagle31-flags", "fc_norm / norm_output differ or the engine ignores them"),
+    Rule("EC928", "draft-config-layouts", "transformers 4 and 5 read the config differently"),
+    Rule("EC930", "vocab-tokenizer", "d2t/t2d were built with another tokenizer than served"),
+    Rule("EC931", "vocab-map-changed", "the draft's d2t is not the map recorded"),
+    Rule("EC932", "vocab-provenance", "a compressed vocabulary with no provenance recorded"),
+    Rule("EC933", "vocab-coverage", "the draft vocabulary covers too little of the data"),
+    Rule("EC934", "vocab-special-tokens", "special tokens the data trains on are not in the map"),
+    Rule("EC935", "vocab-byte-tokens", "byte tokens the data trains on are not in the map"),
 )
 RULES: dict[RuleCode, Rule] = {rule.code: rule for rule in _RULES}
 

@@ -32,6 +32,7 @@ KINDS: dict[str, tuple[str, ...]] = {
         "test_docs",
         "test_docs_site",
         "test_draft",
+        "test_draft_config",
         "test_evidence",
         "test_false_alarms",
         "test_guard",
@@ -45,6 +46,7 @@ KINDS: dict[str, tuple[str, ...]] = {
         "test_stored",
         "test_strategies",
         "test_target_identity",
+        "test_vocabulary",
     ),
     "cli": (
         "test_action",

@@ -30,7 +30,7 @@ def test_every_contract_key_is_documented():
     text = (DOCS / "contract.md").read_text()
     documented = {
         part
-        for span in re.findall(r"`([a-z_.\[\]i]+)`", text)
+        for span in re.findall(r"`([a-z0-9_.\[\]i]+)`", text)
         for part in re.split(r"[.\[\]]", span)
     }
     missing = {k for k in _keys(schema()) if k not in documented}

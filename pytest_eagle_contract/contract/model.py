@@ -74,6 +74,18 @@ class TargetSpec:
 
 
 @dataclass(frozen=True)
+class DraftTrainingSpec:
+    """``training.draft``: the draft as the trainer ran it (docs/draft-config.md). ``stated``
+    holds the settings given here by name (rope_theta, ..., norm_output)."""
+
+    config: Path | None = None  # the trainer's own draft config file
+    stated: dict[str, Any] = field(default_factory=dict)
+    vocab_tokenizer_sha256: str | None = None
+    d2t_sha256: str | None = None
+    min_vocab_coverage: float | None = None
+
+
+@dataclass(frozen=True)
 class TrainingSpec:
     format: str
     shards: Path | None
@@ -87,6 +99,7 @@ class TrainingSpec:
     allow_all_zero_loss_mask: bool
     extra_keys: frozenset[str]
     teacher_agreement_min: float | None = None
+    draft: DraftTrainingSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -101,6 +114,7 @@ class ServingSpec:
     min_accept_length: float | None = None  # the probe's floor (EC906)
     max_accept_drop: float | None = None  # the largest drop from the trainer's layout (EC907)
     target_model: Path | None = None  # the checkpoint served, beside target.model (EC62x)
+    context_length: int | None = None  # the longest sequence served (EC923)
 
 
 @dataclass(frozen=True)
@@ -366,10 +380,25 @@ def _training(tr: dict[str, Any], target: TargetSpec, r: _Reading) -> TrainingSp
         allow_all_zero_loss_mask=tr.get("loss_mask", {}).get("allow_all_zero", False),
         extra_keys=frozenset(tr.get("extra_keys", ())),
         teacher_agreement_min=tr.get("teacher_agreement", {}).get("min"),
+        draft=_draft(tr["draft"], r) if "draft" in tr else None,
     )
     if spec.teacher_agreement_min is not None and target.model is None:
         problem("training.teacher_agreement", "teacher_agreement needs target.model")
     return spec
+
+
+_DRAFT_META = ("config", "vocab_tokenizer_sha256", "d2t_sha256", "min_vocab_coverage")
+
+
+def _draft(dr: dict[str, Any], r: _Reading) -> DraftTrainingSpec:
+    """``training.draft``, typed; its config path resolves against the contract's folder."""
+    return DraftTrainingSpec(
+        config=r.path("training.draft.config", dr["config"]) if "config" in dr else None,
+        stated={k: v for k, v in dr.items() if k not in _DRAFT_META},
+        vocab_tokenizer_sha256=dr.get("vocab_tokenizer_sha256"),
+        d2t_sha256=dr.get("d2t_sha256"),
+        min_vocab_coverage=dr.get("min_vocab_coverage"),
+    )
 
 
 def _serving(sv: dict[str, Any], training: TrainingSpec | None, r: _Reading) -> ServingSpec:
@@ -390,6 +419,7 @@ def _serving(sv: dict[str, Any], training: TrainingSpec | None, r: _Reading) -> 
         target_model=(
             r.path("serving.target_model", sv["target_model"]) if "target_model" in sv else None
         ),
+        context_length=sv.get("context_length"),
     )
     floors = [k for k in ("min_accept_length", "max_accept_drop") if k in sv]
     if floors and spec.draft_config is None:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from ..checks import (
     capture,
     draft,
+    draft_config,
     evidence,
     files,
     identity,
@@ -18,6 +19,7 @@ from ..checks import (
     probe,
     structure,
     values,
+    vocabulary,
 )
 from ..checks.family import CheckFamily
 from ..sharpness import family as sharpness
@@ -30,6 +32,8 @@ if TYPE_CHECKING:
 FAMILIES: tuple[CheckFamily, ...] = (
     layout.FAMILY,
     draft.FAMILY,
+    draft_config.FAMILY,
+    vocabulary.FAMILY,
     probe.FAMILY,
     sharpness.FAMILY,
     files.FAMILY,

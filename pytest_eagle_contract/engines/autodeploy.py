@@ -16,7 +16,9 @@ installable here: PyPI holds only stubs of tensorrt-llm, its wheels are on NVIDI
   at start-up). Id -1 is the last layer (the snapshot's tests: ``{-1}`` resolves to layer
   L - 1, its residual add, before the final norm), where the PyTorch backend's -1 is the final
   post-norm state.
-- A set: duplicates collapse; the states are captured in layer order.
+- A set: duplicates collapse. The order the draft's fc reads the captured states in was not
+  found in the snapshot (the capture ops' cache resources): taken as layer order, as on the
+  PyTorch backend's sorted set.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ SOURCE = (
     "NVIDIA/TensorRT-LLM source snapshot: _torch/auto_deploy/llm_args.py (01e5db06) "
     "setup_hidden_state_capture, transform/library/hidden_states.py (ecb08716) "
     "DetectHiddenStatesForCapture: id k = closing residual add of layer k (residual:k+1), "
-    "-1 = the last layer, layer order"
+    "-1 = the last layer; fc order taken as layer order (not read)"
 )
 LAST = -1
 

@@ -353,6 +353,89 @@ def gguf_cases(root: Path, rng: random.Random) -> list[Case]:
     return cases
 
 
+DRAFT_CONTRACT = """\
+contract: hostile-draft
+version: 1
+target: {arch: LlamaForCausalLM, num_hidden_layers: 8, hidden_size: 16, vocab_size: 64}
+training:
+  format: specforge
+  shards: shards
+  slots: [{layer: "residual:2"}, {layer: "residual:4"}, {layer: "residual:6"}, {layer: final_norm}]
+  draft: {rope_theta: 1000000.0, max_position_embeddings: 4096, fc_norm: false}
+serving: {engine: sglang, version: "0.5.9", draft_config: draft, context_length: 8192}
+"""
+
+
+def draft_config_cases(root: Path, rng: random.Random) -> list[Case]:
+    """One hostile draft folder per case (tests/test_draft_config.py's bad configs, then
+    random edits of a good config.json, then broken d2t/t2d maps), given to ``check
+    --checks draft-config,vocabulary``: a finding or exit 2, never a traceback."""
+    from safetensors.torch import save_file
+
+    good = {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "hidden_size": 16,
+        "num_attention_heads": 2,
+        "max_position_embeddings": 2048,
+        "rope_parameters": {"rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0},
+        "layer_types": ["sliding_attention"],
+        "sliding_window": 512,
+        "transformers_version": "5.0.0",
+    }
+    text = json.dumps(good, indent=2)
+    configs: dict[str, bytes] = {
+        "not-json": b"{not json",
+        "array": b"[1, 2]",
+        "theta-string": b'{"rope_theta": "1e6"}',
+        "theta-nan": b'{"rope_theta": NaN}',
+        "theta-huge": b'{"rope_theta": 1e400, "max_position_embeddings": 99999999999999999999}',
+        "scaling-list": b'{"rope_scaling": [1, 2]}',
+        "params-string": b'{"rope_parameters": "yarn"}',
+        "type-number": b'{"rope_scaling": {"rope_type": 7}}',
+        "layer-types-int": b'{"layer_types": 5, "sliding_window": 4}',
+        "window-negative": b'{"sliding_window": -1, "layer_types": ["sliding_attention"]}',
+        "flag-string": b'{"fc_norm": "yes"}',
+        "deep": b"[" * 100000 + b"]" * 100000,
+        "latin1": text.encode("utf-16"),
+        "speculators-inner-list": b'{"speculators_config": {}, "transformer_layer_config": []}',
+    }
+    for n in range(6):
+        configs[f"mutated-{n}"] = _mutated(rng, text)
+    g = torch.Generator().manual_seed(0)
+    maps: dict[str, dict[str, torch.Tensor]] = {
+        "d2t-float": {"d2t": torch.rand(8, generator=g), "t2d": torch.ones(64, dtype=torch.bool)},
+        "d2t-2d": {"d2t": torch.zeros(2, 4, dtype=torch.long)},
+        "d2t-out-of-range": {"d2t": torch.full((8,), 10**12, dtype=torch.long)},
+        "d2t-negative": {"d2t": torch.full((8,), -(10**12), dtype=torch.long)},
+        "t2d-empty": {"t2d": torch.zeros(0, dtype=torch.bool)},
+        "t2d-int8": {"t2d": torch.randint(-3, 3, (64,), dtype=torch.int8, generator=g)},
+    }
+    cases = []
+    made = [(name, data, None) for name, data in configs.items()]
+    made += [(name, text.encode(), weights) for name, weights in maps.items()]
+    made.append(("weights-garbage", text.encode(), b"\x08\x00\x00\x00\x00\x00\x00\x00{}"))
+    for i, (name, config, weights) in enumerate(made):
+        folder = root / "draft-config" / f"{i:03d}"
+        (folder / "draft").mkdir(parents=True)
+        (folder / "c.yaml").write_text(DRAFT_CONTRACT)
+        (folder / "draft" / "config.json").write_bytes(config)
+        if isinstance(weights, bytes):
+            (folder / "draft" / "model.safetensors").write_bytes(weights)
+        elif weights is not None:
+            save_file(weights, str(folder / "draft" / "model.safetensors"))
+        ids = torch.randint(0, 64, (16,), generator=g)
+        shard = {"input_ids": ids, "loss_mask": torch.ones(16, dtype=torch.long)}
+        shard |= {
+            "hidden_state": torch.zeros(1, 16, 16),
+            "aux_hidden_state": torch.zeros(1, 16, 48),
+        }
+        (folder / "shards" / "rows_0-2000").mkdir(parents=True)
+        torch.save(shard, folder / "shards" / "rows_0-2000" / "data_0.ckpt")
+        argv = ["check", "c.yaml", "--checks", "draft-config,vocabulary"]
+        cases.append(Case("draft-config", name, folder, argv))
+    return cases
+
+
 def http_cases(root: Path, world: tuple[Path, Path, dict[str, Any]]) -> list[Case]:
     import socketserver
 

@@ -54,6 +54,7 @@ from hostile_inputs import (
     capture_cases,
     contract_cases,
     demo_world,
+    draft_config_cases,
     gguf_cases,
     http_cases,
     model_cases,
@@ -332,7 +333,8 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=90.0, help="seconds before a run is a hang")
     ap.add_argument(
-        "--surfaces", default="shards,contracts,models,captures,vllm-files,gguf,http,outputs"
+        "--surfaces",
+        default="shards,contracts,models,captures,vllm-files,gguf,draft-config,http,outputs",
     )
     ap.add_argument("--seed", type=int, default=16)
     ap.add_argument("--fresh", action="store_true", help="a new interpreter per input")
@@ -357,6 +359,7 @@ def main() -> None:
         "captures": lambda: capture_cases(root, world) if world else [],
         "vllm-files": lambda: vllm_file_cases(root),
         "gguf": lambda: gguf_cases(root, rng),
+        "draft-config": lambda: draft_config_cases(root, rng),
         "http": lambda: http_cases(root, world) if world else [],
         "outputs": lambda: output_cases(root),
     }

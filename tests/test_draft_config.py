@@ -206,6 +206,22 @@ def test_max_position_below_the_serving_context_is_ec923(tmp_path):
     )
 
 
+def test_max_position_other_than_trained_is_ec923(tmp_path):
+    v5_draft(tmp_path / "draft", max_position_embeddings=2048)
+    c = contract(tmp_path, "    max_position_embeddings: 32768")
+    assert run(tmp_path, c) == [("EC923", "error")]
+
+
+def test_a_speculators_config_is_read_from_its_layer_config(tmp_path):
+    # speculators' Eagle3SpeculatorConfig: the draft layer's LlamaConfig nested
+    inner = {"rope_theta": 1e6, "max_position_embeddings": 32768, "hidden_size": H}
+    data = {"speculators_config": {}, "transformer_layer_config": inner}
+    (tmp_path / "draft").mkdir()
+    (tmp_path / "draft" / "config.json").write_text(json.dumps(data))
+    assert run(tmp_path, contract(tmp_path)) == []
+    assert run(tmp_path, contract(tmp_path, "    rope_theta: 500000.0")) == [("EC921", "error")]
+
+
 def test_sliding_window_the_engine_ignores_is_ec924(tmp_path):
     # speculators#684: SGLang never builds the draft's sliding-window attention
     v5_draft(tmp_path / "draft", sliding_window=4096, layer_types=["sliding_attention"])

@@ -7,9 +7,12 @@ trainer installs on this machine without a GPU stack."""
 from __future__ import annotations
 
 import hashlib
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import save_file
 
@@ -213,3 +216,27 @@ def test_byte_tokens_outside_the_map_are_ec935(tmp_path):
         paths = sorted((tmp_path / "shards").rglob("*.ckpt"))
         found = check_vocabulary(tmp_path / "draft", contract=c, shard_paths=paths)
         assert (("EC935", "warning") in codes(found)) is want, found
+
+
+def test_a_d2t_far_outside_the_vocabulary_allocates_nothing(tmp_path):
+    # found by the hostile sweep: i + d2t[i] near 1e12 once made a bool array that long
+    c, paths, _ = setup(tmp_path, "    min_vocab_coverage: 0.5")
+    save_file({"d2t": torch.full((N,), 10**12)}, tmp_path / "draft" / "m.safetensors")
+    found = check_vocabulary(tmp_path / "draft", contract=c, shard_paths=paths)
+    assert ("EC933", "error") in codes(found)
+
+
+@pytest.mark.slow
+def test_cli_checks_vocabulary(tmp_path):
+    def other(_):
+        return build_maps(Counter(range(200, 300)))
+
+    setup(tmp_path, maps=other)
+    argv = ["check", str(tmp_path / "c.yaml"), "--checks", "vocabulary"]
+    res = subprocess.run(
+        [sys.executable, "-m", "pytest_eagle_contract", *argv],
+        capture_output=True,
+        text=True,
+    )
+    assert res.returncode == 1, res.stderr
+    assert "EC933" in res.stdout and "EC932" in res.stdout

@@ -67,18 +67,22 @@ def d2t_sha256(d2t: np.ndarray[Any, Any]) -> str:
     return hashlib.sha256(np.ascontiguousarray(d2t, dtype="<i8").tobytes()).hexdigest()
 
 
-def covered_ids(d2t: np.ndarray[Any, Any] | None, t2d: np.ndarray[Any, Any] | None) -> Any:
-    """The target ids the draft vocabulary holds (a bool mask over target ids), from ``t2d``
-    or, without it, from ``d2t`` (``i + d2t[i]``)."""
+def covered(
+    d2t: np.ndarray[Any, Any] | None, t2d: np.ndarray[Any, Any] | None, targets: Any
+) -> Any:
+    """Which of ``targets`` (target ids) the draft vocabulary holds: ``t2d[id]`` or, without
+    ``t2d``, membership in ``i + d2t[i]`` (no array as long as the largest id is made)."""
     import numpy as np
 
     if t2d is not None:
-        return t2d
+        inside = (targets >= 0) & (targets < t2d.size)
+        hit = np.zeros(targets.size, dtype=bool)
+        hit[inside] = t2d[targets[inside]]
+        return hit
     assert d2t is not None
-    target = np.arange(d2t.size, dtype=np.int64) + d2t
-    mask = np.zeros(int(max(target.max(initial=0), 0)) + 1, dtype=bool)
-    mask[target[target >= 0]] = True
-    return mask
+    with np.errstate(over="ignore"):
+        mapped = np.arange(d2t.size, dtype=np.int64) + d2t
+    return np.isin(targets, mapped)
 
 
 def _tokens(contract: Contract | None) -> tuple[Any, str | None]:
@@ -246,10 +250,7 @@ def check_vocabulary(
     targets = _masked_targets(contract, shard_paths, out)
     if targets.size == 0:
         return out
-    mask = covered_ids(d2t, t2d)
-    inside = (targets >= 0) & (targets < mask.size)
-    hit = np.zeros(targets.size, dtype=bool)
-    hit[inside] = mask[targets[inside]]
+    hit = covered(d2t, t2d, targets)
     share = float(hit.mean())
     floor = spec.min_vocab_coverage if spec and spec.min_vocab_coverage is not None else None
     floor = DEFAULT_MIN_COVERAGE if floor is None else floor

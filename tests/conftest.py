@@ -46,6 +46,7 @@ KINDS: dict[str, tuple[str, ...]] = {
         "test_stored",
         "test_strategies",
         "test_target_identity",
+        "test_tokens",
         "test_vocabulary",
     ),
     "cli": (

@@ -50,7 +50,7 @@ def layer_table() -> tuple[list[str], set[str]]:
 def heavy_named() -> set[str]:
     """The libraries the docs allow to be imported lazily."""
     para = _section("Layers").split("Third-party libraries", 1)[1].split("(`tests/", 1)[0]
-    return set(re.findall(r"([a-z_]+)[,\s]", para.split(":", 1)[1]))
+    return set(re.findall(r"([a-z_][a-z_0-9]*)[,\s]", para.split(":", 1)[1]))
 
 
 def _name(path: Path) -> str:

@@ -73,6 +73,8 @@ def draft_contract(
     draft_ref: str | None = None,
     where: Path | None = None,
     workers: int = 1,
+    tokenizer: Path | None = None,
+    tokenizer_ref: str | None = None,
 ) -> Draft:
     """Draft a contract from ``paths``; ``target_model`` (an HF directory) supplies L, H,
     vocab and arch (the explicit options override them) and names the slots; ``draft``
@@ -94,6 +96,18 @@ def draft_contract(
     L = num_layers or max((ly.index for ly in named), default=1) or 1
     d = _Drafting(obs, named, why, name, L, arch, vocab_size, shards_ref, schema_ref)
     serving = _serving(d, draft, draft_ref)
+    if (
+        tokenizer is None
+        and target_model is not None
+        and (target_model / "tokenizer.json").exists()
+    ):
+        tokenizer = target_model  # the target's own folder holds the tokenizer it serves
+    if tokenizer is not None:
+        from .tokenizer import tokenizer_lines
+
+        serving += tokenizer_lines(
+            tokenizer, ref=tokenizer_ref, shard_files=files, format=obs.format
+        )
     model = None if target_model is None else (model_ref or str(target_model.resolve()))
     path = where or Path("drafted.yaml")
     fit = d.fit(model, False, path)

@@ -22,7 +22,17 @@ if TYPE_CHECKING:
 Scope = Literal["contract", "shard"]
 """``contract``: one unit per contract; ``shard``: one unit per sampled shard."""
 
-Need = Literal["training", "serving", "target", "capture", "floor", "serving-target"]
+Need = Literal[
+    "training",
+    "serving",
+    "target",
+    "capture",
+    "floor",
+    "serving-target",
+    "tokenizer",
+    "tokenizer-dir",
+    "conversations",
+]
 """What a family needs to run: a contract section, a target model (``--target-model`` or
 ``target.model``), serving captures (``--captures`` / ``--sglang-url``), or an acceptance
 floor in the contract (the probe)."""
@@ -34,6 +44,9 @@ NEED_HOW: dict[str, str] = {
     "capture": "--captures DIR or --sglang-url URL",
     "floor": "serving.min_accept_length or serving.max_accept_drop in the contract",
     "serving-target": "--serving-target-model (or serving.target_model in the contract)",
+    "tokenizer": "a tokenizer section in the contract, or --tokenizer DIR",
+    "tokenizer-dir": "--tokenizer DIR (or tokenizer.path in the contract)",
+    "conversations": "--conversations FILE (or tokenizer.conversations in the contract)",
 }
 
 

@@ -43,6 +43,9 @@ class Settings:
     serving_args: str | None = None
     target_model: Path | None = None
     serving_target_model: Path | None = None  # the checkpoint served (target identity)
+    tokenizer: Path | None = None  # the serving tokenizer folder (the tokens families)
+    conversations: Path | None = None  # the JSONL the shards were made from (token parity)
+    render_url: str | None = None  # a running engine's /tokenize (token parity)
     reference: bool | None = None
     captures: tuple[Path, ...] = ()
     sglang_url: str | None = None

@@ -118,6 +118,25 @@ class ServingSpec:
 
 
 @dataclass(frozen=True)
+class TokenizerSpec:
+    """The ``tokenizer`` section: what the data's tokenizer and template were (docs/tokens.md)."""
+
+    path: Path | None = None  # the serving tokenizer's folder
+    files_sha256: str | None = None
+    chat_template_sha256: str | None = None
+    vocab_size: int | None = None
+    bos_token_id: int | None = None
+    eos_token_id: int | None = None
+    pad_token_id: int | None = None
+    bos: str | None = None  # "once" or "none"
+    thinking: str | None = None  # "on", "off" or "mixed"
+    think_token_ids: tuple[int, int] | None = None
+    assistant_header: tuple[int, ...] = ()
+    template_kwargs: dict[str, Any] = field(default_factory=dict)
+    conversations: Path | None = None
+
+
+@dataclass(frozen=True)
 class Contract:
     name: str
     path: Path
@@ -126,6 +145,7 @@ class Contract:
     serving: ServingSpec | None
     waivers: dict[str, str] = field(default_factory=dict)
     lines: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
+    tokenizer: TokenizerSpec | None = None
 
     def line_of(self, key_path: str) -> int:
         """Line of ``key_path`` (``training.slots[0].norm``), else of its nearest parent."""
@@ -324,9 +344,12 @@ def _build(data: dict[str, Any], path: Path, lines: dict[str, int]) -> Contract:
         if w["code"] not in RULES:
             problem(f"waive[{i}].code", f"unknown rule code {w['code']} (see docs/rules.md)")
         waivers[w["code"]] = w["reason"]
+    tokenizer = _tokenizer(data["tokenizer"], r) if "tokenizer" in data else None
     if r.problems:
         raise _error(r.problems)
-    return Contract(data["contract"], path, target, training, serving, waivers, lines)
+    return Contract(
+        data["contract"], path, target, training, serving, waivers, lines, tokenizer=tokenizer
+    )
 
 
 def _training(tr: dict[str, Any], target: TargetSpec, r: _Reading) -> TrainingSpec:
@@ -427,3 +450,30 @@ def _serving(sv: dict[str, Any], training: TrainingSpec | None, r: _Reading) -> 
     if "max_accept_drop" in sv and training is None:
         problem("serving.max_accept_drop", "a drop from the trainer's layout needs training")
     return spec
+
+
+_THINKING: dict[Any, str] = {True: "on", False: "off"}  # YAML 1.1 reads a bare on/off so
+
+
+def _tokenizer(tk: dict[str, Any], r: _Reading) -> TokenizerSpec:
+    """The ``tokenizer`` section, typed; its paths resolve against the contract's folder."""
+    think = tk.get("think_token_ids")
+    return TokenizerSpec(
+        path=r.path("tokenizer.path", tk["path"]) if "path" in tk else None,
+        files_sha256=tk.get("files_sha256"),
+        chat_template_sha256=tk.get("chat_template_sha256"),
+        vocab_size=tk.get("vocab_size"),
+        bos_token_id=tk.get("bos_token_id"),
+        eos_token_id=tk.get("eos_token_id"),
+        pad_token_id=tk.get("pad_token_id"),
+        bos=tk.get("bos"),
+        thinking=_THINKING.get(tk.get("thinking"), tk.get("thinking")),
+        think_token_ids=(int(think[0]), int(think[1])) if think else None,
+        assistant_header=tuple(tk.get("assistant_header", ())),
+        template_kwargs=dict(tk.get("template_kwargs", {})),
+        conversations=(
+            r.path("tokenizer.conversations", tk["conversations"])
+            if "conversations" in tk
+            else None
+        ),
+    )

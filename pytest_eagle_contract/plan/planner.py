@@ -33,7 +33,12 @@ if TYPE_CHECKING:
 
 
 def _available(
-    contract: Contract, target_model: Path | None, capture: bool, serving_target: Path | None = None
+    contract: Contract,
+    target_model: Path | None,
+    capture: bool,
+    serving_target: Path | None = None,
+    tokenizer: Path | None = None,
+    conversations: Path | None = None,
 ) -> set[Need]:
     have: set[Need] = set()
     if contract.training is not None:
@@ -48,6 +53,13 @@ def _available(
         have.add("capture")
     if serving_target is not None or (contract.serving and contract.serving.target_model):
         have.add("serving-target")
+    tk = contract.tokenizer
+    if tokenizer is not None or tk is not None:
+        have.add("tokenizer")
+    if tokenizer is not None or (tk is not None and tk.path is not None):
+        have.add("tokenizer-dir")
+    if conversations is not None or (tk is not None and tk.conversations is not None):
+        have.add("conversations")
     return have
 
 
@@ -60,6 +72,8 @@ def families(
     capture: bool = False,
     reference: bool = False,
     serving_target: Path | None = None,
+    tokenizer: Path | None = None,
+    conversations: Path | None = None,
 ) -> list[CheckFamily]:
     """The families to run, in registry order.
 
@@ -70,7 +84,7 @@ def families(
     from ..checks.family import NEED_HOW
     from .registry import BY_NAME, FAMILIES, SELECTABLE
 
-    have = _available(contract, target_model, capture, serving_target)
+    have = _available(contract, target_model, capture, serving_target, tokenizer, conversations)
     if reference and "target" not in have:
         raise UsageError("--reference-capture needs " + NEED_HOW["target"])
     named = list(checks) if checks is not None else None
@@ -104,6 +118,8 @@ def plan(
     without: Iterable[str] = (),
     reference: bool = False,
     serving_target: Path | None = None,
+    tokenizer: Path | None = None,
+    conversations: Path | None = None,
 ) -> list[Unit]:
     """All units of a contract: contract-level families first, then the shard families
     grouped by shard so each shard is read once.
@@ -120,12 +136,18 @@ def plan(
         capture=capture,
         reference=reference,
         serving_target=serving_target,
+        tokenizer=tokenizer,
+        conversations=conversations,
     )
     per_contract = [f for f in chosen if f.scope == "contract"]
     per_shard = [f for f in chosen if f.scope == "shard"]
     found: list[tuple[Path, str]] = []
     problem: list[Unit] = []
-    with_evidence = ("layout", "target-identity")  # contract units that read a first shard
+    with_evidence = (
+        "layout",
+        "target-identity",
+        "token-parity",
+    )  # contract units that read a first shard
     if per_shard or any(f.name in with_evidence for f in per_contract):
         try:
             found = shard_paths(contract, shards, sample, seed)

@@ -18,6 +18,8 @@ from ..checks import (
     precision,
     probe,
     structure,
+    token_parity,
+    tokens,
     values,
     vocabulary,
 )
@@ -44,6 +46,9 @@ FAMILIES: tuple[CheckFamily, ...] = (
     evidence.FAMILY,
     capture.FAMILY,
     identity.FAMILY,
+    tokens.TOKENIZER_FAMILY,
+    tokens.FAMILY,
+    token_parity.FAMILY,
 )
 BY_NAME: dict[str, CheckFamily] = {f.name: f for f in FAMILIES}
 SELECTABLE: tuple[str, ...] = tuple(f.name for f in FAMILIES if f.selectable)

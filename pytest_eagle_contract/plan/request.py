@@ -48,6 +48,9 @@ class CheckRequest:
         sglang_url: str | None = None,
         timeout: float = 60.0,
         serving_args: str | None = None,
+        tokenizer: Path | None = None,
+        conversations: Path | None = None,
+        render_url: str | None = None,
     ) -> CheckRequest:
         """The one mapping from the shells' options to a request."""
         settings = Settings(
@@ -58,6 +61,9 @@ class CheckRequest:
             captures=tuple(captures),
             sglang_url=sglang_url,
             timeout=timeout,
+            tokenizer=tokenizer,
+            conversations=conversations,
+            render_url=render_url,
         )
         return cls(
             shards=tuple(shards or ()),
@@ -84,4 +90,6 @@ class CheckRequest:
             reference=bool(s.reference),
             without=self.without,
             serving_target=s.serving_target_model,
+            tokenizer=s.tokenizer,
+            conversations=s.conversations,
         )

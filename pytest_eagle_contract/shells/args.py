@@ -75,6 +75,29 @@ def add_serving_target_model(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_tokenizer(parser: argparse.ArgumentParser, help: str) -> None:
+    """``--tokenizer DIR``: a tokenizer folder (tokenizer.json, tokenizer_config.json), read
+    as data: no remote code runs (docs/tokens.md)."""
+    parser.add_argument("--tokenizer", type=Path, metavar="DIR", help=help)
+
+
+def add_token_parity(parser: argparse.ArgumentParser) -> None:
+    """``--conversations FILE`` and ``--render-url URL``: the token-parity family's inputs."""
+    parser.add_argument(
+        "--conversations",
+        type=Path,
+        metavar="FILE",
+        help="the JSONL the shards were made from (ShareGPT or OpenAI messages; overrides "
+        "tokenizer.conversations): each shard's ids against the serving renderer's",
+    )
+    parser.add_argument(
+        "--render-url",
+        metavar="URL",
+        help="a running vLLM (http://host:8000): render through its /tokenize instead of "
+        "the tokenizer folder's template",
+    )
+
+
 def add_annotations(add: Add, prefix: str = "") -> None:
     add(
         f"--{prefix}annotations",

@@ -54,6 +54,8 @@ def run_check(
             contract.target.model,
             request.settings.target_model,
             request.settings.serving_target_model,
+            request.settings.tokenizer,
+            request.settings.conversations,
             contract.serving.target_model if contract.serving else None,
             *request.shards,
             *(u.shard for u in units),
@@ -100,6 +102,10 @@ def check(args: argparse.Namespace) -> int:
         from ..capture.sglang_client import use_server
 
         use_server(args.sglang_url, args.sglang_timeout, flush_cache=args.sglang_flush_cache)
+    if args.render_url is not None:
+        from ..capture.render_client import render_url
+
+        render_url(args.render_url)  # a malformed address is a usage error now
     request = CheckRequest.of(
         shards=args.paths,
         sample=parse_sample(args.sample),
@@ -108,6 +114,9 @@ def check(args: argparse.Namespace) -> int:
         no_sharpness=args.no_sharpness,
         target_model=args.target_model,
         serving_target_model=args.serving_target_model,
+        tokenizer=args.tokenizer,
+        conversations=args.conversations,
+        render_url=args.render_url,
         reference=args.reference_capture,
         captures=args.captures or (),
         sglang_url=args.sglang_url,

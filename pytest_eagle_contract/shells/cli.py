@@ -26,6 +26,8 @@ from .args import (
     add_sglang,
     add_shards,
     add_target_model,
+    add_token_parity,
+    add_tokenizer,
     add_workers,
 )
 from .exit_codes import EXIT_INTERRUPTED, EXIT_USAGE
@@ -98,6 +100,11 @@ def _parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="the draft model's directory (or config.json): serving's aux ids",
     )
+    add_tokenizer(
+        inf,
+        "the tokenizer folder the data was made with: drafts the tokenizer section "
+        "(default: --target-model's folder, when it holds tokenizer.json)",
+    )
     add_sampling(inf)
     add_workers(inf, "measuring shards")
 
@@ -127,6 +134,12 @@ def _parser() -> argparse.ArgumentParser:
         "weight-based evidence checks",
     )
     add_serving_target_model(chk)
+    add_tokenizer(
+        chk,
+        "the serving tokenizer folder (overrides tokenizer.path): its fingerprint, ids and "
+        "template against the contract's, and the shards' ids it must know",
+    )
+    add_token_parity(chk)
     chk.add_argument(
         "--reference-capture",
         action=argparse.BooleanOptionalAction,

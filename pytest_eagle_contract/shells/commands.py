@@ -68,7 +68,7 @@ def infer(args: argparse.Namespace) -> int:
     from .. import outputs
 
     rules: outputs.Rules = {
-        "reads": outputs.inputs(*args.paths, args.target_model, args.draft),
+        "reads": outputs.inputs(*args.paths, args.target_model, args.draft, args.tokenizer),
         "replace": args.force,
         "force": "--force",
         "parents": True,
@@ -120,6 +120,8 @@ def infer(args: argparse.Namespace) -> int:
         draft_ref=ref(args.draft) if args.output else None,
         where=args.output,
         workers=workers_option(args.workers),
+        tokenizer=args.tokenizer,
+        tokenizer_ref=ref(args.tokenizer) if args.output else None,
     )
     _validate_drafted(draft.text, args.output)
     if args.output is None:

@@ -299,3 +299,22 @@ def test_cli_checks_draft_config(tmp_path):
     )
     assert res.returncode == 1, res.stderr
     assert "EC921" in res.stdout
+
+
+@pytest.mark.slow
+def test_plugin_items(tmp_path, pytester):
+    # the same families as pytest items: one per family, failing with the rule code
+    v5_draft(pytester.path / "draft")
+    contract(pytester.path, "    rope_theta: 1000000.0", version="0.5.9")
+    result = pytester.runpytest_subprocess(
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "--eagle-contract",
+        str(pytester.path / "c.yaml"),
+        "--eagle-checks",
+        "draft-config",
+    )
+    assert result.ret == 1, result.stdout.str()
+    out = result.stdout.str()
+    assert "EC921" in out and "1 failed" in out

@@ -87,7 +87,7 @@ def covered(
 
 def _tokens(contract: Contract | None) -> tuple[Any, str | None]:
     """The serving tokenizer folder read (or None) and its fingerprint (recorded or read)."""
-    spec = getattr(contract, "tokenizer", None)  # the tokenizer section (issue 25)
+    spec = contract.tokenizer if contract is not None else None
     if spec is None:
         return None, None
     folder = None
@@ -110,7 +110,7 @@ def _special_ids(contract: Contract | None, folder: Any) -> dict[int, str]:
         for name, i in folder.special_ids.items():
             if i is not None:
                 out.setdefault(i, folder.special.get(f"{name}_token", name))
-    spec = getattr(contract, "tokenizer", None)  # the tokenizer section (issue 25)
+    spec = contract.tokenizer if contract is not None else None
     if spec is not None:
         for name in ("bos", "eos", "pad"):
             i = getattr(spec, f"{name}_token_id")

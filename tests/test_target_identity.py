@@ -153,3 +153,26 @@ def test_the_plugin_runs_target_identity_as_an_item(targets, pytester):
     )
     res.assert_outcomes(failed=1)
     assert "EC623" in res.stdout.str()
+
+
+@pytest.mark.slow
+def test_every_hostile_model_folder_on_either_side_is_a_finding(targets, tmp_path):
+    """tests/test_hostile_models.py's folders as the serving target and as the training
+    target: a coded finding (or none, where only the lm_head is broken: the compared
+    states do not use it), never an exception."""
+    import test_hostile_models as hm
+
+    base = tmp_path / "base"
+    tiny_target(hm.SPEC).save_pretrained(base)
+    changes = {
+        **{k: v[0] for k, v in hm.CASES.items()},
+        **{k: v[0] for k, v in hm.OPEN_CASES.items()},
+    }
+    for i, (name, change) in enumerate(changes.items()):
+        folder = tmp_path / f"{i:03d}"
+        shutil.copytree(base, folder)
+        change(folder)
+        for found in (check_target_identity(base, folder), check_target_identity(folder, base)):
+            codes = {f.code for f in found}
+            assert codes <= {"EC620", "EC621"}, (name, found)
+            assert codes or name == "head-integers", name

@@ -82,6 +82,11 @@ def check_target_identity(
     if shape:
         return shape
     wanted = _layers(layers, training.num_layers)
+    for role, model in (("training", training), ("serving", serving)):
+        try:
+            model.embedding  # noqa: B018 -- read (and checked) once, before any forward pass
+        except UsageError as exc:
+            return [_unreadable(role, model.path, str(exc))]
     ids = _tokens(tokens, training, serving)
     captured = []
     for role, model in (("training", training), ("serving", serving)):

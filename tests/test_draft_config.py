@@ -58,7 +58,7 @@ def v5_draft(folder: Path, **kw: object) -> Path:
     config.architectures = ["LlamaForCausalLMEagle3"]
     config.save_pretrained(folder)
     data = json.loads((folder / "config.json").read_text())
-    assert "rope_theta" not in data and data["rope_parameters"]["rope_theta"] == 1e6
+    assert "rope_theta" not in data and "rope_theta" in data["rope_parameters"]
     return folder
 
 
@@ -174,6 +174,15 @@ def test_v5_export_on_a_transformers_4_engine_is_ec921(tmp_path):
     v5_draft(tmp_path / "draft")
     assert run(tmp_path, contract(tmp_path, version="0.5.9")) == [("EC921", "error")]
     assert run(tmp_path, contract(tmp_path, version="0.5.10")) == []
+
+
+def test_a_converted_v5_source_is_ec921_and_ec922(tmp_path):
+    # speculators 0.9.0's EAGLE-3 converter reads the source's top-level rope_theta (default
+    # 10000.0) and rope_scaling: a transformers 5 source (rope_parameters only) comes out as
+    # LlamaConfig(rope_theta=10000.0), written by transformers 5 as rope_parameters
+    v5_draft(tmp_path / "draft", rope_parameters={"rope_type": "default", "rope_theta": 1e4})
+    c = contract(tmp_path, "    rope_theta: 1000000.0\n    rope_type: yarn\n    rope_factor: 4")
+    assert sorted(set(run(tmp_path, c))) == [("EC921", "error"), ("EC922", "error")]
 
 
 def test_trained_on_the_fallback_theta_is_ec921(tmp_path):

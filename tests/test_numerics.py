@@ -350,3 +350,29 @@ def test_identify_names_unscaled_gemma_rows_as_the_embedding_and_says_so(gemma):
     found = identify([rows, states[Layer(0)], states[Layer(2)]], ids, TargetModel.open(path))
     assert [str(i.best.layer) for i in found] == ["embed", "embed", "residual:2"]
     assert "sqrt(hidden_size) = 8 (EC624)" in found[0].note and found[1].note == ""
+
+
+def test_a_speculators_v1_list_of_fp8_states_is_read_with_its_scales_or_flagged(tmp_path):
+    """The layout read wherever it appears: speculators v1 keeps a list of [T, H] states;
+    FP8 entries with a list of per-token scales beside are dequantized, without it EC310."""
+    from pytest_eagle_contract.shards.writing import save
+
+    g = torch.Generator().manual_seed(0)
+    states = [states_with_norms(T, H, m, 0.1, g, torch.bfloat16) for m in NORMS]
+    pairs = [hs_fp8.quantize_tensor_to_fp8(s) for s in states]
+    base = {"input_ids": torch.arange(T), "loss_mask": torch.ones(T, dtype=torch.long)}
+    path = tmp_path / "data_0.pt"
+    save(path, {**base, "hidden_states": [q for q, _ in pairs]})
+    sample = read_sample(path)
+    assert [p.dequantized for p in sample.metadata["precision"]] == [False] * 4
+    save(
+        path,
+        {
+            **base,
+            "hidden_states": [q for q, _ in pairs],
+            "hidden_states_scales": [s for _, s in pairs],
+        },
+    )
+    slots, _ = read_sample(path).slots(H)
+    for slot, (q, s) in zip(slots, pairs, strict=True):
+        assert torch.equal(slot.tensor, hs_fp8.dequantize_fp8_tensor(q, s))

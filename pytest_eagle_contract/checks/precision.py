@@ -36,10 +36,10 @@ def check_precision(contract: Contract, shard: Shard) -> list[Finding]:
             out.append(
                 at(
                     "EC310",
-                    f"{info.key} is stored as {info.dtype} with no {info.key}_scales: the "
+                    f"{info.key} is stored as {info.dtype} with no {_scales(info.key)}: the "
                     f"values are read as stored, and any state above {info.max_value:g} was "
                     f"clipped ({info.saturation:.2%} of the values sit at +-{info.max_value:g})",
-                    expected=f"{info.key}_scales beside {info.key} (one per token)",
+                    expected=f"{_scales(info.key)} beside {info.key} (one per token)",
                     found=f"{info.dtype} states, no scales",
                     hint="write FP8 states with their scales (hs-connectors' "
                     "FP8HiddenStatesConnector does), or store them as bfloat16",
@@ -51,7 +51,7 @@ def check_precision(contract: Contract, shard: Shard) -> list[Finding]:
             out.append(
                 at(
                     "EC312",
-                    f"{info.key}_scales cannot dequantize {info.key}: {info.problem}; the "
+                    f"{_scales(info.key)} cannot dequantize {info.key}: {info.problem}; the "
                     f"states are read as stored {info.dtype}",
                     expected="positive finite float scales that broadcast against the states",
                     found=info.problem,
@@ -93,6 +93,11 @@ def check_precision(contract: Contract, shard: Shard) -> list[Finding]:
                     )
                 )
     return out
+
+
+def _scales(key: str) -> str:
+    """The scales key of a state key (``hidden_states[2]``, a list entry: the list's)."""
+    return key.split("[", 1)[0] + "_scales"
 
 
 FAMILY = CheckFamily(

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 SCALES_SUFFIX = "_scales"  # hs-connectors: SCALES_KEY = "hidden_states_scales"
 DEQUANTIZED_DTYPE = "bfloat16"  # FP8Transfer's default dequantize_dtype
 CHUNK = 1 << 22  # bytes of FP8 values counted at a time
+MAX_LISTED = 1024  # list entries looked at (formats.base.MAX_SLOTS: more is garbage)
 # each FP8 format: its largest finite magnitude, the bits of that magnitude (sign cleared),
 # and its exponent bits (all clear: zero or subnormal, below the smallest normal number)
 FP8_RANGE: dict[str, tuple[float, int, int]] = {
@@ -77,19 +78,39 @@ def is_fp8(value: Any) -> bool:
     return str(getattr(value, "dtype", "")).removeprefix("torch.") in FP8_RANGE
 
 
+def _holds_fp8(value: Any) -> bool:
+    """An FP8 tensor, or a list of states (speculators v1) with one among them."""
+    if isinstance(value, (list, tuple)):
+        return any(is_fp8(v) for v in value[:MAX_LISTED])
+    return is_fp8(value)
+
+
 def dequantized(fmt: Format, tensors: dict[str, Any]) -> tuple[dict[str, Any], list[Precision]]:
     """``tensors`` with each FP8 state key of ``fmt`` that has usable ``<key>_scales``
     replaced by its dequantized values (and the scales key removed), and what each FP8 key
     held. Tensors without FP8 states come back as they are."""
-    if not any(is_fp8(tensors.get(key)) for key, _ in fmt.states):
+    if not any(_holds_fp8(tensors.get(key)) for key, _ in fmt.states):
         return tensors, []
     out = dict(tensors)
     found: list[Precision] = []
     for key, packing in fmt.states:
         value = tensors.get(key)
-        if not is_fp8(value):
+        if not _holds_fp8(value):
             continue
         scales = out.pop(key + SCALES_SUFFIX, None)
+        if isinstance(value, (list, tuple)):  # a list of [T, H] states: a scale list beside
+            listed = isinstance(scales, (list, tuple)) and len(scales) == len(value)
+            entries = []
+            for j, item in enumerate(value):
+                if not is_fp8(item):
+                    entries.append(item)
+                    continue
+                scale = scales[j] if listed else scales
+                info, result = _read(f"{key}[{j}]", item, scale, stacked=False)
+                entries.append(item if result is None else result)
+                found.append(info)
+            out[key] = entries
+            continue
         info, result = _read(key, value, scales, stacked=packing == "stacked")
         if result is not None:
             out[key] = result

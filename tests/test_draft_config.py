@@ -153,7 +153,17 @@ def test_engine_rows():
     assert old.settings.rope_theta == 10000.0 and "fc_norm" in old.ignores
     assert new.settings.rope_theta == 1e6 and "fc_norm" not in new.ignores
     assert "fc_norm" in as_engine(five, "sglang", "0.5.11").ignores  # type: ignore[union-attr]
-    assert as_engine(five, "vllm", "0.20.0") is None  # not read: no row, no guess
+    assert as_engine(five, "trtllm", "1.0.0") is None  # not read: no row, no guess
+    yarn = {"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0}}
+    plain = as_engine(yarn, "vllm", "0.11.2")  # transformers 4, llama.py's own getattr
+    patched = as_engine(yarn, "vllm", "0.15.0")  # transformers<5 + patch_rope_parameters
+    modern = as_engine(yarn, "vllm", "0.20.0")  # transformers 5 admitted (pip takes 5.x)
+    assert plain is not None and patched is not None and modern is not None
+    assert (plain.settings.rope_theta, plain.settings.rope_type) == (10000.0, "default")
+    assert (patched.settings.rope_theta, patched.settings.rope_type) == (10000.0, "yarn")
+    assert (modern.settings.rope_theta, modern.settings.rope_factor) == (1e6, 4.0)
+    assert "fc_norm" in modern.ignores and as_engine(yarn, "vllm", "0.22.0").ignores == ()  # type: ignore[union-attr]
+    assert "sliding_window" in as_engine(yarn, "vllm", "0.10.0").ignores  # type: ignore[union-attr]
 
 
 def test_matching_export_passes(tmp_path):

@@ -52,7 +52,7 @@ HINTS: dict[str, str] = {
     "EC925": "export head_dim as trained: the attention reshapes q/k/v by it",
     "EC926": "export the dtype the draft was trained in, or serve it in that dtype",
     "EC927": "export fc_norm / norm_output as trained, and serve on a release that reads "
-    "them (SGLang from 0.5.12, vLLM 0.33+); else the draft runs without the norm it learned",
+    "them (SGLang from 0.5.12, vLLM from 0.22.0); else the draft runs without the norm it learned",
     "EC928": "write both layouts (top-level rope_theta/rope_scaling and rope_parameters) with "
     "the same values, or record the trained values in training.draft",
 }

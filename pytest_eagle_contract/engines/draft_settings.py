@@ -19,7 +19,7 @@ transformers it pins and then reads what its draft model reads (``ENGINE_READS``
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 DEFAULT_THETA = 10000.0  # RotaryEmbeddingConfigMixin.default_theta; LlamaConfig 4.x's default
@@ -202,14 +202,23 @@ class EngineReads:
     transformers: int  # the major it pins
     ignores: tuple[str, ...]  # settings its EAGLE-3 draft never reads
     source: str  # where this was read
+    # vLLM 0.12-0.19.0 on transformers 4 (patch_rope_parameters): rope_scaling, else the
+    # file's rope_parameters, as the scaling; the config's rope_theta (4.x: 10000 when the
+    # file has none at the top level) written over its theta
+    patched: bool = False
 
 
+# vLLM, read from each of its 47 wheels 0.8.4-0.34.0: up to 0.11.2 llama.py reads rope_theta
+# and rope_scaling as transformers 4 leaves them; 0.12.0-0.19.0 (transformers<5) go through
+# patch_rope_parameters (``patched``); from 0.19.1 transformers 5 is admitted (pip takes
+# the newest: 5.x) and required from 0.24.0; llama.py takes the window from layer_types
+# from 0.10.1; llama_eagle3 reads fc_norm and norm_output from 0.22.0.
 # SGLang, read from each wheel 0.5.9-0.5.23 (METADATA, srt/models/llama.py, llama_eagle3.py):
 # 0.5.9 pins transformers==4.57.1; 0.5.10 pins 5.3.0 (5.x ever since); llama_eagle3 reads
 # fc_norm (or use_aux_norm) and norm_output from 0.5.12; no llama.py builds a sliding-window
-# attention, so the draft's window is never applied. vLLM 0.33.0/0.34.0: patch_rope_parameters
-# standardizes either layout, LlamaAttention takes the window from layer_types (indexed past
-# target_layer_count), llama_eagle3 reads both flags. Releases not read here: no row.
+# attention, so the draft's window is never applied. Releases not read here: no row.
+_FLAGS = ("fc_norm", "norm_output")
+_VL = "vllm {} wheels: METADATA, transformers_utils/config.py, models/llama.py, llama_eagle3.py"
 _SG = "sglang {} wheel: METADATA, srt/models/llama.py, llama_eagle3.py"
 ENGINE_READS: tuple[EngineReads, ...] = (
     EngineReads(
@@ -231,12 +240,16 @@ ENGINE_READS: tuple[EngineReads, ...] = (
     EngineReads("sglang", "0.5.12", None, 5, ("sliding_window",), _SG.format("0.5.12-0.5.23")),
     EngineReads(
         "vllm",
-        "0.33.0",
         None,
-        5,
-        (),
-        "vllm 0.33.0, 0.34.0: transformers_utils/config.py, models/llama.py, llama_eagle3.py",
+        "0.10.0",
+        4,
+        ("sliding_window", "fc_norm", "norm_output"),
+        _VL.format("0.8.4-0.10.0"),
     ),
+    EngineReads("vllm", "0.10.1", "0.11.2", 4, _FLAGS, _VL.format("0.10.1-0.11.2")),
+    EngineReads("vllm", "0.12.0", "0.19.0", 4, _FLAGS, _VL.format("0.12.0-0.19.0"), True),
+    EngineReads("vllm", "0.19.1", "0.21.0", 5, _FLAGS, _VL.format("0.19.1-0.21.0")),
+    EngineReads("vllm", "0.22.0", None, 5, (), _VL.format("0.22.0-0.34.0")),
 )
 
 
@@ -271,5 +284,10 @@ def as_engine(data: dict[str, Any], engine: str, version: str | None) -> Reading
     if row is None:
         return None
     settings = as_transformers(data, row.transformers)
+    if row.patched:
+        flat_data = flat(data)
+        params = _dict(flat_data, "rope_scaling") or _dict(flat_data, "rope_parameters") or {}
+        max_position = settings.max_position_embeddings or DEFAULT_MAX_POSITION
+        settings = replace(settings, **_scaling(params, max_position, fill=True))
     label = f"{engine} {version}" if version else f"{engine} (newest known)"
     return Reading(label, settings, row.ignores)

@@ -436,6 +436,111 @@ def draft_config_cases(root: Path, rng: random.Random) -> list[Case]:
     return cases
 
 
+TOKENIZER_CONTRACT = """\
+contract: hostile-tokenizer
+version: 1
+target: {num_hidden_layers: 8, hidden_size: 16, vocab_size: 512}
+training:
+  format: specforge
+  shards: shards
+  slots: [{layer: residual:2}, {layer: residual:4}, {layer: residual:5}, {layer: final_norm}]
+tokenizer:
+  path: tok
+  conversations: conv.jsonl
+  bos: once
+  thinking: on
+  think_token_ids: [3, 4]
+  assistant_header: [2, 3]
+"""
+
+# Chat templates that fail, escape or run past a bound (models/chat_template.py's sandbox)
+HOSTILE_TEMPLATES = {
+    "template-raise": "{{ raise_exception('refused') }}",
+    "template-nested-range": "{% for i in range(99999) %}{% for j in range(99999) %}"
+    "{% endfor %}{% endfor %}",
+    "template-huge-output": "{% for i in range(99999) %}{{ 'x' * 99999 }}{% endfor %}",
+    "template-repeat": "{{ 'x' * 10**12 }}",
+    "template-power": "{{ 10 ** 10 ** 10 }}",
+    "template-recursion": "{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}",
+    "template-escape": "{{ messages.__class__.__mro__[1].__subclasses__() }}",
+    "template-mutate": "{{ messages.append(1) }}",
+    "template-syntax": "{% if %}",
+    "template-format": "{{ '{0:999999999}'.format(1) }}",
+    "template-format-nested": "{{ '{:>{w}}'.format(1, w=10**9) }}",
+    "template-format-map": "{{ '{x:.999999999f}'.format_map({'x': 1.0}) }}",
+    "template-percent": "{{ '%*d' % (10**9, 1) }}",
+    "template-ljust": "{{ 'x'.ljust(10**9) }}",
+    "template-replace": "{{ ('x' * 4000000).replace('x', 'y' * 4000000) }}",
+    "template-center-filter": "{{ 'x' | center(10**9) }}",
+    "template-format-filter": "{{ '%999999999d' | format(1) }}",
+    "template-join-filter": "{{ range(99999) | join('y' * 4000000) }}",
+    "template-tojson-indent": "{{ messages | tojson(indent=10**9) }}",
+}
+
+
+def tokenizer_cases(root: Path, rng: random.Random) -> list[Case]:
+    """One hostile tokenizer folder or conversations file per case, given to ``check
+    --checks tokenizer,tokens,token-parity``: a finding or exit 2, never a traceback, a
+    hang or a template's code outside the sandbox."""
+    from tokenizer_data import LLAMA3, make_tokenizer
+
+    good = make_tokenizer(root / "tokenizer-good", LLAMA3)
+    raw = (good / "tokenizer.json").read_text()
+    config = (good / "tokenizer_config.json").read_text()
+    conv = json.dumps({"conversations": [{"role": "user", "content": "Hi"}]}) + "\n"
+    folders: dict[str, dict[str, bytes | str]] = {
+        "json-garbage": {"tokenizer.json": b"{not json"},
+        "json-deep": {"tokenizer.json": b"[" * 100000 + b"]" * 100000},
+        "json-array": {"tokenizer.json": b"[1, 2]"},
+        "json-model-wrong": {"tokenizer.json": '{"model": {"type": "BPE", "vocab": 5}}'},
+        "no-tokenizer-json": {"tokenizer.json": ""},
+        "remote-code-only": {
+            "tokenizer.json": "",
+            "tokenizer_config.json": '{"auto_map": {"AutoTokenizer": ["x.X", null]}}',
+        },
+        "template-not-text": {"tokenizer_config.json": '{"chat_template": 7}'},
+        "template-list": {"tokenizer_config.json": '{"chat_template": [{"name": 1}]}'},
+        "special-dict": {"tokenizer_config.json": '{"bos_token": {"content": 5}}'},
+        "conversations-garbage": {"conv.jsonl": bytes(rng.randrange(256) for _ in range(4096))},
+        "conversations-deep": {"conv.jsonl": b"[" * 100000 + b"]" * 100000 + b"\n"},
+        "conversations-roles": {"conv.jsonl": '{"messages": [{"role": 5, "content": []}]}\n'},
+    }
+    for name, template in HOSTILE_TEMPLATES.items():
+        folders[name] = {"chat_template.jinja": template}
+    for n in range(4):
+        folders[f"tokenizer-mutated-{n}"] = {"tokenizer.json": _mutated(rng, raw)}
+        folders[f"config-mutated-{n}"] = {"tokenizer_config.json": _mutated(rng, config)}
+    cases = []
+    g = torch.Generator().manual_seed(1)
+    for i, (name, files) in enumerate(folders.items()):
+        folder = root / "tokenizer" / f"{i:03d}"
+        tok = folder / "tok"
+        tok.mkdir(parents=True)
+        for item in good.iterdir():
+            (tok / item.name).write_bytes(item.read_bytes())
+        (folder / "conv.jsonl").write_text(conv)
+        for file, data in files.items():
+            target = folder / file if file == "conv.jsonl" else tok / file
+            if data == "":
+                target.unlink()
+            elif isinstance(data, bytes):
+                target.write_bytes(data)
+            else:
+                target.write_text(data)
+        (folder / "c.yaml").write_text(TOKENIZER_CONTRACT)
+        ids = torch.randint(0, 300, (16,), generator=g)
+        shard = {"input_ids": ids, "loss_mask": torch.ones(16, dtype=torch.long)}
+        shard |= {
+            "hidden_state": torch.zeros(1, 16, 16),
+            "aux_hidden_state": torch.zeros(1, 16, 48),
+        }
+        (folder / "shards" / "rows_0-2000").mkdir(parents=True)
+        torch.save(shard, folder / "shards" / "rows_0-2000" / "data_0.ckpt")
+        argv = ["check", "c.yaml", "--checks", "tokenizer,tokens,token-parity"]
+        cases.append(Case("tokenizer", name, folder, argv))
+    return cases
+
+
 def http_cases(root: Path, world: tuple[Path, Path, dict[str, Any]]) -> list[Case]:
     import socketserver
 

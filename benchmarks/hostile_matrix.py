@@ -105,10 +105,12 @@ class World:
     captures: Path
     capture_data: dict[str, Any]
     demo: tuple[Path, Path, dict[str, Any]] | None = None
+    tokenizer: Path | None = None  # tok/ (a trained BPE, Llama-3 template) and conv.jsonl
 
     @property
     def watch(self) -> tuple[Path, ...]:
-        return (self.model, self.draft, self.captures)
+        extra = (self.tokenizer,) if self.tokenizer is not None else ()
+        return (self.model, self.draft, self.captures, *extra)
 
 
 def write_draft(folder: Path, hidden: int = H, vocab: int = V) -> Path:
@@ -154,7 +156,24 @@ def build_world(root: Path, http: bool) -> World:
     write_draft(w / "draft")
     data = capture_data(w / "captures")
     demo = demo_world(w) if http else None
-    return World(w, w / "model", w / "draft", w / "captures", data, demo)
+    return World(w, w / "model", w / "draft", w / "captures", data, demo, tokens_world(w))
+
+
+def tokens_world(w: Path) -> Path:
+    """A tokenizer folder and the conversation the shards' ``data_0`` is matched to (the
+    token families' inputs beside each hostile shard)."""
+    from tokenizer_data import LLAMA3, make_tokenizer
+
+    folder = w / "tokenizer"
+    make_tokenizer(folder / "tok", LLAMA3)
+    row = {
+        "conversations": [
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "Hello"},
+        ]
+    }
+    (folder / "conv.jsonl").write_text(json.dumps(row) + "\n")
+    return folder
 
 
 # -- contracts: the variants that switch families on ---------------------------------------
@@ -168,6 +187,7 @@ def variant(
     draft: Path | None = None,
     floor: bool = False,
     serving_model: Path | None = None,
+    tokenizer: Path | None = None,
 ) -> str:
     """``base`` with ``target.model``, ``target.reference_capture``, ``serving.draft_config``,
     ``serving.min_accept_length`` and ``serving.target_model`` added (each key's section
@@ -187,6 +207,12 @@ def variant(
                 out.append("  min_accept_length: 1.0\n")
             if serving_model is not None:
                 out.append(f"  target_model: {serving_model}\n")
+    if tokenizer is not None:  # a section of its own, at the end
+        out.append(
+            f"\ntokenizer:\n  path: {tokenizer}/tok\n  conversations: {tokenizer}/conv.jsonl\n"
+            "  bos: once\n  thinking: mixed\n  think_token_ids: [3, 4]\n"
+            "  assistant_header: [2, 3]\n  vocab_size: 300\n"
+        )
     return "".join(out)
 
 
@@ -236,6 +262,9 @@ def write_variants(folder: Path, world: World, base: str, model: Path | None = N
     # the folder (hostile in the models class) as the serving target beside the good one
     identity = variant(base, model=world.model, serving_model=model)
     (folder / "c-identity.yaml").write_text(identity, "utf-8")
+    if world.tokenizer is not None:  # the token families beside the folder's shards
+        tokens = variant(base, tokenizer=world.tokenizer)
+        (folder / "c-tokens.yaml").write_text(tokens, "utf-8")
 
 
 # -- cells: a family in a shell, and the argv that runs it ---------------------------------
@@ -301,7 +330,11 @@ def _fam(
     def covers() -> frozenset[str]:
         kw = dict(contract or {})
         kw = {
-            k: (Path("/x") if v is True and k in ("model", "draft", "serving_model") else v)
+            k: (
+                Path("/x")
+                if v is True and k in ("model", "draft", "serving_model", "tokenizer")
+                else v
+            )
             for k, v in kw.items()
         }
         return _families(_ref(base)(**kw), checks, **options)
@@ -396,6 +429,24 @@ def ray_cluster(wanted: bool) -> Iterator[None]:
 TARGET_ON = {"model": True, "reference": True}
 IDENTITY_ON = {"model": True, "serving_model": True}
 PROBE_ON = {"model": True, "reference": True, "draft": True, "floor": True}
+TOKENS_ON = {"tokenizer": True}
+TOKEN_FAMILIES = ("tokenizer", "tokens", "token-parity")
+
+
+def token_cells(base: str = "") -> list[Cell]:
+    """The token families on the folder's shards (c-tokens.yaml: the world's tokenizer
+    folder and conversations): each alone in the CLI, together in pytest and pytest -n 2."""
+    together = Cell(
+        "token families",
+        "pytest",
+        lambda f, w: _pytest(
+            "c-tokens.yaml", ["shards"], "--eagle-checks", ",".join(TOKEN_FAMILIES),
+            "--eagle-no-sharpness",
+        ),
+        _fam(TOKEN_FAMILIES, base=base, contract=TOKENS_ON, no_sharpness=True),
+    )  # fmt: skip
+    alone = [_alone(n, "c-tokens.yaml", on=TOKENS_ON, base=base) for n in TOKEN_FAMILIES]
+    return [*alone, together, _xdist(together)]
 
 
 def shard_cells(shard: str, base: str = "") -> list[Cell]:
@@ -490,6 +541,7 @@ def shard_cells(shard: str, base: str = "") -> list[Cell]:
             heavy=True,
             timeout=180,
         ),
+        *token_cells(base),
     ]
     return cells
 

@@ -60,6 +60,7 @@ from hostile_inputs import (
     model_cases,
     output_cases,
     shard_cases,
+    tokenizer_cases,
     vllm_file_cases,
 )
 
@@ -334,7 +335,8 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=90.0, help="seconds before a run is a hang")
     ap.add_argument(
         "--surfaces",
-        default="shards,contracts,models,captures,vllm-files,gguf,draft-config,http,outputs",
+        default="shards,contracts,models,captures,vllm-files,gguf,draft-config,tokenizer,http,"
+        "outputs",
     )
     ap.add_argument("--seed", type=int, default=16)
     ap.add_argument("--fresh", action="store_true", help="a new interpreter per input")
@@ -360,6 +362,7 @@ def main() -> None:
         "vllm-files": lambda: vllm_file_cases(root),
         "gguf": lambda: gguf_cases(root, rng),
         "draft-config": lambda: draft_config_cases(root, rng),
+        "tokenizer": lambda: tokenizer_cases(root, rng),
         "http": lambda: http_cases(root, world) if world else [],
         "outputs": lambda: output_cases(root),
     }

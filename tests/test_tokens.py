@@ -336,6 +336,13 @@ def test_a_shard_cut_at_max_length_still_matches(llama):
             "range",
         ),
         ("{{ 'x' * 100000000 }}", "repetition"),
+        ("{{ '{:>{w}}'.format(1, w=10**9) }}", "width"),
+        ("{{ 'x'.ljust(10**9) }}", "width"),
+        ("{{ '%*d' % (10**9, 1) }}", "width"),
+        ("{{ ('x' * 4000000).replace('x', 'y' * 4000000) }}", "width"),
+        ("{{ 'x' | center(10**9) }}", "width"),
+        ("{{ range(99999) | join('y' * 4000000) }}", "width"),
+        ("{{ messages | tojson(indent=10**9) }}", "indent"),
         ("{{ messages.append(1) }}", "unsafe"),
         ("{% if %}", "compile"),
     ],
@@ -449,3 +456,19 @@ def test_check_tokens_and_parity_end_to_end(tmp_path, llama, cli):
     # random states: the norm bounds are not sharp (exit 1); the draft is printed anyway
     assert drafted.returncode in (0, 1) and "Traceback" not in drafted.stderr, drafted.stderr
     assert "tokenizer:" in drafted.stdout and "assistant_header:" in drafted.stdout
+
+
+@pytest.mark.slow
+def test_the_plugin_runs_the_token_families_as_items(tmp_path, llama, pytester):
+    shards = tmp_path / "shards"
+    for i, messages in enumerate(CONVERSATIONS):
+        write(shards, i, *pipeline(llama, messages, bos_again=i == 1))
+    conv = tmp_path / "conv.jsonl"
+    conv.write_text("".join(json.dumps({"conversations": m}) + "\n" for m in CONVERSATIONS))
+    (pytester.path / "c.yaml").write_text(contract_text(llama, shards))
+    args = ["-p", "no:cacheprovider", "-q", "--eagle-contract", "c.yaml", "--eagle-checks"]
+    res = pytester.runpytest_subprocess(
+        *args, "tokenizer,tokens,token-parity", "--eagle-conversations", str(conv)
+    )
+    res.assert_outcomes(passed=3, failed=2)  # tokenizer, 2 shards' tokens; 1 shard, parity
+    assert "EC334" in res.stdout.str() and "EC341" in res.stdout.str()

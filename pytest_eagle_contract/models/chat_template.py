@@ -13,6 +13,7 @@ and by a timer signal where the render runs on the main thread).
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -126,8 +127,17 @@ def _environment(cap: int) -> Any:
             raise ValueError(f"range() past {RANGE_BUDGET} steps in one render")
         return r
 
+    from jinja2.sandbox import SandboxedFormatter
+
+    class BoundedFormatter(SandboxedFormatter):
+        """str.format with every resolved width and precision bounded."""
+
+        def format_field(self, value: Any, format_spec: str) -> Any:
+            _numbers_within(_SPEC_NUMBER.findall(format_spec), cap)
+            return super().format_field(value, format_spec)
+
     class Bounded(ImmutableSandboxedEnvironment):
-        intercepted_binops = frozenset({"*", "**"})
+        intercepted_binops = frozenset({"*", "**", "%"})
 
         def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
             if operator == "**" and isinstance(right, int) and abs(right) > 64:
@@ -137,7 +147,31 @@ def _environment(cap: int) -> Any:
                     if isinstance(seq, str | list | tuple) and isinstance(n, int):
                         if len(seq) * n > cap:
                             raise ValueError(f"a repetition past {cap} items")
+            if operator == "%" and isinstance(left, str):
+                _percent_within(left, right, cap)
             return super().call_binop(context, operator, left, right)
+
+        def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
+            owner = getattr(__obj, "__self__", None)
+            if isinstance(owner, str):
+                _str_call_within(owner, getattr(__obj, "__name__", ""), args, cap)
+            return super().call(__context, __obj, *args, **kwargs)
+
+        def wrap_str_format(self, value: Any) -> Any:
+            if super().wrap_str_format(value) is None:
+                return None
+            text, is_map = value.__self__, value.__name__ == "format_map"
+            formatter = BoundedFormatter(self)
+
+            def bounded(*args: Any, **kwargs: Any) -> str:
+                if is_map:
+                    if kwargs or len(args) != 1:
+                        raise TypeError("format_map() takes exactly one argument")
+                    kwargs = dict(args[0])
+                    args = ()
+                return str(formatter.vformat(text, args, kwargs))
+
+            return bounded
 
     def raise_exception(message: object) -> None:
         raise jinja2.TemplateError(str(message))
@@ -149,6 +183,9 @@ def _environment(cap: int) -> Any:
         separators: tuple[str, str] | None = None,
         sort_keys: bool = False,
     ) -> str:
+        width = indent if isinstance(indent, int) else len(indent) if indent else 0
+        if width > 64:
+            raise ValueError("a tojson indent past 64")
         return json.dumps(
             x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
         )
@@ -160,10 +197,80 @@ def _environment(cap: int) -> Any:
         trim_blocks=True, lstrip_blocks=True, extensions=[Generation, jinja2.ext.loopcontrols]
     )
     env.filters["tojson"] = tojson
+    for name in ("center", "indent", "truncate", "wordwrap", "join", "replace", "format"):
+        env.filters[name] = _bounded_filter(name, env.filters[name], cap)
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = strftime_now
     env.globals["range"] = bounded_range
     return env
+
+
+_SPEC_NUMBER = re.compile(r"\d+")
+_PERCENT = re.compile(r"%[-#0 +]*(\*|\d+)?(?:\.(\*|\d+))?")
+
+
+def _numbers_within(numbers: Sequence[str | int], cap: int) -> None:
+    """Refuse a width, precision or count past ``cap`` (a string's allocation)."""
+    for n in numbers:
+        if isinstance(n, bool):
+            continue
+        if isinstance(n, str):
+            if len(n) > 12 or int(n) > cap:
+                raise ValueError(f"a width or count past {cap}")
+        elif isinstance(n, int) and n > cap:
+            raise ValueError(f"a width or count past {cap}")
+
+
+def _percent_within(text: str, right: Any, cap: int) -> None:
+    """``text % right`` with every width and precision (``*`` ones too) bounded."""
+    specs = _PERCENT.findall(text)
+    _numbers_within([n for spec in specs for n in spec if n and n != "*"], cap)
+    if any("*" in spec for spec in specs):
+        values = right if isinstance(right, tuple) else (right,)
+        _numbers_within([v for v in values if isinstance(v, int)], cap)
+
+
+def _str_call_within(text: str, name: str, args: tuple[Any, ...], cap: int) -> None:
+    """A string method that grows its string, bounded before it runs."""
+    if name in ("ljust", "rjust", "center", "zfill"):
+        _numbers_within(args[:1], cap)
+    elif name == "expandtabs":
+        size = args[0] if args and isinstance(args[0], int) else 8
+        _numbers_within([text.count("\t") * size + len(text)], cap)
+    elif name == "replace" and len(args) >= 2:
+        old, new = args[0], args[1]
+        if isinstance(old, str) and isinstance(new, str):
+            count = text.count(old) if old else len(text) + 1
+            _numbers_within([len(text) + count * max(0, len(new) - len(old))], cap)
+    elif name == "join" and args:
+        items = args[0]
+        n = len(items) if hasattr(items, "__len__") else 0
+        _numbers_within([len(text) * max(0, n - 1)], cap)
+
+
+def _bounded_filter(name: str, original: Any, cap: int) -> Any:
+    """A Jinja filter that grows a string, its sizes checked first (the ``pass_*`` marker
+    that tells Jinja what to pass it kept)."""
+    import functools
+
+    @functools.wraps(original)
+    def bounded(*args: Any, **kwargs: Any) -> Any:
+        values = [*args, *kwargs.values()]
+        if name == "format" and args and isinstance(args[0], str):
+            _percent_within(args[0], tuple(args[1:]), cap)
+        elif name == "join":
+            seq = next((v for v in values if hasattr(v, "__len__") and not isinstance(v, str)), ())
+            sep = next((v for v in values[2:] if isinstance(v, str)), "")
+            _numbers_within([len(sep) * len(seq)], cap)
+        elif name == "replace":
+            texts = [v for v in values if isinstance(v, str)]
+            if len(texts) >= 3:
+                _str_call_within(texts[0], "replace", (texts[1], texts[2]), cap)
+        else:
+            _numbers_within([v for v in values if isinstance(v, int)], cap)
+        return original(*args, **kwargs)
+
+    return bounded
 
 
 @contextmanager

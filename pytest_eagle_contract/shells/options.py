@@ -100,6 +100,12 @@ def serving_target_model(config: pytest.Config) -> Path | None:
     return Path(given).resolve() if given else None
 
 
+def path_option(config: pytest.Config, name: str) -> Path | None:
+    """A path option (``--eagle-tokenizer``, ``--eagle-conversations``), resolved."""
+    given = config.getoption(name)
+    return Path(given).resolve() if given else None
+
+
 # Fixtures for users' own tests ----------------------------------------------------------
 
 
@@ -165,6 +171,29 @@ def add_options(parser: pytest.Parser) -> None:
         default=None,
         help="the HF model directory the engine serves (overrides serving.target_model): "
         "compared with the training target's layers (target-identity)",
+    )
+    group.addoption(
+        "--eagle-tokenizer",
+        dest="eagle_tokenizer",
+        metavar="DIR",
+        default=None,
+        help="the serving tokenizer folder (overrides tokenizer.path): adds the tokenizer "
+        "item and checks the shards' ids against it (docs/tokens.md)",
+    )
+    group.addoption(
+        "--eagle-conversations",
+        dest="eagle_conversations",
+        metavar="FILE",
+        default=None,
+        help="the JSONL the shards were made from (overrides tokenizer.conversations): "
+        "adds the token-parity item",
+    )
+    group.addoption(
+        "--eagle-render-url",
+        dest="eagle_render_url",
+        metavar="URL",
+        default=None,
+        help="a running vLLM's address: token-parity renders through its /tokenize",
     )
     group.addoption(
         "--eagle-reference-capture",

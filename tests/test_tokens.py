@@ -23,10 +23,11 @@ from tokenizer_data import (
     make_tokenizer,
 )
 
-from pytest_eagle_contract.authoring.tokenizer import draft_section, tokenizer_lines
+from pytest_eagle_contract.authoring.tokenizer import draft_section, drafted_lines, tokenizer_lines
 from pytest_eagle_contract.checks.token_parity import check_parity
 from pytest_eagle_contract.checks.tokens import check_tokenizer, check_tokens
 from pytest_eagle_contract.contract.model import parse_contract
+from pytest_eagle_contract.errors import UsageError
 from pytest_eagle_contract.models.chat_template import render
 from pytest_eagle_contract.models.conversations import read_rows, row_index
 from pytest_eagle_contract.models.tokenizer import read_tokenizer
@@ -428,6 +429,22 @@ def test_infer_drafts_a_section_the_contract_loads(tmp_path, qwen):
     text = contract_text(qwen, shards).split("tokenizer:")[0] + "\n".join(lines) + "\n"
     contract = parse_contract(text, tmp_path / "c.yaml")
     assert contract.tokenizer is not None and contract.tokenizer.thinking == "on"
+
+
+def test_infer_takes_the_target_folders_tokenizer_unless_told(tmp_path, llama, qwen):
+    drafted = drafted_lines(None, None, llama, "../model", (), "specforge")
+    assert drafted[1] == "  path: ../model" and any("assistant_header" in x for x in drafted)
+    told = drafted_lines(qwen, "tok", llama, "../model", (), "specforge")
+    assert told[1] == "  path: tok" and any("think_token_ids" in x for x in told)
+    broken = tmp_path / "model"
+    broken.mkdir()
+    (broken / "tokenizer.json").write_text("{nope")
+    assert drafted_lines(None, None, broken, None, (), "specforge")[0].startswith(
+        "# tokenizer: not drafted"
+    )
+    with pytest.raises(UsageError):
+        drafted_lines(broken, None, None, None, (), "specforge")
+    assert drafted_lines(None, None, tmp_path, None, (), "specforge") == []
 
 
 @pytest.mark.slow

@@ -96,17 +96,11 @@ def draft_contract(
     L = num_layers or max((ly.index for ly in named), default=1) or 1
     d = _Drafting(obs, named, why, name, L, arch, vocab_size, shards_ref, schema_ref)
     serving = _serving(d, draft, draft_ref)
-    if (
-        tokenizer is None
-        and target_model is not None
-        and (target_model / "tokenizer.json").exists()
-    ):
-        tokenizer = target_model  # the target's own folder holds the tokenizer it serves
-    if tokenizer is not None:
-        from .tokenizer import tokenizer_lines
+    if tokenizer is not None or target_model is not None:
+        from .tokenizer import drafted_lines
 
-        serving += tokenizer_lines(
-            tokenizer, ref=tokenizer_ref, shard_files=files, format=obs.format
+        serving += drafted_lines(
+            tokenizer, tokenizer_ref, target_model, model_ref, files, obs.format
         )
     model = None if target_model is None else (model_ref or str(target_model.resolve()))
     path = where or Path("drafted.yaml")

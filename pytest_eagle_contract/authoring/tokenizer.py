@@ -43,6 +43,27 @@ def tokenizer_lines(
     return out
 
 
+def drafted_lines(
+    tokenizer: Path | None,
+    tokenizer_ref: str | None,
+    target_model: Path | None,
+    model_ref: str | None,
+    shard_files: Sequence[Path],
+    format: str,
+) -> list[str]:
+    """``infer``'s tokenizer section: from ``--tokenizer`` (an unreadable folder is a usage
+    error), else from the target model's folder when it holds a ``tokenizer.json`` (one it
+    cannot read leaves a comment saying why, not a failed draft)."""
+    if tokenizer is not None:
+        return tokenizer_lines(tokenizer, ref=tokenizer_ref, shard_files=shard_files, format=format)
+    if target_model is None or not (target_model / "tokenizer.json").is_file():
+        return []
+    try:
+        return tokenizer_lines(target_model, ref=model_ref, shard_files=shard_files, format=format)
+    except UsageError as exc:
+        return [f"# tokenizer: not drafted from {target_model}: {exc}"]
+
+
 _NOTES = {
     "bos": "the template's own BOS, counted on a rendered probe",
     "assistant_header": "the template's assistant header: loss spans start after it",

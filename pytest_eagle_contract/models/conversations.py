@@ -73,20 +73,6 @@ def read_rows(path: Path, wanted: Iterable[int]) -> dict[int, Messages | str]:
     return out
 
 
-def count_rows(path: Path, cap: int = 1 << 24) -> int:
-    """Rows in the file (its lines), counted to ``cap``."""
-    n = 0
-    try:
-        with path.open("rb") as f:
-            for _ in f:
-                n += 1
-                if n >= cap:
-                    break
-    except OSError as exc:
-        raise CodedError("EC344", f"cannot read {path}: {exc}", _HINT) from None
-    return n
-
-
 _HINT = "give the pipeline's JSONL: one conversation per line (ShareGPT or OpenAI messages)"
 
 

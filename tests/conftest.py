@@ -62,6 +62,7 @@ KINDS: dict[str, tuple[str, ...]] = {
         "test_doctor",
         "test_first_contract",
         "test_infer_check_formats",
+        "test_infer_engine",
         "test_infer_sharp",
         "test_inspect",
         "test_inspect_many",

@@ -63,6 +63,8 @@ def test_infer_then_check(fmt, pipelines, cli):
     assert problems(data) == []
     found: dict[str, set[str]] = {}
     for finding in data["findings"]:
+        if not finding["file"] and finding["severity"] == "warning":
+            continue  # the contract's own (EC507: vLLM's default ids, for speculators' files)
         found.setdefault(finding["file"].split("/")[0], set()).add(finding["code"])
     for name in mutants:
         expected = shardgen.MUTATIONS[name][2]

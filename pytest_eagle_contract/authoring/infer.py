@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..contract.model import schema_id
-from ..engines.sglang_table import RELEASES
 from ..errors import EagleContractError, UsageError
 from ..layers import Layer
 from ..shards.discovery import Sampling, choose, discover
@@ -73,12 +72,14 @@ def draft_contract(
     draft_ref: str | None = None,
     where: Path | None = None,
     workers: int = 1,
+    engine: str | None = None,
     tokenizer: Path | None = None,
     tokenizer_ref: str | None = None,
 ) -> Draft:
     """Draft a contract from ``paths``; ``target_model`` (an HF directory) supplies L, H,
     vocab and arch (the explicit options override them) and names the slots; ``draft``
-    (the draft's directory or config.json) supplies the serving side's aux ids."""
+    (the draft's directory or config.json) supplies the serving side's aux ids, as
+    ``engine`` reads them (default: the engine the shards' format pairs with)."""
     target = None
     if target_model is not None:
         from ..models.target import TargetModel
@@ -95,7 +96,7 @@ def draft_contract(
     named, why = _name_slots(obs, layers, num_layers, arch, target)
     L = num_layers or max((ly.index for ly in named), default=1) or 1
     d = _Drafting(obs, named, why, name, L, arch, vocab_size, shards_ref, schema_ref)
-    serving = _serving(d, draft, draft_ref)
+    serving = _serving(d, draft, draft_ref, engine)
     if tokenizer is not None or target_model is not None:
         from .tokenizer import drafted_lines
 
@@ -367,58 +368,105 @@ class _Drafting:
         return "\n".join(out + serving) + "\n"
 
 
-def _serving(d: _Drafting, draft: Path | None, draft_ref: str | None) -> list[str]:
-    """A ``serving`` section for SGLang whose aux ids feed the draft the fc input's layers:
-    the draft config's ids, else the engine's default or the ids that give those layers."""
+def _serving(
+    d: _Drafting, draft: Path | None, draft_ref: str | None, engine: str | None = None
+) -> list[str]:
+    """A ``serving`` section for ``engine`` (default: the one the shards' pipeline pairs
+    with, ``Format.engine``: vLLM for speculators' files, SGLang for SpecForge's) whose aux
+    ids feed the draft the fc input's layers: the draft config's ids as that engine reads
+    them, else the engine's default or the ids that give those layers."""
+    from ..engines.resolve import get_engine
+
     want = tuple(d.named[i] for i in d.fc)
     if not want:
         return []
+    from ..engines.matrix import serving_engines
+
+    name = engine or FORMATS[d.obs.format].engine
+    side = get_engine(name)
+    if side not in serving_engines():
+        raise UsageError(f"--engine {name} is a trainer, not a serving engine")
+    releases = _releases(name)
+    arch = [f"  arch: {d.arch}"] if d.arch else []
     if draft is not None:
         from ..engines.draft_config import read_draft_config
-        from ..engines.resolve import ENGINES
 
-        ids = ENGINES["sglang"].draft_ids(read_draft_config(draft))
-        since = _since(d, ids, want)
+        config = read_draft_config(draft)
+        ids = side.draft_ids(config) if side.id_keys else None
+        since = _since(d, name, releases, ids, want)
         ref = draft_ref or str(draft.resolve())
+        read = (
+            f"aux ids {list(ids) if ids else 'the default'}"
+            if side.id_keys
+            else f"{side.title} reads no ids from it: its default"
+        )
         return [
             "serving:",
-            "  engine: sglang",
-            f'  version: ">={RELEASES[-1 if since is None else since]}"'
-            + ("  # no release feeds the fc input's layers: see EC501" if since is None else ""),
-            *([f"  arch: {d.arch}"] if d.arch else []),
-            f"  draft_config: {ref}  # aux ids {list(ids) if ids else 'the default'}",
+            f"  engine: {name}",
+            *_version(
+                releases,
+                since,
+                "  # no release feeds the fc input's layers: see EC501" if since is None else "",
+            ),
+            *arch,
+            f"  draft_config: {ref}  # {read}",
         ]
     ks = [x.index for x in want]
     candidates = [ids for ids in (tuple(k - 1 for k in ks), tuple(ks)) if min(ids) >= 0]
-    spans = {ids: _since(d, ids, want) for ids in (*candidates, None)}
+    spans = {ids: _since(d, name, releases, ids, want) for ids in (*candidates, None)}
     found = [(since, ids) for ids, since in spans.items() if since is not None]
     if not found:
         return [
-            f"# serving: no aux ids make sglang feed {', '.join(map(str, want))}; write "
+            f"# serving: no aux ids make {name} feed {', '.join(map(str, want))}; write "
             "it by hand (eagle-contract resolve)"
         ]
     since, ids = min(found, key=lambda f: (f[0], f[1] is None))  # explicit ids first
+    key = side.id_keys[0] if side.id_keys else f"{side.title}'s launch config"
     return [
         "serving:",
-        "  engine: sglang",
-        f'  version: ">={RELEASES[since]}"  # the releases that feed the draft these layers',
-        *([f"  arch: {d.arch}"] if d.arch else []),
-        "  # aux_layer_ids: none, SGLang's default capture feeds these layers"
+        f"  engine: {name}",
+        *_version(releases, since, "  # the releases that feed the draft these layers"),
+        *arch,
+        f"  # aux_layer_ids: none, {side.title}'s default capture feeds these layers"
         if ids is None
-        else f"  aux_layer_ids: {list(ids)}  # the draft's eagle_config."
-        "eagle_aux_hidden_state_layer_ids",
+        else f"  aux_layer_ids: {list(ids)}  # the draft's {key}",
     ]
 
 
-def _since(d: _Drafting, ids: tuple[int, ...] | None, want: tuple[Layer, ...]) -> int | None:
-    """The index in ``RELEASES`` of the oldest release from which every release up to the
-    newest feeds ``want`` for ``ids``; None when the newest does not."""
+def _releases(engine: str) -> list[str | None]:
+    """Every release of ``engine`` the tool covers, oldest first (``[None]`` when it is
+    unversioned)."""
+    from ..engines.fixes import ANY
+    from ..engines.matrix import covered
+    from ..engines.resolve import get_engine
+
+    return [None if v == ANY else v for v in covered(get_engine(engine))]
+
+
+def _version(releases: list[str | None], since: int | None, note: str) -> list[str]:
+    """The section's ``version`` line: from the oldest release that feeds the layers (the
+    newest, with ``note``, when none does); none for an unversioned engine."""
+    if releases == [None]:
+        return []
+    first = releases[-1 if since is None else since]
+    return [f'  version: ">={first}"{note}']
+
+
+def _since(
+    d: _Drafting,
+    engine: str,
+    releases: list[str | None],
+    ids: tuple[int, ...] | None,
+    want: tuple[Layer, ...],
+) -> int | None:
+    """The index in ``releases`` of the oldest release from which every release up to the
+    newest feeds ``want`` for ``ids`` with no problem; None when the newest does not."""
     from ..engines.resolve import resolve
 
     oldest = None
-    for index in range(len(RELEASES) - 1, -1, -1):
+    for index in range(len(releases) - 1, -1, -1):
         try:
-            res = resolve("sglang", d.num_layers, ids, d.arch, RELEASES[index])
+            res = resolve(engine, d.num_layers, ids, d.arch, releases[index])
         except EagleContractError:  # Unservable, or ids the engine cannot take
             break
         if res.layers != want or res.problems:

@@ -100,6 +100,14 @@ def _parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="the draft model's directory (or config.json): serving's aux ids",
     )
+    inf.add_argument(
+        "--engine",
+        choices=ENGINE_NAMES,
+        metavar="ENGINE",
+        help="the serving engine the serving section is drafted for (default: the one the "
+        "shards' pipeline pairs with: vllm for speculators' files, trtllm for TensorRT-LLM's, "
+        "else sglang)",
+    )
     add_tokenizer(
         inf,
         "the tokenizer folder the data was made with: drafts the tokenizer section "

@@ -116,6 +116,7 @@ def infer(args: argparse.Namespace) -> int:
         schema_ref=schema_ref,
         target_model=args.target_model,
         draft=args.draft,
+        engine=args.engine,
         model_ref=ref(args.target_model) if args.output else None,
         draft_ref=ref(args.draft) if args.output else None,
         where=args.output,

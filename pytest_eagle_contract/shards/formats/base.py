@@ -51,7 +51,8 @@ class Slot:
 @dataclass(frozen=True)
 class Format(ABC):
     """One shard format. ``signature`` is the key that says a file is this format;
-    ``target_post_norm`` whether its trainer expects the target slot after the final norm.
+    ``target_post_norm`` whether its trainer expects the target slot after the final norm;
+    ``engine`` the serving engine whose capture its files hold and whose ids its drafts carry.
     Subclasses say how they write shards (``shard_name``, ``_state_keys``) and may read
     extras."""
 
@@ -63,6 +64,7 @@ class Format(ABC):
     signature: str
     target_post_norm: bool
     optional_keys: frozenset[str] = frozenset()
+    engine: str = "sglang"  # the serving engine its pipeline pairs with (infer's serving)
 
     @property
     def required_keys(self) -> frozenset[str]:

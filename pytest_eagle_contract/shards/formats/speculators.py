@@ -66,6 +66,7 @@ FORMAT = Speculators(
     signature="token_ids",
     target_post_norm=False,
     optional_keys=frozenset({"loss_mask"}),
+    engine="vllm",  # made with vLLM's extract_hidden_states; its drafts carry vLLM ids
 )
 
 

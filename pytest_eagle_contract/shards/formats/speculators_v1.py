@@ -101,4 +101,5 @@ FORMAT = SpeculatorsV1(
     (("hidden_states", "list"),),
     signature="hidden_states",
     target_post_norm=False,
+    engine="vllm",  # made with vLLM's hidden-state extraction; its drafts carry vLLM ids
 )

@@ -54,4 +54,5 @@ FORMAT = TensorRTLLM(
     signature="id",
     target_post_norm=True,
     optional_keys=frozenset({"id", "aux_hidden_states", "hidden_state_features"}),
+    engine="trtllm",
 )

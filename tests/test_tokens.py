@@ -368,7 +368,27 @@ def test_conversations_as_specforge_and_speculators_write_them(tmp_path):
     assert found[1] == [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}]
     assert found[2] == [{"role": "user", "content": "Hi"}]
     assert isinstance(found[3], str) and isinstance(found[4], str) and 5 not in found
-    assert row_index("data_12") == 12 and row_index("shard") is None
+    assert row_index("data_12") == 12 and row_index("hs_3") == 3 and row_index("x") is None
+
+
+def test_conversations_read_as_each_trainer_reads_them(tmp_path):
+    path = tmp_path / "c.jsonl"
+    turns = [
+        {"from": "gpt", "value": "dropped by SpecForge: before the first user turn"},
+        {"from": "human", "value": "Q1"},
+        {"from": "gpt", "value": "A1", "reasoning_content": "R1", "name": "x"},
+        {"from": "human", "value": "Q2"},
+        {"from": "llama-70b", "value": "A2"},  # speculators: an unknown role answers
+    ]
+    path.write_text(json.dumps({"conversations": turns}) + "\n")
+    specforge = read_rows(path, [0])[0]
+    assert [m["role"] for m in specforge] == ["user", "assistant", "user", "llama-70b"]
+    assert specforge[1] == {"role": "assistant", "content": "A1"}  # GeneralParser's keys
+    assert read_rows(path, [0], thinking=True)[0][1]["reasoning_content"] == "R1"
+    rows = read_rows(path, range(5), format="speculators")  # one row per assistant turn
+    assert sorted(rows) == [0, 1] and [len(rows[0]), len(rows[1])] == [3, 5]
+    assert [m["role"] for m in rows[1]] == ["assistant", "user", "assistant", "user", "assistant"]
+    assert rows[0][2]["thinking"] == rows[0][2]["reasoning_content"] == "R1"
 
 
 class _VllmTokenizeStandIn(BaseHTTPRequestHandler):

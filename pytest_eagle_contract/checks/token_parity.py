@@ -266,12 +266,22 @@ def run_parity(runner: Resources, unit: Unit) -> list[Finding]:
     except UsageError as exc:
         return [not_run("token-parity", exc, contract=contract, key="training.shards")]
     labelled = labelled[:PARITY_MAX_SHARDS]
+    shards = [(path, label, runner.shard(contract, path, label)) for path, label in labelled]
+    formats = [s.sample.format.name for _, _, s in shards if s.sample is not None]
     rows = [
-        (path, label, n if (n := row_index(path.name.split(".")[0])) is not None else i)
-        for i, (path, label) in enumerate(labelled)
+        (label, shard, n if (n := row_index(path.name.split(".")[0])) is not None else i)
+        for i, (path, label, shard) in enumerate(shards)
     ]
+    thinking = spec is not None and (
+        spec.thinking in ("on", "mixed") or bool(spec.template_kwargs.get("enable_thinking"))
+    )
     try:
-        found = read_rows(conversations, [r for _, _, r in rows])
+        found = read_rows(
+            conversations,
+            [r for _, _, r in rows],
+            format=formats[0] if formats else contract.training.format,
+            thinking=thinking,
+        )
     except CodedError as exc:
         return [
             finding(
@@ -284,8 +294,7 @@ def run_parity(runner: Resources, unit: Unit) -> list[Finding]:
             )
         ]
     pairs: list[tuple[str, Sequence[int] | None, Any]] = []
-    for path, label, r in rows:
-        shard = runner.shard(contract, path, label)
+    for label, shard, r in rows:
         ids = None if shard.sample is None or shard.sample.ids is None else shard.sample.ids
         messages = found.get(r, f"no conversation: row {r} is past the file's rows")
         if isinstance(messages, str) and r in found:

@@ -392,19 +392,24 @@ def test_conversations_read_as_each_trainer_reads_them(tmp_path):
 
 
 class _VllmTokenizeStandIn(BaseHTTPRequestHandler):
-    """A stand-in for vLLM's ``POST /tokenize`` (messages form), not vLLM: it renders with
-    the folder's template and answers vLLM's TokenizeResponse fields."""
+    """A stand-in for vLLM's ``POST /tokenize`` (messages form) and ``POST
+    /v1/chat/completions/render``, not vLLM: it renders with the folder's template and
+    answers with vLLM's TokenizeResponse fields, or the render's ``token_ids``."""
 
     folder: Path
     broken = False
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        assert self.path == "/tokenize" and body["add_special_tokens"] is False
+        assert body["add_generation_prompt"] is False
         tok = read_tokenizer(self.folder)
         text = render(tok.chat_template, body["messages"], special=tok.special)
         ids = tok.encode(text)
-        answer = {"count": len(ids), "max_model_len": 4096, "tokens": ids, "token_strs": None}
+        if self.path == "/v1/chat/completions/render":  # speculators' render_client's answer
+            answer: dict = {"token_ids": ids}
+        else:
+            assert self.path == "/tokenize" and body["add_special_tokens"] is False
+            answer = {"count": len(ids), "max_model_len": 4096, "tokens": ids, "token_strs": None}
         data = json.dumps({"error": "no"} if self.broken else answer).encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(data)))
@@ -428,6 +433,7 @@ def vllm_tokenize(llama):
 def test_render_url_asks_vllms_tokenize(llama, vllm_tokenize):
     handler, url = vllm_tokenize
     assert parity(llama, llama, url=url) == []
+    assert parity(llama, llama, url=url + "/v1/chat/completions/render") == []
     assert {f.code for f in parity(llama, llama, url=url, bos_again=True)} == {"EC341", "EC348"}
     handler.broken = True
     found = parity(llama, llama, url=url)

@@ -1,5 +1,8 @@
 """A running engine's renderer: vLLM's ``POST /tokenize`` in its messages form
-(``check --render-url``).
+(``check --render-url URL``), or vLLM's ``POST /v1/chat/completions/render`` when the URL
+names that path (what speculators' data generation renders through, its
+``render_client.py``: ``{"messages", "add_generation_prompt", "chat_template_kwargs"}``
+answered with ``{"token_ids"}``).
 
 The request is vLLM's ``TokenizeChatRequest``: ``{"messages": [...],
 "add_generation_prompt": false, "continue_final_message": false, "add_special_tokens":
@@ -28,8 +31,12 @@ _HINT = (
 )
 
 
+RENDER_PATH = "/v1/chat/completions/render"
+
+
 def render_url(url: str) -> str:
-    """``url`` as the /tokenize endpoint of a server base; UsageError otherwise."""
+    """``url`` as the endpoint to ask: the server base's /tokenize, or the render path it
+    names; UsageError otherwise."""
     try:
         base = check_url(url)
     except UsageError:
@@ -37,7 +44,9 @@ def render_url(url: str) -> str:
             f"--render-url {url!r}: give the server's http:// or https:// address, "
             "e.g. http://gpu-box:8000"
         ) from None
-    return base if base.endswith("/tokenize") else base + "/tokenize"
+    if base.endswith(("/tokenize", RENDER_PATH)):
+        return base
+    return base + "/tokenize"
 
 
 def served_ids(
@@ -49,12 +58,10 @@ def served_ids(
 ) -> list[int]:
     """The ids the engine at ``url`` renders ``messages`` to. Raises CodedError EC347."""
     endpoint = render_url(url)
-    body: dict[str, Any] = {
-        "messages": [dict(m) for m in messages],
-        "add_generation_prompt": False,
-        "continue_final_message": False,
-        "add_special_tokens": False,
-    }
+    rendering = endpoint.endswith(RENDER_PATH)
+    body: dict[str, Any] = {"messages": [dict(m) for m in messages], "add_generation_prompt": False}
+    if not rendering:
+        body |= {"continue_final_message": False, "add_special_tokens": False}
     if template_kwargs:
         body["chat_template_kwargs"] = dict(template_kwargs)
     try:
@@ -68,10 +75,11 @@ def served_ids(
         answer = json.loads(reply.body)
     except (ValueError, RecursionError):
         raise CodedError("EC347", f"{endpoint} answered with no JSON", _HINT) from None
-    tokens = answer.get("tokens") if isinstance(answer, dict) else None
+    key = "token_ids" if rendering else "tokens"
+    tokens = answer.get(key) if isinstance(answer, dict) else None
     if not isinstance(tokens, list) or not all(type(t) is int and 0 <= t < MAX_ID for t in tokens):
         raise CodedError("EC347", f"{endpoint}'s answer has no list of token ids", _HINT)
-    count = answer.get("count")
+    count = None if rendering else answer.get("count")
     if count is not None and count != len(tokens):
         raise CodedError(
             "EC347", f"{endpoint} says count {count} but sent {len(tokens)} ids", _HINT

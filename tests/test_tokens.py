@@ -515,3 +515,5 @@ def test_the_plugin_runs_the_token_families_as_items(tmp_path, llama, pytester):
     )
     res.assert_outcomes(passed=3, failed=2)  # tokenizer, 2 shards' tokens; 1 shard, parity
     assert "EC334" in res.stdout.str() and "EC341" in res.stdout.str()
+    res = pytester.runpytest_subprocess(*args, "tokens", "--eagle-render-url", "ftp://x")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR and "--eagle-render-url" in res.stderr.str()

@@ -316,6 +316,15 @@ def _request(config: pytest.Config) -> CheckRequest:
         for d in dirs:
             if not d.exists():
                 raise pytest.UsageError(f"--eagle-captures: {d} does not exist")
+        if config.getoption("eagle_render_url") is not None:
+            from ..capture.render_client import render_url
+            from ..errors import UsageError
+
+            try:
+                render_url(config.getoption("eagle_render_url"))
+            except UsageError as exc:
+                message = str(exc).replace("--render-url", "--eagle-render-url")
+                raise pytest.UsageError(message) from None
         sample, seed = options.sampling(config)
         config.stash[_REQUEST] = CheckRequest.of(
             shards=options.shards_override(config),

@@ -7,6 +7,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import cli_zygote
 import pytest
 import torch
 from hypothesis import HealthCheck, settings
@@ -142,6 +143,13 @@ def capped(memory: int) -> Callable[[], None]:
     return lambda: resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
 
 
+_ZYGOTE = cli_zygote.Zygote()  # eagle-contract runs forked from a process that has torch
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    _ZYGOTE.close()
+
+
 def run_cli(
     *args: object,
     cwd: Path | None = None,
@@ -149,8 +157,13 @@ def run_cli(
     memory: int | None = None,
     timeout: float = 300,
 ) -> subprocess.CompletedProcess[str]:
-    """Run the installed ``eagle-contract`` command as a user would (``env``: added to the
-    environment; ``memory``: its address space capped at that many bytes)."""
+    """Run ``eagle-contract`` as a user would, in a process of its own (``env``: added to
+    the environment; ``memory``: its address space capped at that many bytes). The process
+    is forked from tests/cli_zygote.py's zygote where that changes nothing the run can see
+    (it saves torch's import per run), else it is the installed command."""
+    full_env = {**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})}
+    if memory is None and cli_zygote.enabled() and cli_zygote.forkable(full_env):
+        return _ZYGOTE.run([str(a) for a in args], cwd, full_env, timeout)
     exe = Path(sys.executable).with_name("eagle-contract")
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "pytest_eagle_contract"]
     return subprocess.run(
@@ -158,7 +171,7 @@ def run_cli(
         capture_output=True,
         text=True,
         cwd=cwd,
-        env={**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})},
+        env=full_env,
         preexec_fn=None if memory is None else capped(memory),
         timeout=timeout,
     )

@@ -11,6 +11,7 @@ against real greedy speculative decoding.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 from collections.abc import Iterator
@@ -268,3 +269,63 @@ def test_plugin_gets_a_probe_item_per_contract_with_a_floor(
     assert "::probe" in found
     plain = pytester.runpytest("--eagle-contract", str(without), *args).stdout.str()
     assert "::layout" in plain and "::probe" not in plain
+
+
+# -- the long-position bucket (issue 24 item 7) ---------------------------------------------
+
+
+def test_a_clamped_draft_reads_every_position_past_its_limit_as_the_last() -> None:
+    """Chains from starts whose positions stay below the limit are unchanged; past it the
+    draft's RoPE reads position M - 1, so its guesses change."""
+    from pytest_eagle_contract.models.trained import random_draft
+
+    g = torch.Generator().manual_seed(3)
+    config, weights = random_draft(16, 32, [0, 1, 2], g)
+    free = EagleDraft(Path("draft"), {**config, "max_position_embeddings": 8}, weights)
+    assert free.max_positions == 8
+    assert EagleDraft(Path("draft"), config, weights).max_positions == 2048  # LlamaConfig's
+    clamped = dataclasses.replace(free, position_limit=free.max_positions)
+    ids = torch.randint(0, 32, (40,), generator=g)
+    aux = torch.randn(40, 48, generator=g) * 4
+    embedding = torch.randn(32, 16, generator=g)
+    a, b = (d.chain(aux, ids, embedding, 2) for d in (free, clamped))
+    assert torch.equal(a[:, :6], b[:, :6])  # positions 0..7: below the limit at both steps
+    assert not torch.equal(a[:, 8:], b[:, 8:])
+
+
+@pytest.mark.slow
+def test_the_long_bucket_shows_what_a_clamped_rope_costs(
+    pair: tuple[Path, Path, Any, EagleDraft],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A draft that reads the previous token through attention (its fc fed the embedding
+    only), its config claiming max_position_embeddings 16: past position 16, with its RoPE
+    clamped there, it accepts less than the same chains unclamped (measured: 3.54 against
+    3.91 tokens per forward, 64 tokens past the limit), and the CLI's --long rows say so."""
+    from pytest_eagle_contract.models.acceptance import long_bucket
+    from pytest_eagle_contract.shells.cli import main
+
+    target, _, model, _ = pair
+    embed = (Layer(0), Layer(0), Layer(0))
+    folder = tmp_path / "embed-draft"
+    distill_draft(model, embed, [0, 0, 0], folder, chain=DRAFTED, steps=300)
+    config = json.loads((folder / "config.json").read_text())
+    config["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": [0, 1, 2]}  # 3 states served
+    (folder / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 16}))
+    draft = EagleDraft.load(folder)
+    prompts = list(torch.randint(0, VOCAB, (8, 16), generator=torch.Generator().manual_seed(5)))
+    layouts = [("embed", embed)]
+    (clamped,) = long_bucket(draft, model, prompts, layouts, DRAFTED, past=64)
+    assert clamped.name == "embed @ pos>=16" and clamped.positions_from == 16
+    (free,) = estimate(draft, model, greedy_sequences(model, prompts, 80), layouts, DRAFTED, 16)
+    assert free.chains == clamped.chains
+    assert clamped.accept_length < free.accept_length - 0.2, (clamped, free)
+
+    args = ["probe", "--draft", str(folder), "--target-model", str(target), "--json"]
+    args += ["--layout", "embed", "embed", "embed", "--sequences", "2", "--length", "24"]
+    assert main([*args, "--prompt", "8", "--steps", "2", "--long", "8"]) == 0
+    rows = {x["name"]: x for x in json.loads(capsys.readouterr().out)["layouts"]}
+    assert rows["layout 1 @ pos>=16"]["positions_from"] == 16
+    assert rows["layout 1"]["positions_from"] == 0
+    assert main([*args, "--prompt", "8", "--steps", "2", "--long", "3"]) == 2  # <= steps + 1

@@ -28,6 +28,7 @@ CONVENTION = (
     "chains reaching step s+1 whose step s+1 token is accepted"
 )
 STEPS, SEQUENCES, LENGTH, PROMPT = 4, 8, 96, 16  # the gate's probe (docs/probe.md)
+PAST = 32  # tokens the long bucket continues past the draft's max position
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,7 @@ class Estimate:
     accept_length: float
     per_step: tuple[float, ...]
     chains: int
+    positions_from: int = 0  # the chains counted start at this position (the long bucket)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -45,6 +47,7 @@ class Estimate:
             "accept_length": round(self.accept_length, 4),
             "per_step": [round(p, 4) for p in self.per_step],
             "chains": self.chains,
+            "positions_from": self.positions_from,
         }
 
     @classmethod
@@ -56,6 +59,7 @@ class Estimate:
             float(data["accept_length"]),
             tuple(float(p) for p in data["per_step"]),
             int(data["chains"]),
+            int(data.get("positions_from", 0)),
         )
 
     def quote(self) -> str:
@@ -104,6 +108,39 @@ def estimate(
         mean = float(a.float().mean()) if a.numel() else 0.0
         out.append(Estimate(name, layers, 1.0 + mean, per_step, int(a.numel())))
     return out
+
+
+def long_bucket(
+    draft: EagleDraft,
+    model: Any,
+    prompts: list[torch.Tensor],
+    layouts: list[tuple[str, tuple[Layer, ...]]],
+    steps: int,
+    past: int = PAST,
+) -> list[Estimate]:
+    """Each layout's acceptance on chains that start past the draft's max position
+    (``draft.max_positions``, M): ``prompts`` of M tokens, continued greedily ``past``
+    more, chains counted from position M on, the draft's RoPE clamped at M - 1 as an
+    engine that sizes its rotary table from the draft's config does. Named
+    ``<layout> @ pos>=M``; against the same layouts at short positions, the drop is what
+    the clamp (and positions the draft never trained on) cost."""
+    import dataclasses
+
+    from ..errors import UsageError
+
+    limit = draft.max_positions
+    if past < steps + 2:
+        raise UsageError(
+            f"the long bucket needs more than {steps + 1} tokens past position {limit}"
+        )
+    if any(p.numel() != limit for p in prompts):
+        raise UsageError(f"the long bucket's prompts must be {limit} tokens long")
+    clamped = dataclasses.replace(draft, position_limit=limit)
+    sequences = greedy_sequences(model, prompts, limit + past)
+    return [
+        dataclasses.replace(e, name=f"{e.name} @ pos>={limit}", positions_from=limit)
+        for e in estimate(clamped, model, sequences, layouts, steps, limit)
+    ]
 
 
 def refuse_unfit(

@@ -64,13 +64,19 @@ def draft_json(directory: Path) -> dict[str, Any]:
     return {**inner, **data} if isinstance(inner, dict) else data
 
 
+DEFAULT_MAX_POSITIONS = 2048  # LlamaConfig's, which engines build a draft's config with
+
+
 @dataclass
 class EagleDraft:
-    """A loaded draft: its config and tensors, computed in ``dtype``."""
+    """A loaded draft: its config and tensors, computed in ``dtype``. ``position_limit``:
+    RoPE positions at or past it read the limit's last row, as an engine that sizes the
+    draft's rotary table from its config and clamps past it (the probe's long bucket)."""
 
     path: Path
     config: dict[str, Any]
     weights: dict[str, torch.Tensor]
+    position_limit: int | None = None
 
     @classmethod
     def load(cls, directory: str | Path, dtype: torch.dtype | None = None) -> EagleDraft:
@@ -104,7 +110,10 @@ class EagleDraft:
     def to(self, device: torch.device | str) -> EagleDraft:
         """The same draft with its tensors on ``device``."""
         return EagleDraft(
-            self.path, self.config, {k: v.to(device) for k, v in self.weights.items()}
+            self.path,
+            self.config,
+            {k: v.to(device) for k, v in self.weights.items()},
+            self.position_limit,
         )
 
     @property
@@ -126,6 +135,13 @@ class EagleDraft:
     @property
     def eps(self) -> float:
         return float(self.config.get("rms_norm_eps", 1e-6))
+
+    @property
+    def max_positions(self) -> int:
+        """``max_position_embeddings`` of its config (a whole number above 0), else
+        LlamaConfig's default, which an engine's draft config then holds."""
+        value = self.config.get("max_position_embeddings")
+        return value if type(value) is int and value > 0 else DEFAULT_MAX_POSITIONS
 
     @property
     def norm_before_residual(self) -> bool:
@@ -267,6 +283,8 @@ class EagleDraft:
         import torch
 
         inv = _inv_freq(self.config, self.head_dim).to(positions.device)
+        if self.position_limit is not None:
+            positions = positions.clamp(max=self.position_limit - 1)
         angles = positions.float()[:, None] * inv[None, :]
         emb = torch.cat([angles, angles], -1)[:, None, :]
         return emb.cos().to(dtype), emb.sin().to(dtype)

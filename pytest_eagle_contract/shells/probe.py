@@ -44,10 +44,12 @@ def probe(args: argparse.Namespace) -> int:
     from ..contract.model import load_contract
     from ..models.acceptance import (
         CONVENTION,
+        PAST,
         draft_dir,
         estimate,
         greedy_sequences,
         layouts_of,
+        long_bucket,
         prompts,
         refuse_unfit,
     )
@@ -85,6 +87,17 @@ def probe(args: argparse.Namespace) -> int:
     starts = prompts(contract, paths, args.sequences, args.prompt, target)
     sequences = greedy_sequences(model, starts, args.length)
     estimates = estimate(draft, model, sequences, layouts, args.steps, args.prompt - 2)
+    if args.long is not None:
+        limit, past = draft.max_positions, args.long or PAST
+        if past < args.steps + 2:
+            raise UsageError(f"--long must exceed --steps + 1 ({args.steps + 1})")
+        if target.max_positions is not None and target.max_positions < limit + past:
+            raise UsageError(
+                f"--long: the target serves {target.max_positions} positions, the draft's "
+                f"max_position_embeddings is {limit}: no context passes it by {past}"
+            )
+        starts = prompts(contract, paths, args.sequences, limit, target)
+        estimates += long_bucket(draft, model, starts, layouts, args.steps, past)
     if args.json:
         print(to_json({"convention": CONVENTION, "layouts": [e.to_dict() for e in estimates]}))
     else:
@@ -127,4 +140,14 @@ def add_parser(sub: Any) -> None:
     prb.add_argument("--sequences", type=int, default=16, metavar="N")
     prb.add_argument("--length", type=int, default=128, help="tokens per sequence")
     prb.add_argument("--prompt", type=int, default=16, help="prompt tokens per sequence")
+    prb.add_argument(
+        "--long",
+        type=int,
+        nargs="?",
+        const=0,  # the default: models.acceptance.PAST
+        metavar="N",
+        help="also probe each layout past the draft's max_position_embeddings M: prompts of M "
+        "tokens continued N more (default 32), the draft's RoPE clamped at M as an engine "
+        "sizing it from the draft's config does (rows '<layout> @ pos>=M')",
+    )
     add_print_json(prb)

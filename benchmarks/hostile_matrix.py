@@ -449,6 +449,27 @@ def token_cells(base: str = "") -> list[Cell]:
     return [*alone, together, _xdist(together)]
 
 
+DRAFT_ON = {"draft": True}
+DRAFT_FAMILIES = ("draft-config", "vocabulary")
+
+
+def draft_seam_cells(base: str = "") -> list[Cell]:
+    """The draft's config and vocabulary map beside the folder's shards (c-draft.yaml: the
+    draft folder as serving.draft_config; the map's coverage reads the shards): each alone
+    in the CLI, together in pytest and pytest -n 2."""
+    together = Cell(
+        "draft-config+vocabulary",
+        "pytest",
+        lambda f, w: _pytest(
+            "c-draft.yaml", ["shards"], "--eagle-checks", ",".join(DRAFT_FAMILIES),
+            "--eagle-no-sharpness",
+        ),
+        _fam(DRAFT_FAMILIES, base=base, contract=DRAFT_ON, no_sharpness=True),
+    )  # fmt: skip
+    alone = [_alone(n, "c-draft.yaml", on=DRAFT_ON, base=base) for n in DRAFT_FAMILIES]
+    return [*alone, together, _xdist(together)]
+
+
 def shard_cells(shard: str, base: str = "") -> list[Cell]:
     """The cells of a class whose input is shard files under ``shards/`` (``shard``: the bad
     file, for the commands that take one)."""
@@ -542,6 +563,7 @@ def shard_cells(shard: str, base: str = "") -> list[Cell]:
             timeout=180,
         ),
         *token_cells(base),
+        *draft_seam_cells(base),
     ]
     return cells
 

@@ -436,6 +436,19 @@ def draft_config_cases(root: Path, rng: random.Random) -> list[Case]:
     return cases
 
 
+def doctor_cases(root: Path, rng: random.Random) -> list[Case]:
+    """:func:`draft_config_cases`' hostile draft folders given to ``doctor --draft draft
+    --contract c.yaml --json`` (every seam that needs no shards, with the contract's
+    serving side): a seam's finding or exit 2, never a traceback."""
+    import dataclasses
+
+    argv = ["doctor", "--draft", "draft", "--contract", "c.yaml", "--json"]
+    return [
+        dataclasses.replace(case, surface="doctor", argv=argv)
+        for case in draft_config_cases(root / "doctor", rng)
+    ]
+
+
 TOKENIZER_CONTRACT = """\
 contract: hostile-tokenizer
 version: 1

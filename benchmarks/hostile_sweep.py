@@ -54,6 +54,7 @@ from hostile_inputs import (
     capture_cases,
     contract_cases,
     demo_world,
+    doctor_cases,
     draft_config_cases,
     gguf_cases,
     http_cases,
@@ -335,7 +336,7 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=90.0, help="seconds before a run is a hang")
     ap.add_argument(
         "--surfaces",
-        default="shards,contracts,models,captures,vllm-files,gguf,draft-config,tokenizer,http,"
+        default="shards,contracts,models,captures,vllm-files,gguf,draft-config,doctor,tokenizer,http,"
         "outputs",
     )
     ap.add_argument("--seed", type=int, default=16)
@@ -362,6 +363,7 @@ def main() -> None:
         "vllm-files": lambda: vllm_file_cases(root),
         "gguf": lambda: gguf_cases(root, rng),
         "draft-config": lambda: draft_config_cases(root, rng),
+        "doctor": lambda: doctor_cases(root, rng),
         "tokenizer": lambda: tokenizer_cases(root, rng),
         "http": lambda: http_cases(root, world) if world else [],
         "outputs": lambda: output_cases(root),

@@ -206,3 +206,48 @@ def test_cli_end_to_end_json(tmp_path, targets, twins, cli):
     )
     assert text.returncode == 0, text.stdout + text.stderr
     assert "incomplete (" in text.stdout and "to run it:" in text.stdout  # seams skipped
+
+
+def test_the_draft_config_seam_fails_a_max_position_below_the_serving_context(tmp_path, targets):
+    """checks.draft_config (EC923, SpecForge#271): a draft shipped with
+    max_position_embeddings 2048 under a launch line serving 8192 tokens."""
+    short = draft(tmp_path, max_position_embeddings=2048)
+    args = "python -m sglang.launch_server --context-length 8192"
+    for serving_args, status in ((None, "pass"), (args, "fail")):
+        found = diagnose(
+            Inputs(
+                short, target_model=targets["training"], engine="sglang", serving_args=serving_args
+            )
+        )
+        seam = next(v for v in found.verdicts if v.name == "draft-config")
+        assert seam.status == status, seam
+    assert "EC923" in {f.code for f in seam.findings}
+
+
+def test_the_tokenizer_seam_runs_on_the_target_folder_when_it_holds_a_tokenizer(tmp_path, targets):
+    """checks.tokens on the target's folder: skipped without tokenizer files, run with them
+    (a tokenizer made in code); an unreadable tokenizer.json is its EC330, not a traceback."""
+    import shutil
+
+    from tokenizer_data import make_tokenizer
+
+    good = draft(tmp_path)
+    target = tmp_path / "target"
+    shutil.copytree(targets["training"], target)
+    status = verdicts(diagnose(Inputs(good, target_model=target, engine="sglang")))
+    assert status["tokenizer"] == "skipped"
+    make_tokenizer(target)
+    found = diagnose(Inputs(good, target_model=target, engine="sglang"))
+    assert verdicts(found)["tokenizer"] == "pass"
+    (target / "tokenizer.json").write_text("{broken")
+    seam = next(
+        v for v in diagnose(Inputs(good, target_model=target)).verdicts if v.name == "tokenizer"
+    )
+    assert seam.status == "fail" and seam.findings[0].code == "EC330"
+
+
+def test_an_unsplittable_launch_line_is_a_usage_error(tmp_path, capsys):
+    draft(tmp_path)
+    args = ["doctor", "--draft", str(tmp_path / "draft"), "--serving-args", "python 'unclosed"]
+    assert main(args) == 2
+    assert "--serving-args" in capsys.readouterr().err

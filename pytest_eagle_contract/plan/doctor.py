@@ -223,32 +223,26 @@ def _vocabulary(s: Setup) -> list[Finding]:
                 "regenerate d2t/t2d from the same token frequencies, with the target's vocab_size",
             )
         )
-    check = _seam_function("vocabulary", "check_vocabulary")
-    if check is not None:
-        out += check(s.draft_dir, contract=s.contract, shard_paths=())
-    return out
+    from ..checks.vocabulary import check_vocabulary
+
+    return out + check_vocabulary(s.draft_dir, contract=s.contract, shard_paths=())
 
 
 def _draft_config(s: Setup) -> list[Finding]:
     import shlex
 
-    check = _seam_function("draft_config", "check_draft_config")
-    if check is None:
-        raise Skipped(
-            "this build has no draft-config check (checks/draft_config.py)",
-            "upgrade pytest-eagle-contract",
-        )
-    args = shlex.split(s.inputs.serving_args or "")
+    from ..checks.draft_config import check_draft_config
+
+    args = shlex.split(s.inputs.serving_args or "")  # setup() refused one it cannot split
     version = s.contract.serving.version if s.contract and s.contract.serving else None
-    found: list[Finding] = check(
+    return check_draft_config(
         s.draft_dir, contract=s.contract, engine=s.engine, version=version, serving_args=args
     )
-    return found
 
 
 def _tokenizer(s: Setup) -> list[Finding]:
-    spec = getattr(s.contract, "tokenizer", None)  # the contract's tokenizer section (issue 25)
-    folder: Path | None = getattr(spec, "path", None)
+    spec = s.contract.tokenizer if s.contract is not None else None
+    folder = spec.path if spec is not None else None
     if folder is None:
         for candidate in (s.serving_dir, s.target_dir):
             if candidate is not None and any(
@@ -261,13 +255,9 @@ def _tokenizer(s: Setup) -> list[Finding]:
             "no tokenizer folder (tokenizer.path, or tokenizer files in a target folder)",
             "pass --contract C with tokenizer.path, or a --target-model holding its tokenizer",
         )
-    check = _seam_function("tokens", "check_tokenizer")
-    if check is None:
-        raise Skipped(
-            "this build has no tokenizer check (checks/tokens.py)", "upgrade pytest-eagle-contract"
-        )
-    found: list[Finding] = check(folder, contract=s.contract)
-    return found
+    from ..checks.tokens import check_tokenizer
+
+    return check_tokenizer(folder, contract=s.contract)
 
 
 def _target_identity(s: Setup) -> list[Finding]:
@@ -349,19 +339,6 @@ SEAMS: tuple[Seam, ...] = (
 SEAM_NAMES: tuple[str, ...] = tuple(seam.name for seam in SEAMS)
 
 
-def _seam_function(module: str, name: str) -> Callable[..., list[Finding]] | None:
-    """A seam's check from ``checks/<module>.py`` (built beside this one), or None when this
-    build has none."""
-    import importlib
-
-    try:
-        found = importlib.import_module(f"..checks.{module}", __package__)
-    except ModuleNotFoundError:
-        return None
-    check = getattr(found, name, None)
-    return check if callable(check) else None
-
-
 def _finding(s: Setup, code: RuleCode, message: str, hint: str, key: str = "") -> Finding:
     contract = None if s.made else s.contract
     return finding(code, message, contract=contract, key=key or "serving.draft_config", hint=hint)
@@ -393,6 +370,13 @@ def setup(inputs: Inputs) -> Setup:
         version = serving.version
     if engine is not None:
         _check_engine(engine, version)
+    if inputs.serving_args is not None:
+        import shlex
+
+        try:
+            shlex.split(inputs.serving_args)
+        except ValueError as exc:  # an unclosed quote
+            raise UsageError(f"--serving-args: {exc}") from None
     target_dir = inputs.target_model or (given.target.model if given is not None else None)
     serving_dir = inputs.serving_target_model or (
         serving.target_model if serving is not None else None

@@ -56,11 +56,11 @@ def test_pytest_update_fails_the_run_that_changed_them(pytester, shards):
     result = pytester.runpytest(
         "--eagle-contract", "--eagle-contract-update", "--eagle-sample", "all"
     )
-    result.assert_outcomes(failed=1, passed=2 + 3 * 3)
+    result.assert_outcomes(failed=1, passed=2 + 3 * 4)
     result.stdout.fnmatch_lines(
         [
             "*demo.yaml: norm bounds re-measured and rewritten*",
             "  training.slots[[]1[]].norm: [[]3, 3.3[]] -> *",
         ]
     )
-    pytester.runpytest("--eagle-contract", "--eagle-sample", "all").assert_outcomes(passed=11)
+    pytester.runpytest("--eagle-contract", "--eagle-sample", "all").assert_outcomes(passed=14)

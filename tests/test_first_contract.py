@@ -117,8 +117,8 @@ def test_version(cli):
 def test_cli_and_pytest_run_the_same_checks_sharpness_included(demo_dir, cli, pytester):
     """The two gates agree: both run sharpness by default, both leave it out on request."""
     args = (CONTRACT, demo_dir / "good", "--sample", "all")
-    assert "ok: 11 checks on 3 shard(s)" in cli("check", *args).stdout  # layout, sharpness
-    assert "ok: 10 checks on 3 shard(s)" in cli("check", *args, "--no-sharpness").stdout
+    assert "ok: 14 checks on 3 shard(s)" in cli("check", *args).stdout  # layout, sharpness
+    assert "ok: 13 checks on 3 shard(s)" in cli("check", *args, "--no-sharpness").stdout
     shards = str(demo_dir / "good")
     common = (
         "--eagle-contract",
@@ -130,8 +130,8 @@ def test_cli_and_pytest_run_the_same_checks_sharpness_included(demo_dir, cli, py
         "-p",
         "no:cacheprovider",
     )
-    pytester.runpytest(*common).assert_outcomes(passed=11)
-    pytester.runpytest(*common, "--eagle-no-sharpness").assert_outcomes(passed=10)
+    pytester.runpytest(*common).assert_outcomes(passed=14)
+    pytester.runpytest(*common, "--eagle-no-sharpness").assert_outcomes(passed=13)
 
 
 def test_fixtures_use_the_contract_named_on_the_command_line(demo_dir, pytester):
@@ -154,7 +154,7 @@ def test_fixtures_use_the_contract_named_on_the_command_line(demo_dir, pytester)
         "--eagle-sample",
         "2",
     )
-    res.assert_outcomes(passed=2 + 1 + 2 * 3)  # the user's test per shard, layout, shard items
+    res.assert_outcomes(passed=2 + 1 + 2 * 4)  # the user's test per shard, layout, shard items
 
 
 def _pytest_help() -> str:

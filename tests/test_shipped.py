@@ -17,7 +17,7 @@ def test_demo_command_passes_good_and_catches_the_bug(tmp_path, cli):
     res = cli("demo", "--out", tmp_path / "demo", cwd=tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
     out = res.stdout
-    assert "ok: 38 checks on 12 shard(s) passed" in out  # sharpness included, as in pytest
+    assert "ok: 50 checks on 12 shard(s) passed" in out  # sharpness included, as in pytest
     assert "FAILED: 36 finding(s) [EC401]" in out
     assert "hint: slot 0 looks like the embedding" in out
     assert "the good set passed and the bug was caught" in out

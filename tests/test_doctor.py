@@ -251,3 +251,15 @@ def test_an_unsplittable_launch_line_is_a_usage_error(tmp_path, capsys):
     args = ["doctor", "--draft", str(tmp_path / "draft"), "--serving-args", "python 'unclosed"]
     assert main(args) == 2
     assert "--serving-args" in capsys.readouterr().err
+
+
+def test_a_contract_target_folder_that_is_not_there_is_said_not_raised(tmp_path):
+    from pytest_eagle_contract.contract.model import load_contract
+
+    text = CONTRACT.replace(f"vocab_size: {V}}}", f"vocab_size: {V}, model: nowhere}}")
+    (tmp_path / "c.yaml").write_text(text)
+    good = draft(tmp_path)
+    found = diagnose(Inputs(good, contract=load_contract(tmp_path / "c.yaml")))
+    seam = next(v for v in found.verdicts if v.name == "draft-checkpoint")
+    assert seam.status == "warn" and seam.findings[0].code == "EC009"
+    assert "embedding check (EC904) did not run" in seam.findings[0].message

@@ -1,8 +1,8 @@
 """The engine registry, and the lookups over it: ``resolve`` and ``engine_aux_ids``.
 
 Engines: ``sglang`` (built-in table in ``sglang_table``, or the installed sglang's own
-methods), ``vllm``, ``trtllm`` (TensorRT-LLM), ``llama.cpp``, ``mlx``,
-``tpu-inference``, ``vllm-ascend``, ``trtllm-autodeploy``, ``sglang-jax``, ``atom``, ``openvino``; trainers' captures:
+methods), ``vllm``, ``trtllm`` (TensorRT-LLM), ``llama.cpp``, ``mlx``, ``tpu-inference``,
+``vllm-ascend``, ``trtllm-autodeploy``, ``sglang-jax``, ``atom``, ``openvino``; trainers' captures:
 ``specforge`` (SGLang at the version SpecForge pinned), ``speculators-v1``, ``speculators``,
 ``eagle`` (SafeAILab EAGLE-3) and ``hf`` (``output_hidden_states`` indices). See
 docs/layers.md for every rule and its source.

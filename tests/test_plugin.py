@@ -33,7 +33,7 @@ def project(pytester, demo_shards):
 
 def test_good_shards_pass(project):
     result = project.runpytest("--eagle-contract", CONTRACT, "--eagle-sample", "all", "-v")
-    result.assert_outcomes(passed=14 + 1)  # the contract's items and the user's own test
+    result.assert_outcomes(passed=18 + 1)  # the contract's items and the user's own test
     result.stdout.fnmatch_lines(
         [
             "eagle-contract: sample all, seed 0",
@@ -47,14 +47,14 @@ def test_good_shards_pass(project):
 
 def test_no_path_runs_contracts_dir_beside_users_tests(project):
     result = project.runpytest("--eagle-contract", "--eagle-sample", "2")
-    result.assert_outcomes(passed=2 + 2 * 3 + 1)
+    result.assert_outcomes(passed=2 + 2 * 4 + 1)
 
 
 def test_ini_contract_paths(project):
     (project.path / "contracts").rename(project.path / "gates")
     project.makeini("[pytest]\neagle_contract_paths = gates/demo.yaml\neagle_sample = 1\n")
     result = project.runpytest("--eagle-contract")
-    result.assert_outcomes(passed=2 + 3 + 1)
+    result.assert_outcomes(passed=2 + 4 + 1)
 
 
 def test_off_by_default(project):
@@ -71,7 +71,7 @@ def test_embedding_in_front_fails_with_a_diagnosis_not_a_traceback(project):
         "--eagle-sample",
         "all",
     )
-    result.assert_outcomes(passed=10 + 1, failed=4)
+    result.assert_outcomes(passed=14 + 1, failed=4)
     result.stdout.fnmatch_lines(
         [
             "*_ demo-tiny-llama-eagle3::norms[[]rows_0-2000/data_0.ckpt[]] _*",
@@ -89,7 +89,7 @@ def test_corrupt_shard_fails_its_items_and_the_run_goes_on(project):
     shard = project.path / "data" / "good" / "rows_0-2000" / "data_1.ckpt"
     shard.write_bytes(shard.read_bytes()[:500])
     result = project.runpytest("--eagle-contract", CONTRACT, "--eagle-sample", "all")
-    result.assert_outcomes(passed=11 + 1, failed=3)
+    result.assert_outcomes(passed=14 + 1, failed=4)
     result.stdout.fnmatch_lines(["EC002 truncated-file: *", "*shard rows_0-2000/data_1.ckpt*"])
 
 
@@ -136,7 +136,7 @@ def test_junitxml(project):
         "2",
         "--junitxml=report.xml",
     )
-    result.assert_outcomes(passed=6 + 1, failed=2)
+    result.assert_outcomes(passed=8 + 1, failed=2)
     cases = ET.parse(project.path / "report.xml").getroot().iter("testcase")
     failed = {c.get("name"): c.find("failure") for c in cases if c.find("failure") is not None}
     assert len(failed) == 2 and all(name.startswith("norms[rows_0-2000/") for name in failed)
@@ -147,7 +147,7 @@ def test_junitxml(project):
 @pytest.mark.slow
 def test_xdist(project):
     result = project.runpytest("--eagle-contract", CONTRACT, "--eagle-sample", "all", "-n", "2")
-    result.assert_outcomes(passed=14 + 1)
+    result.assert_outcomes(passed=18 + 1)
 
 
 @pytest.mark.slow
@@ -187,7 +187,7 @@ def test_last_failed(project):
     bad = str(project.path / "data" / "embed-in-front")
     project.runpytest(
         "--eagle-contract", CONTRACT, "--eagle-shards", bad, "--eagle-sample", "all"
-    ).assert_outcomes(passed=10 + 1, failed=4)
+    ).assert_outcomes(passed=14 + 1, failed=4)
     result = project.runpytest(
         "--eagle-contract", CONTRACT, "--eagle-shards", bad, "--eagle-sample", "all", "--lf"
     )
@@ -202,7 +202,7 @@ def test_sample_and_seed_choose_the_same_shards(project):
         return [line for line in lines if "demo.yaml::" in line]
 
     first = ids("3")
-    assert len(first) == 8 and first == ids("3") and first != ids("4")
+    assert len(first) == 10 and first == ids("3") and first != ids("4")
 
 
 def test_fixtures_and_marker_in_users_tests(project):
@@ -305,7 +305,7 @@ def test_the_report_of_a_batched_run_holds_every_check_on_every_shard(project):
         units[batch] = sorted(
             (u["check"], u["shard"], sorted(f["code"] for f in u["findings"])) for u in run["units"]
         )
-    assert len(units["1"]) == 2 + 4 * 3 and units["3"] == units["1"]
+    assert len(units["1"]) == 2 + 4 * 4 and units["3"] == units["1"]
 
 
 def test_auto_batches_only_above_its_threshold(project, monkeypatch):

@@ -329,3 +329,130 @@ def test_the_long_bucket_shows_what_a_clamped_rope_costs(
     assert rows["layout 1 @ pos>=16"]["positions_from"] == 16
     assert rows["layout 1"]["positions_from"] == 0
     assert main([*args, "--prompt", "8", "--steps", "2", "--long", "3"]) == 2  # <= steps + 1
+
+
+# -- the thinking buckets (issue 25 item 4) --------------------------------------------------
+
+
+def test_a_position_is_thinking_from_the_open_token_to_before_the_close() -> None:
+    from pytest_eagle_contract.checks import tokens
+    from pytest_eagle_contract.models.acceptance import (
+        EMPTY_THINK_MAX,
+        filled_block,
+        inside_think,
+        thinking_prompts,
+    )
+
+    assert EMPTY_THINK_MAX == tokens.EMPTY_THINK_MAX  # one rule for an empty block
+    think = (60, 61)
+    ids = [5, 60, 7, 8, 9, 61, 10, 60, 61, 11]
+    assert inside_think(ids, think) == [0, 1, 1, 1, 1, 0, 0, 1, 0, 0]
+    assert filled_block(ids, think) == (1, 5)
+    assert filled_block([5, 60, 7, 7, 61, 8], think) is None  # two tokens: empty
+    assert filled_block([5, 60, 61, 60, 1, 2, 3], think) == (3, 7)  # unclosed, filled
+    long = torch.tensor([1, 2, 60, *range(10, 30), 61, 3])
+    (cut,) = thinking_prompts([long, torch.tensor([1, 2, 3, 60, 61, 4])], think, 4)
+    assert cut.tolist() == [1, 2, 60, 10, 11, 12, 13]  # 4 tokens into the block
+    (half,) = thinking_prompts([long], think, 50)
+    assert half.numel() == 3 + 10  # at most half the block's 20
+
+
+def test_the_thinking_split_puts_each_chain_where_it_drafts(
+    pair: tuple[Path, Path, Any, EagleDraft],
+) -> None:
+    """Sequences whose think block holds the target's own continuation (the draft accepts
+    nearly everything) and whose answer is random tokens (it accepts almost nothing): the
+    thinking rows accept far more than the no-thinking ones, and the two partition the
+    chains of the whole."""
+    from pytest_eagle_contract.models.acceptance import NO_THINKING, THINKING, thinking_split
+
+    _, _, model, draft = pair
+    g = torch.Generator().manual_seed(13)
+    seqs = greedy(model, corpus(3, PROMPT, VOCAB, g), 26)
+    used = {t for s in seqs for t in s.tolist()}
+    free = [t for t in range(VOCAB) if t not in used]
+    assert len(free) >= 2, "the corpus used every id"
+    think = (free[0], free[1])
+    others = torch.tensor([t for t in range(VOCAB) if t not in think])
+    built = [
+        torch.cat(
+            [
+                s[:2],
+                torch.tensor([think[0]]),
+                s[2:],
+                torch.tensor([think[1]]),
+                others[torch.randint(0, len(others), (20,), generator=g)],
+            ]
+        )
+        for s in seqs
+    ]
+    first = PROMPT - 2
+    layouts = [("trained", TRAINED)]
+    _, rows, chains = thinking_split(draft, model, built, [first] * 3, layouts, DRAFTED, think)
+    inside, outside = rows
+    assert (inside.name, outside.name) == (f"trained @ {THINKING}", f"trained @ {NO_THINKING}")
+    (whole,) = estimate(draft, model, built, layouts, DRAFTED, first)
+    assert inside.chains == chains[THINKING] and outside.chains == chains[NO_THINKING]
+    assert inside.chains + outside.chains == whole.chains
+    # starts 6..25 embed tokens 7..26, inside the block (open at 2, close at 27)
+    assert inside.chains == 3 * 20
+    mixed = inside.accept_length * inside.chains + outside.accept_length * outside.chains
+    assert abs(mixed / whole.chains - whole.accept_length) < 1e-6
+    print(f"\n{inside.quote()} {inside.per_step}; {outside.quote()} {outside.per_step}")
+    assert inside.accept_length > outside.accept_length + 1.5, (inside, outside)
+
+    _, none, counted = thinking_split(draft, model, seqs, [first] * 3, layouts, DRAFTED, think)
+    assert none == [] and counted[THINKING] == 0  # one kind: no rows
+
+
+def test_probe_by_thinking_cli(
+    pair: tuple[Path, Path, Any, EagleDraft],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`probe --by-thinking`: rows '@ thinking' and '@ no-thinking' when a shard holds a
+    filled think block; a note instead when none does; exit 2 without think ids."""
+    from pytest_eagle_contract.shards.writing import write_shard
+    from pytest_eagle_contract.shells.cli import main
+
+    target, draft, _, _ = pair
+    think = (62, 63)
+
+    def shard(folder: Path, index: int, ids: list[int]) -> None:
+        slots = [torch.zeros(len(ids), HIDDEN) for _ in range(4)]
+        mask = torch.ones(len(ids), dtype=torch.long)
+        write_shard(folder, "specforge", index, torch.tensor(ids), mask, slots)
+
+    both, plain = tmp_path / "both", tmp_path / "plain"
+    shard(both, 0, [1, 2, 3, 4, 62, *range(10, 30), 63, 5, 6, 7, 8])
+    shard(both, 1, list(range(30, 50)))
+    shard(plain, 0, list(range(30, 50)))
+    section = f"tokenizer:\n  think_token_ids: [{think[0]}, {think[1]}]\n  thinking: mixed\n"
+    with_ids = _write_contract(tmp_path, target, draft, "sglang", "")
+    with_ids.write_text(with_ids.read_text() + section)
+    args = ["--target-model", str(target), "--sequences", "2", "--length", "24"]
+    args += ["--prompt", "8", "--steps", "2", "--by-thinking", "--json"]
+    assert main(["probe", str(with_ids), str(both), *args]) == 0
+    out = json.loads(capsys.readouterr().out)
+    names = [x["name"] for x in out["layouts"]]
+    assert names[:1] == ["trainer = sglang 0.5.13"]
+    assert names[1:] == [
+        "trainer = sglang 0.5.13 @ thinking",
+        "trainer = sglang 0.5.13 @ no-thinking",
+    ]
+    split = out["thinking"]
+    assert split["think_token_ids"] == [62, 63] and split["note"] is None
+    assert (split["shards"], split["with_thinking"]) == (2, 1)
+    assert split["chains"]["thinking"] > 0 and split["chains"]["no-thinking"] > 0
+    rows = out["layouts"]
+    assert rows[1]["chains"] == split["chains"]["thinking"]
+
+    assert main(["probe", str(with_ids), str(plain), *args[:-1]]) == 0
+    text = capsys.readouterr().out
+    assert "@ thinking" not in text
+    assert "hold no filled think block between ids [62, 63]" in text
+
+    (tmp_path / "bare").mkdir()
+    bare = _write_contract(tmp_path / "bare", target, draft, "sglang", "")
+    assert main(["probe", str(bare), str(plain), *args]) == 2
+    assert "think_token_ids" in capsys.readouterr().err

@@ -9,6 +9,7 @@ that equals its greedy tokens.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -79,6 +80,23 @@ def estimate(
     The aux states come from one forward over ``batch`` sequences of a length at a time."""
     import torch
 
+    counts = _counts(draft, model, sequences, layouts, steps, [first] * len(sequences), batch)
+    return [_summary(name, layers, torch.cat(counts[name]), steps) for name, layers in layouts]
+
+
+def _counts(
+    draft: EagleDraft,
+    model: Any,
+    sequences: list[torch.Tensor],
+    layouts: list[tuple[str, tuple[Layer, ...]]],
+    steps: int,
+    firsts: list[int],
+    batch: int = 8,
+) -> dict[str, list[torch.Tensor]]:
+    """Per layout, per sequence (in order): the accepted count of each chain from start
+    ``firsts[i]`` on (:func:`.draft_model.accepted`)."""
+    import torch
+
     from ..errors import UsageError
     from .draft_model import accepted
     from .draft_shapes import refuse
@@ -89,10 +107,12 @@ def estimate(
     head = model.get_output_embeddings().weight.detach()
     needed = {layer for _, layers in layouts for layer in layers}
     counts: dict[str, list[torch.Tensor]] = {name: [] for name, _ in layouts}
+    done = 0
     for group in _groups(sequences, batch):
         ids = torch.stack(group).to(device)
         states = _states(model, ids, needed)
         for b, row in enumerate(ids):
+            first = firsts[done + b]
             for name, layers in layouts:
                 if not layers:
                     raise UsageError(f"draft {draft.path}: layout {name} feeds no aux states")
@@ -100,14 +120,18 @@ def estimate(
                 refuse(draft.path, draft.run_problems(embedding, head, int(aux.shape[-1])))
                 drafts = draft.chain(aux, row, embedding, steps, lm_head=head, first=first)
                 counts[name].append(accepted(drafts, row, first).cpu())
-    out = []
-    for name, layers in layouts:
-        a = torch.cat(counts[name])
-        reached = [int((a >= s).sum()) for s in range(steps + 1)]
-        per_step = tuple(reached[s + 1] / reached[s] if reached[s] else 0.0 for s in range(steps))
-        mean = float(a.float().mean()) if a.numel() else 0.0
-        out.append(Estimate(name, layers, 1.0 + mean, per_step, int(a.numel())))
-    return out
+        done += len(group)
+    return counts
+
+
+def _summary(
+    name: str, layers: tuple[Layer, ...], a: torch.Tensor, steps: int, positions_from: int = 0
+) -> Estimate:
+    """One row from the accepted counts ``a`` of its chains."""
+    reached = [int((a >= s).sum()) for s in range(steps + 1)]
+    per_step = tuple(reached[s + 1] / reached[s] if reached[s] else 0.0 for s in range(steps))
+    mean = float(a.float().mean()) if a.numel() else 0.0
+    return Estimate(name, layers, 1.0 + mean, per_step, int(a.numel()), positions_from)
 
 
 def long_bucket(
@@ -141,6 +165,166 @@ def long_bucket(
         dataclasses.replace(e, name=f"{e.name} @ pos>={limit}", positions_from=limit)
         for e in estimate(clamped, model, sequences, layouts, steps, limit)
     ]
+
+
+THINKING, NO_THINKING = "thinking", "no-thinking"  # the thinking buckets' row suffixes
+EMPTY_THINK_MAX = 2  # tokens inside a think block that leave it empty (checks.tokens' census)
+
+
+def inside_think(ids: Sequence[int], think: tuple[int, int]) -> list[bool]:
+    """Per position: whether it sits inside a think block, i.e. the last think token at or
+    before it is the opening one (``think`` = the open and close ids; the open token is
+    inside, the close token is not: after it the text is the answer)."""
+    open_id, close_id = think
+    out, inside = [], False
+    for t in ids:
+        if t == open_id:
+            inside = True
+        elif t == close_id:
+            inside = False
+        out.append(inside)
+    return out
+
+
+def filled_block(ids: Sequence[int], think: tuple[int, int]) -> tuple[int, int] | None:
+    """The first think block with more than EMPTY_THINK_MAX tokens inside, as (index of
+    its open token, index of its close token, or len(ids) when unclosed), or None."""
+    open_id, close_id = think
+    start = None
+    for i, t in enumerate(ids):
+        if t == open_id:
+            start = i
+        elif t == close_id and start is not None:
+            if i - start - 1 > EMPTY_THINK_MAX:
+                return start, i
+            start = None
+    if start is not None and len(ids) - start - 1 > EMPTY_THINK_MAX:
+        return start, len(ids)
+    return None
+
+
+def thinking_prompts(
+    shard_ids: list[torch.Tensor], think: tuple[int, int], size: int
+) -> list[torch.Tensor]:
+    """For each shard holding a filled think block: its ids up to ``size`` tokens into the
+    block (at most half of it, at least one), so that the target's continuation goes on
+    thinking. Shards without one give no prompt."""
+    out = []
+    for ids in shard_ids:
+        block = filled_block(ids.tolist(), think)
+        if block is None:
+            continue
+        start, end = block
+        out.append(ids[: start + 1 + max(1, min(size, (end - start - 1) // 2))])
+    return out
+
+
+def continued(model: Any, prompts: list[torch.Tensor], new: int) -> list[torch.Tensor]:
+    """Each prompt continued greedily ``new`` tokens (prompts of one length batched),
+    in the prompts' order."""
+    by_length: dict[int, list[int]] = {}
+    for i, p in enumerate(prompts):
+        by_length.setdefault(p.numel(), []).append(i)
+    out: dict[int, torch.Tensor] = {}
+    for length, which in by_length.items():
+        got = greedy_sequences(model, [prompts[i] for i in which], length + new)
+        out.update(zip(which, got))
+    return [out[i] for i in range(len(prompts))]
+
+
+@dataclass(frozen=True)
+class ThinkingSplit:
+    """The probe's chains split by whether their start sits inside a think block."""
+
+    think_token_ids: tuple[int, int]
+    shards: int  # shards read for prompts
+    with_thinking: int  # of them, those holding a filled think block (a thinking prompt)
+    chains: dict[str, int]  # THINKING, NO_THINKING: chains counted in each
+    estimates: list[Estimate]  # '<layout> @ thinking', '<layout> @ no-thinking'; or none
+    note: str | None  # why there is no split
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "think_token_ids": list(self.think_token_ids),
+            "shards": self.shards,
+            "with_thinking": self.with_thinking,
+            "chains": dict(self.chains),
+            "note": self.note,
+        }
+
+
+def thinking_split(
+    draft: EagleDraft,
+    model: Any,
+    sequences: list[torch.Tensor],
+    firsts: list[int],
+    layouts: list[tuple[str, tuple[Layer, ...]]],
+    steps: int,
+    think: tuple[int, int],
+) -> tuple[dict[str, list[torch.Tensor]], list[Estimate], dict[str, int]]:
+    """Each layout's chains on ``sequences`` (chains of sequence i from ``firsts[i]`` on),
+    split by where the chain drafts from: the chain from start ``i`` embeds token ``i+1``
+    and guesses the tokens after it, so it is a thinking chain when token ``i+1`` sits
+    inside a think block (:func:`inside_think`). Returns the per-sequence counts, the rows
+    ``<layout> @ thinking`` and ``<layout> @ no-thinking`` (none unless both kinds have
+    chains) and how many chains each kind has."""
+    import torch
+
+    counts = _counts(draft, model, sequences, layouts, steps, firsts)
+    kinds: list[torch.Tensor] = []
+    for seq, first in zip(sequences, firsts):
+        inside = inside_think(seq.tolist(), think)
+        n = int(counts[layouts[0][0]][len(kinds)].numel()) if layouts else 0
+        kinds.append(torch.tensor(inside[first + 1 : first + 1 + n], dtype=torch.bool))
+    where = torch.cat(kinds) if kinds else torch.zeros(0, dtype=torch.bool)
+    chains = {THINKING: int(where.sum()), NO_THINKING: int((~where).sum())}
+    rows: list[Estimate] = []
+    if all(chains.values()):
+        for name, layers in layouts:
+            a = torch.cat(counts[name])
+            rows.append(_summary(f"{name} @ {THINKING}", layers, a[where], steps))
+            rows.append(_summary(f"{name} @ {NO_THINKING}", layers, a[~where], steps))
+    return counts, rows, chains
+
+
+def estimate_by_thinking(
+    draft: EagleDraft,
+    model: Any,
+    sequences: list[torch.Tensor],
+    layouts: list[tuple[str, tuple[Layer, ...]]],
+    steps: int,
+    first: int,
+    shard_ids: list[torch.Tensor],
+    think: tuple[int, int],
+    size: int,
+    new: int,
+) -> tuple[list[Estimate], ThinkingSplit]:
+    """:func:`estimate` on ``sequences``, and the thinking split: their chains and those of
+    the shards' :func:`thinking_prompts` (``size`` tokens into each filled think block)
+    continued ``new`` tokens, split by :func:`thinking_split`. Shards that hold no filled
+    think block, or chains all of one kind, give a note instead of the split's rows."""
+    import torch
+
+    extra = continued(model, thinking_prompts(shard_ids, think, size), new)
+    everything = sequences + extra
+    firsts = [first] * len(sequences) + [len(x) - new - 2 for x in extra]
+    counts, rows, chains = thinking_split(draft, model, everything, firsts, layouts, steps, think)
+    main = [
+        _summary(name, layers, torch.cat(counts[name][: len(sequences)]), steps)
+        for name, layers in layouts
+    ]
+    note = None
+    if not extra:  # the shards hold one kind: whatever the target continued with, no split
+        rows = []
+        note = (
+            f"the {len(shard_ids)} shards read hold no filled think block between ids "
+            f"{list(think)}: no split"
+        )
+    elif not rows:
+        kind = THINKING if chains[THINKING] else NO_THINKING
+        note = f"every chain is {kind}: no split"
+    split = ThinkingSplit(think, len(shard_ids), len(extra), chains, rows, note)
+    return main, split
 
 
 def refuse_unfit(
@@ -287,9 +471,31 @@ def prompts(
     on, :func:`..models.inputs.unfit`), else random ids of its vocabulary (seeded)."""
     import torch
 
+    from ..shards.shard import Shard
+    from ..shards.stored import to_torch
+    from .inputs import unfit
+
+    out = []
+    for path in _shard_files(contract, paths)[:n]:
+        sample = Shard.load(path, path.name, "auto", None).sample
+        ids = None if sample is None else sample.ids
+        if ids is None or ids.dim() != 1 or ids.shape[0] < size:
+            continue
+        head = ids[:size]
+        if unfit(head, target) is None:
+            out.append(to_torch(head).long())
+    vocab = min(target.vocab_size or target.embedding_rows, target.embedding_rows)
+    g = torch.Generator().manual_seed(0)
+    while len(out) < n:
+        out.append(torch.randint(0, vocab, (size,), generator=g))
+    return out
+
+
+def _shard_files(contract: Contract | None, paths: list[Path]) -> list[Path]:
+    """The shard files prompts come from: the contract's (``paths`` or its own folder;
+    none there is no error without ``paths``), else the files under ``paths``."""
     from ..errors import UsageError
     from ..shards.discovery import DEFAULT_SAMPLE, shard_paths
-    from ..shards.shard import Shard
     from ..tree import files_matching
 
     files: list[Path] = []
@@ -304,22 +510,24 @@ def prompts(
             if not path.exists():
                 raise UsageError(f"no such shard path {path}")
             files += sorted(files_matching(path, ["*"])) if path.is_dir() else [path]
+    return files
+
+
+def shard_ids(
+    contract: Contract | None, paths: list[Path], n: int, target: TargetModel
+) -> list[torch.Tensor]:
+    """The whole ``input_ids`` of the first ``n`` shards (as :func:`prompts` reads them)
+    that the target may run on (:func:`..models.inputs.unfit`)."""
+    from ..shards.shard import Shard
     from ..shards.stored import to_torch
     from .inputs import unfit
 
     out = []
-    for path in files[:n]:
+    for path in _shard_files(contract, paths)[:n]:
         sample = Shard.load(path, path.name, "auto", None).sample
         ids = None if sample is None else sample.ids
-        if ids is None or ids.dim() != 1 or ids.shape[0] < size:
-            continue
-        head = ids[:size]
-        if unfit(head, target) is None:
-            out.append(to_torch(head).long())
-    vocab = min(target.vocab_size or target.embedding_rows, target.embedding_rows)
-    g = torch.Generator().manual_seed(0)
-    while len(out) < n:
-        out.append(torch.randint(0, vocab, (size,), generator=g))
+        if ids is not None and ids.dim() == 1 and unfit(ids, target) is None:
+            out.append(to_torch(ids).long())
     return out
 
 

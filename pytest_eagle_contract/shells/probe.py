@@ -15,7 +15,8 @@ from .args import add_print_json, add_target_model
 from .exit_codes import EXIT_OK
 
 if TYPE_CHECKING:
-    from ..models.acceptance import Estimate
+    from ..contract.model import Contract
+    from ..models.acceptance import Estimate, ThinkingSplit
 
 
 def render(estimates: list[Estimate]) -> str:
@@ -47,11 +48,13 @@ def probe(args: argparse.Namespace) -> int:
         PAST,
         draft_dir,
         estimate,
+        estimate_by_thinking,
         greedy_sequences,
         layouts_of,
         long_bucket,
         prompts,
         refuse_unfit,
+        shard_ids,
     )
     from ..models.draft_model import EagleDraft
     from ..models.target import TargetModel
@@ -74,6 +77,7 @@ def probe(args: argparse.Namespace) -> int:
             raise UsageError(f"--{name} must be at least 1")
     if args.length < args.prompt + args.steps + 2:
         raise UsageError("--length must exceed --prompt by more than --steps + 1")
+    think = _think_ids(contract) if args.by_thinking else None
     target = TargetModel.open(target_dir)
     folder = draft_dir(draft_path)
     draft = EagleDraft.load(folder)  # a draft that cannot run is refused before the target
@@ -86,7 +90,24 @@ def probe(args: argparse.Namespace) -> int:
     refuse_unfit(draft, model, layouts, target.hidden_size)
     starts = prompts(contract, paths, args.sequences, args.prompt, target)
     sequences = greedy_sequences(model, starts, args.length)
-    estimates = estimate(draft, model, sequences, layouts, args.steps, args.prompt - 2)
+    split = None
+    if think is None:
+        estimates = estimate(draft, model, sequences, layouts, args.steps, args.prompt - 2)
+    else:
+        shards = shard_ids(contract, paths, args.sequences, target)
+        new = args.length - args.prompt
+        estimates, split = estimate_by_thinking(
+            draft,
+            model,
+            sequences,
+            layouts,
+            args.steps,
+            args.prompt - 2,
+            shards,
+            think,
+            args.prompt,
+            new,
+        )
     if args.long is not None:
         limit, past = draft.max_positions, args.long or PAST
         if past < args.steps + 2:
@@ -98,11 +119,41 @@ def probe(args: argparse.Namespace) -> int:
             )
         starts = prompts(contract, paths, args.sequences, limit, target)
         estimates += long_bucket(draft, model, starts, layouts, args.steps, past)
+    if split is not None:
+        estimates += split.estimates
     if args.json:
-        print(to_json({"convention": CONVENTION, "layouts": [e.to_dict() for e in estimates]}))
+        out: dict[str, Any] = {"convention": CONVENTION}
+        out["layouts"] = [e.to_dict() for e in estimates]
+        if split is not None:
+            out["thinking"] = split.to_dict()
+        print(to_json(out))
     else:
         print(render(estimates))
+        if split is not None:
+            print(_thinking_line(split))
     return EXIT_OK
+
+
+def _think_ids(contract: Contract | None) -> tuple[int, int]:
+    spec = contract.tokenizer if contract is not None else None
+    if spec is None or spec.think_token_ids is None:
+        raise UsageError(
+            "--by-thinking needs a contract whose tokenizer section names think_token_ids "
+            "(eagle-contract infer --tokenizer DIR drafts it)"
+        )
+    return spec.think_token_ids
+
+
+def _thinking_line(split: ThinkingSplit) -> str:
+    """What the thinking split counted, or why it has no rows."""
+    ids = list(split.think_token_ids)
+    if split.note is not None:
+        return f"thinking (think ids {ids}): {split.note}"
+    return (
+        f"thinking (think ids {ids}): {split.with_thinking} of {split.shards} shards hold a "
+        f"filled think block; chains: {split.chains['thinking']} thinking, "
+        f"{split.chains['no-thinking']} no-thinking"
+    )
 
 
 def add_parser(sub: Any) -> None:
@@ -149,5 +200,13 @@ def add_parser(sub: Any) -> None:
         help="also probe each layout past the draft's max_position_embeddings M: prompts of M "
         "tokens continued N more (default 32), the draft's RoPE clamped at M as an engine "
         "sizing it from the draft's config does (rows '<layout> @ pos>=M')",
+    )
+    prb.add_argument(
+        "--by-thinking",
+        action="store_true",
+        help="also split each layout's chains by whether they draft inside a think block "
+        "(between the contract's tokenizer.think_token_ids), adding prompts cut inside each "
+        "shard's first filled think block (rows '<layout> @ thinking' and "
+        "'<layout> @ no-thinking'); shards with no filled block: a note instead",
     )
     add_print_json(prb)

@@ -433,20 +433,26 @@ TOKENS_ON = {"tokenizer": True}
 TOKEN_FAMILIES = ("tokenizer", "tokens", "token-parity")
 
 
-def token_cells(base: str = "") -> list[Cell]:
-    """The token families on the folder's shards (c-tokens.yaml: the world's tokenizer
-    folder and conversations): each alone in the CLI, together in pytest and pytest -n 2."""
+def _seam_cells(
+    label: str, contract: str, names: tuple[str, ...], on: dict[str, Any], base: str
+) -> list[Cell]:
+    """Contract-level families beside a folder's shards, under the ``contract`` variant that
+    ``on`` names: each alone in the CLI, together in pytest and pytest -n 2."""
     together = Cell(
-        "token families",
+        label,
         "pytest",
         lambda f, w: _pytest(
-            "c-tokens.yaml", ["shards"], "--eagle-checks", ",".join(TOKEN_FAMILIES),
-            "--eagle-no-sharpness",
+            contract, ["shards"], "--eagle-checks", ",".join(names), "--eagle-no-sharpness"
         ),
-        _fam(TOKEN_FAMILIES, base=base, contract=TOKENS_ON, no_sharpness=True),
-    )  # fmt: skip
-    alone = [_alone(n, "c-tokens.yaml", on=TOKENS_ON, base=base) for n in TOKEN_FAMILIES]
+        _fam(names, base=base, contract=on, no_sharpness=True),
+    )
+    alone = [_alone(n, contract, on=on, base=base) for n in names]
     return [*alone, together, _xdist(together)]
+
+
+def token_cells(base: str = "") -> list[Cell]:
+    """The token families (c-tokens.yaml: the world's tokenizer folder and conversations)."""
+    return _seam_cells("token families", "c-tokens.yaml", TOKEN_FAMILIES, TOKENS_ON, base)
 
 
 DRAFT_ON = {"draft": True}
@@ -454,20 +460,9 @@ DRAFT_FAMILIES = ("draft-config", "vocabulary")
 
 
 def draft_seam_cells(base: str = "") -> list[Cell]:
-    """The draft's config and vocabulary map beside the folder's shards (c-draft.yaml: the
-    draft folder as serving.draft_config; the map's coverage reads the shards): each alone
-    in the CLI, together in pytest and pytest -n 2."""
-    together = Cell(
-        "draft-config+vocabulary",
-        "pytest",
-        lambda f, w: _pytest(
-            "c-draft.yaml", ["shards"], "--eagle-checks", ",".join(DRAFT_FAMILIES),
-            "--eagle-no-sharpness",
-        ),
-        _fam(DRAFT_FAMILIES, base=base, contract=DRAFT_ON, no_sharpness=True),
-    )  # fmt: skip
-    alone = [_alone(n, "c-draft.yaml", on=DRAFT_ON, base=base) for n in DRAFT_FAMILIES]
-    return [*alone, together, _xdist(together)]
+    """The draft's config and vocabulary map (c-draft.yaml: the draft folder as
+    serving.draft_config; the map's coverage reads the shards)."""
+    return _seam_cells("draft-config+vocabulary", "c-draft.yaml", DRAFT_FAMILIES, DRAFT_ON, base)
 
 
 def shard_cells(shard: str, base: str = "") -> list[Cell]:

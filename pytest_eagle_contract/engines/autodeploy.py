@@ -57,9 +57,6 @@ class AutoDeploy(Engine):
     def default_ids(self, num_layers: int) -> list[int] | None:
         return default_ids(num_layers)
 
-    def draft_ids(self, draft: DraftConfig) -> tuple[int, ...] | None:
-        return None
-
     def n_aux(self, draft: DraftConfig, version: str | None) -> int:
         return 3
 

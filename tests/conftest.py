@@ -34,6 +34,7 @@ KINDS: dict[str, tuple[str, ...]] = {
         "test_docs_site",
         "test_draft",
         "test_draft_config",
+        "test_draft_config_exporters",
         "test_evidence",
         "test_false_alarms",
         "test_guard",

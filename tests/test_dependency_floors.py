@@ -69,6 +69,10 @@ SAFE: dict[str, tuple[str, str]] = {
         "deserialization (2.55.0); CVE-2023-48022 (disputed, unpatched): the audit starts "
         "a local cluster without a dashboard",
     ),
+    "loguru": ("0.7.2", "CVE-2022-0338 (0.5.3)"),
+    "openai": ("2.0", "none known"),
+    "pydantic-settings": ("2.0", "none known"),
+    "datasets": ("4.0", "none known; 4.0.0 drops dataset loading scripts (remote code)"),
     "sglang": (
         "0.5.10",
         "CVE-2026-3059 ZMQ pickle RCE (0.5.10), CVE-2026-3989 replay script "

@@ -22,7 +22,8 @@ from transformers import LlamaConfig
 
 converter = pytest.importorskip(
     "speculators.convert.eagle.eagle3_converter",
-    reason="speculators' EAGLE-3 converter is not importable: pip install -e '.[exporters]'",
+    reason="speculators' EAGLE-3 converter is not importable: tox -e exporters, or pip install "
+    "-e '.[exporters]' and then pip install --no-deps speculators==0.9.0",
 )
 
 pytestmark = pytest.mark.slow  # importing speculators alone takes seconds

@@ -366,6 +366,18 @@ serving: {engine: sglang, version: "0.5.9", draft_config: draft, context_length:
 """
 
 
+def _tiny_shard(folder: Path, g: torch.Generator, vocab: int) -> None:
+    """One 16-token SpecForge shard with zero states (H=16, three aux) under
+    ``folder/shards``: what a contract-level family reads beside its hostile input."""
+    import torch
+
+    ids = torch.randint(0, vocab, (16,), generator=g)
+    shard = {"input_ids": ids, "loss_mask": torch.ones(16, dtype=torch.long)}
+    shard |= {"hidden_state": torch.zeros(1, 16, 16), "aux_hidden_state": torch.zeros(1, 16, 48)}
+    (folder / "shards" / "rows_0-2000").mkdir(parents=True)
+    torch.save(shard, folder / "shards" / "rows_0-2000" / "data_0.ckpt")
+
+
 def draft_config_cases(root: Path, rng: random.Random) -> list[Case]:
     """One hostile draft folder per case (tests/test_draft_config.py's bad configs, then
     random edits of a good config.json, then broken d2t/t2d maps), given to ``check
@@ -423,14 +435,7 @@ def draft_config_cases(root: Path, rng: random.Random) -> list[Case]:
             (folder / "draft" / "model.safetensors").write_bytes(weights)
         elif weights is not None:
             save_file(weights, str(folder / "draft" / "model.safetensors"))
-        ids = torch.randint(0, 64, (16,), generator=g)
-        shard = {"input_ids": ids, "loss_mask": torch.ones(16, dtype=torch.long)}
-        shard |= {
-            "hidden_state": torch.zeros(1, 16, 16),
-            "aux_hidden_state": torch.zeros(1, 16, 48),
-        }
-        (folder / "shards" / "rows_0-2000").mkdir(parents=True)
-        torch.save(shard, folder / "shards" / "rows_0-2000" / "data_0.ckpt")
+        _tiny_shard(folder, g, vocab=64)
         argv = ["check", "c.yaml", "--checks", "draft-config,vocabulary"]
         cases.append(Case("draft-config", name, folder, argv))
     return cases
@@ -541,14 +546,7 @@ def tokenizer_cases(root: Path, rng: random.Random) -> list[Case]:
             else:
                 target.write_text(data)
         (folder / "c.yaml").write_text(TOKENIZER_CONTRACT)
-        ids = torch.randint(0, 300, (16,), generator=g)
-        shard = {"input_ids": ids, "loss_mask": torch.ones(16, dtype=torch.long)}
-        shard |= {
-            "hidden_state": torch.zeros(1, 16, 16),
-            "aux_hidden_state": torch.zeros(1, 16, 48),
-        }
-        (folder / "shards" / "rows_0-2000").mkdir(parents=True)
-        torch.save(shard, folder / "shards" / "rows_0-2000" / "data_0.ckpt")
+        _tiny_shard(folder, g, vocab=300)
         argv = ["check", "c.yaml", "--checks", "tokenizer,tokens,token-parity"]
         cases.append(Case("tokenizer", name, folder, argv))
     return cases

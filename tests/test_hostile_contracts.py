@@ -457,3 +457,17 @@ def test_every_canonical_layer_and_rule_code_fits_the_schema() -> None:
     assert all(_layer_pattern().search(str(Layer(k))) for k in range(-1, limit + 1))
     waive = schema()["properties"]["waive"]["items"]["properties"]["code"]["pattern"]
     assert all(re.search(waive, code) for code in RULES)
+
+
+def test_the_forbidden_characters_are_exactly_those_pyyaml_refuses() -> None:
+    """The contract reader's up-front refusal (spelled as the forbidden ranges, which
+    compile fast) covers exactly the code points PyYAML's own reader refuses, all of them."""
+    from yaml.reader import Reader
+
+    from pytest_eagle_contract.contract.safe_yaml import _NON_PRINTABLE
+
+    everything = "".join(map(chr, range(0x110000)))
+    ours = {m.start() for m in _NON_PRINTABLE.finditer(everything)}
+    theirs = {m.start() for m in Reader.NON_PRINTABLE.finditer(everything)}
+    assert ours == theirs
+    assert {0, 0x7F, 0xD800, 0xFFFF} <= ours and not {0x9, 0xA, 0xD, 0x85} & ours

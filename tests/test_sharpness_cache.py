@@ -128,3 +128,27 @@ def test_the_pytest_gate_reads_and_keeps_the_same_verdicts(pytester, xdg, cli):
     )
     result.stdout.fnmatch_lines(["*::sharpness FAILED*", "*planted in the kept verdict*"])
     assert result.ret == 1 and len(_entries(xdg)) == 1
+
+
+def test_the_tool_is_told_by_each_files_name_size_and_mtime(tmp_path: Path) -> None:
+    """The tool's part of the key sees an edited, added or renamed file of the package (as
+    Python's bytecode cache tells an edited source) and nothing of ``__pycache__``."""
+    import os
+
+    from pytest_eagle_contract.sharpness.cache import _fingerprint
+
+    root = tmp_path / "pkg"
+    (root / "sub" / "__pycache__").mkdir(parents=True)
+    (root / "a.py").write_text("A = 1\n")
+    (root / "sub" / "b.py").write_text("B = 2\n")
+    first = _fingerprint(root)
+    assert _fingerprint(root) == first
+    (root / "sub" / "__pycache__" / "b.cpython-311.pyc").write_bytes(b"\0" * 16)
+    assert _fingerprint(root) == first
+    st = os.stat(root / "a.py")
+    (root / "a.py").write_text("A = 3\n")  # the same size: its mtime tells
+    os.utime(root / "a.py", ns=(st.st_atime_ns, st.st_mtime_ns + 1))
+    edited = _fingerprint(root)
+    assert edited != first
+    (root / "sub" / "b.py").rename(root / "sub" / "c.py")
+    assert _fingerprint(root) not in (first, edited)

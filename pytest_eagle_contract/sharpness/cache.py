@@ -4,9 +4,10 @@ contract does not run the test again (docs/cli.md, "The sharpness verdict cache"
 The verdict (the findings, as they are rendered) is a pure function of what the key holds:
 the parsed contract (its path, every field, the line of every key), the identity (path, size,
 mtime, inode) of the files the test reads beside it (``serving.draft_config`` and the draft's
-weights), the tool (its version and a hash of its own files, so an edited checkout is a new
-tool), torch (the witness records' random streams), the installed SGLang (what an unpinned
-engine resolves to) and Python. The test uses fixed seeds and no Hypothesis.
+weights), the tool (its version, and the name, size and modification time of each of its
+files, so an edited checkout is a new tool), torch (the witness records' random streams),
+the installed SGLang (what an unpinned engine resolves to) and Python. The test uses
+fixed seeds and no Hypothesis.
 
 One JSON file per key in ``$XDG_CACHE_HOME/eagle-contract/sharpness`` (beside the audit's
 cache), written through :mod:`..outputs`. An entry that cannot be read or written changes
@@ -115,18 +116,27 @@ def _identity(path: Path) -> list[object]:
 def _tool() -> list[object]:
     from ..version import __version__, installed
 
-    root = Path(__file__).resolve().parents[1]
-    code = hashlib.sha256()
-    for path in sorted(root.rglob("*")):
-        if path.is_file() and "__pycache__" not in path.parts:
-            code.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
     return [
         __version__,
-        code.hexdigest(),
+        _fingerprint(Path(__file__).resolve().parents[1]),
         installed("torch"),
         installed("sglang"),
         sys.version.split()[0],
     ]
+
+
+def _fingerprint(root: Path) -> str:
+    """Every file below ``root`` (the package) by name, size and modification time, as
+    Python's own bytecode cache tells an edited source: an edit, a checkout or a reinstall
+    is a new tool, without reading the package's 4 MB on every run."""
+    code = hashlib.sha256()
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for name in sorted(files):
+            st = os.stat(os.path.join(folder, name))
+            where = os.path.relpath(os.path.join(folder, name), root)
+            code.update(f"{where}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    return code.hexdigest()
 
 
 def _read(path: Path, key: str) -> list[Finding] | None:

@@ -9,14 +9,15 @@ from __future__ import annotations
 import json
 
 import pytest
+from serving_cases import resolve_json
 
 from pytest_eagle_contract.engines import atom
 
+HEAD = ("--engine", "atom", "--num-layers", "61")
 
-def _resolve(cli, *args):
-    res = cli("resolve", "--engine", "atom", "--num-layers", "61", *map(str, args), "--json")
-    assert "Traceback" not in res.stderr, res.stderr
-    return res, json.loads(res.stdout)
+
+def _resolve(cli, *args: object):
+    return resolve_json(cli, *HEAD, *args)
 
 
 @pytest.mark.parametrize(
@@ -63,10 +64,7 @@ def test_id_0_is_the_embedding_and_what_fails_at_start_up(cli):
 
 
 def test_want_pastes_the_gate_too(cli):
-    res = cli(
-        "resolve", "--engine", "atom", "--num-layers", "61",
-        "--want", "residual:3", "residual:30", "residual:58",
-    )  # fmt: skip
+    res = cli("resolve", *HEAD, "--want", "residual:3", "residual:30", "residual:58")
     assert res.returncode == 0 and '"use_aux_hidden_state": true' in res.stdout
 
 

@@ -9,14 +9,13 @@ from __future__ import annotations
 import json
 
 import pytest
+from serving_cases import resolve_json
+
+HEAD = ("--engine", "trtllm-autodeploy", "--num-layers", "32")
 
 
-def _resolve(cli, *args):
-    res = cli(
-        "resolve", "--engine", "trtllm-autodeploy", "--num-layers", "32", *map(str, args), "--json"
-    )
-    assert "Traceback" not in res.stderr, res.stderr
-    return res, json.loads(res.stdout)
+def _resolve(cli, *args: object):
+    return resolve_json(cli, *HEAD, *args)
 
 
 def test_ids_feed_layer_outputs_in_layer_order_and_the_draft_is_not_read(cli, tmp_path):
@@ -51,8 +50,5 @@ def test_what_it_refuses_at_start_up(cli, args, says):
 
 
 def test_want_finds_its_ids(cli):
-    res = cli(
-        "resolve", "--engine", "trtllm-autodeploy", "--num-layers", "32",
-        "--want", "residual:3", "residual:17", "residual:30",
-    )  # fmt: skip
+    res = cli("resolve", *HEAD, "--want", "residual:3", "residual:17", "residual:30")
     assert res.returncode == 0 and "eagle3_layers_to_capture: [2, 16, 29]" in res.stdout

@@ -9,14 +9,15 @@ from __future__ import annotations
 import json
 
 import pytest
+from serving_cases import resolve_json
 
 from pytest_eagle_contract.engines import openvino
 
+HEAD = ("--engine", "openvino", "--num-layers", "32")
 
-def _resolve(cli, *args):
-    res = cli("resolve", "--engine", "openvino", "--num-layers", "32", *map(str, args), "--json")
-    assert "Traceback" not in res.stderr, res.stderr
-    return res, json.loads(res.stdout)
+
+def _resolve(cli, *args: object):
+    return resolve_json(cli, *HEAD, *args)
 
 
 def test_the_default_feeds_layer_outputs_one_past_eagles(cli, tmp_path):
@@ -26,6 +27,11 @@ def test_the_default_feeds_layer_outputs_one_past_eagles(cli, tmp_path):
     res, out = _resolve(cli, "--draft-config", tmp_path)  # the draft's ids are not read
     assert res.returncode == 0 and out["layers"] == ["residual:3", "residual:17", "residual:30"]
     assert any("never read" in n for n in out["notes"])
+
+
+def test_want_gives_the_property(cli):
+    res = cli("resolve", *HEAD, "--want", "residual:2", "residual:16", "residual:29")
+    assert res.returncode == 0 and "hidden_layers_list: [1, 15, 28]" in res.stdout
 
 
 @pytest.mark.parametrize(
@@ -52,14 +58,6 @@ def test_order_by_release(cli, version, layers):
 def test_what_it_refuses(cli, args, says):
     res, out = _resolve(cli, *args)
     assert res.returncode == 2 and says in out["refused"], out
-
-
-def test_want_gives_the_property(cli):
-    res = cli(
-        "resolve", "--engine", "openvino", "--num-layers", "32",
-        "--want", "residual:2", "residual:16", "residual:29",
-    )  # fmt: skip
-    assert res.returncode == 0 and "hidden_layers_list: [1, 15, 28]" in res.stdout
 
 
 def test_pinned_snapshot_of_the_rules_from_the_source():

@@ -100,26 +100,38 @@ def imap(
     fn: Callable[[T], R], items: Iterable[T], pool: Executor, ahead: int | None = None
 ) -> Generator[tuple[T, Future[R]], None, None]:
     """``fn`` over ``items`` on ``pool``: each item with its finished future, in order of
-    completion. At most ``ahead`` tasks (default: ``IN_FLIGHT`` per worker) are submitted
-    and not yet handed back at any time, so the caller's memory does not grow with the
-    number of items (a future and its work item cost about 2 KiB: 200 MB for 100,000 shard
-    files submitted at once). Closing the iterator early (Ctrl-C) cancels what has not
-    started; what was never submitted never runs."""
-    from concurrent.futures import FIRST_COMPLETED, wait
+    completion. The first tasks are submitted at the call, so the pool works while the
+    caller does something else before it reads the first result. At most ``ahead`` tasks
+    (default: ``IN_FLIGHT`` per worker) are submitted and not yet handed back at any time,
+    so the caller's memory does not grow with the number of items (a future and its work
+    item cost about 2 KiB: 200 MB for 100,000 shard files submitted at once). Closing the
+    iterator early (Ctrl-C) cancels what has not started; what was never submitted never
+    runs (an iterator never read leaves its first ``ahead`` tasks to the pool's shutdown)."""
     from itertools import islice
 
     limit = _limit(pool, ahead)
     todo = iter(items)
-    pending: dict[Future[R], T] = {}
+    pending: dict[Future[R], T] = {pool.submit(fn, item): item for item in islice(todo, limit)}
+    return _as_done(fn, todo, pending, pool, limit)
+
+
+def _as_done(
+    fn: Callable[[T], R],
+    todo: Iterator[T],
+    pending: dict[Future[R], T],
+    pool: Executor,
+    limit: int,
+) -> Generator[tuple[T, Future[R]], None, None]:
+    from concurrent.futures import FIRST_COMPLETED, wait
+    from itertools import islice
+
     try:
-        while True:
-            for item in islice(todo, limit - len(pending)):
-                pending[pool.submit(fn, item)] = item
-            if not pending:
-                return
+        while pending:
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
             for future in done:
                 yield pending.pop(future), future
+            for item in islice(todo, limit - len(pending)):
+                pending[pool.submit(fn, item)] = item
     finally:
         for future in pending:
             future.cancel()

@@ -129,6 +129,21 @@ def test_imap_submits_only_a_few_tasks_ahead() -> None:
         assert list(imap_ordered(work, items(50), pool, ahead=3)) == [2 * i for i in range(50)]
 
 
+def test_imap_starts_the_pool_before_the_first_result_is_read() -> None:
+    """The check's own units (layout, sharpness) run in the main process while the pool
+    works the shards: imap hands the first tasks out at the call, not at the first read."""
+    started = threading.Event()
+
+    def work(x: int) -> int:
+        started.set()
+        return x
+
+    with ThreadPoolExecutor(2) as pool:
+        results = imap(work, range(10), pool, ahead=4)
+        assert started.wait(10), "no task started before the results were read"
+        assert sorted(item for item, _ in results) == list(range(10))
+
+
 def test_closing_imap_early_runs_nothing_more() -> None:
     ran: list[int] = []
 

@@ -378,7 +378,7 @@ def iter_units(
 
     tasks = [(runner.settings, [units[i] for i in idx], idx) for idx in groups.values()]
     with executor(min(workers, len(tasks)), kind) as pool:
-        done = imap(_run_group, tasks, pool)
+        done = imap(_run_group, tasks, pool)  # the workers start now, beside the units here
         for i, u in enumerate(units):
             if i not in pooled:
                 yield i, runner.check(u)

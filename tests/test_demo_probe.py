@@ -23,25 +23,10 @@ def test_buggy_draft_accepts_less_under_what_sglang_feeds(tmp_path: Path, cli: A
     assert served[0].accept_length < 0.7 * own.accept_length
     # the saved pair is an ordinary target and draft: the probe command reads them
     res = cli(
-        "probe",
-        "--draft",
-        tmp_path / "draft",
-        "--target-model",
-        tmp_path / "target",
-        "--layout",
-        "embed",
-        "residual:2",
-        "residual:4",
-        "--sequences",
-        "4",
-        "--length",
-        "40",
-        "--prompt",
-        "8",
-        "--steps",
-        "3",
-        "--json",
-    )
+        "probe", "--draft", tmp_path / "draft", "--target-model", tmp_path / "target",
+        "--layout", "embed", "residual:2", "residual:4",
+        "--sequences", "4", "--length", "40", "--prompt", "8", "--steps", "3", "--json",
+    )  # fmt: skip
     assert res.returncode == 0, res.stderr
     sglang, given = json.loads(res.stdout)["layouts"]
     assert sglang["layers"] == ["residual:2", "residual:4", "residual:5"]  # the ids [1, 3, 4]

@@ -166,30 +166,12 @@ def test_probe_cli(
     from pytest_eagle_contract.shells.cli import main
 
     target, draft, _, _ = pair
-    code = main(
-        [
-            "probe",
-            "--draft",
-            str(draft),
-            "--target-model",
-            str(target),
-            "--engine",
-            "vllm",
-            "--layout",
-            "residual:2",
-            "residual:4",
-            "residual:6",
-            "--sequences",
-            "4",
-            "--length",
-            "40",
-            "--prompt",
-            "8",
-            "--steps",
-            "2",
-            "--json",
-        ]
-    )
+    args = [
+        "probe", "--draft", str(draft), "--target-model", str(target), "--engine", "vllm",
+        "--layout", "residual:2", "residual:4", "residual:6",
+        "--sequences", "4", "--length", "40", "--prompt", "8", "--steps", "2", "--json",
+    ]  # fmt: skip
+    code = main(args)
     assert code == 0
     out = json.loads(capsys.readouterr().out)
     assert out["convention"].startswith("accept_length: tokens per target forward")

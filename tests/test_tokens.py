@@ -473,13 +473,20 @@ def test_infer_takes_the_target_folders_tokenizer_unless_told(tmp_path, llama, q
     assert drafted_lines(None, None, tmp_path, None, (), "specforge") == []
 
 
-@pytest.mark.slow
-def test_check_tokens_and_parity_end_to_end(tmp_path, llama, cli):
+def shards_and_conversations(tmp_path: Path, llama: Path) -> tuple[Path, Path]:
+    """A shard per conversation, rendered with ``llama``'s template (the second with its BOS
+    twice: EC341), and the conversations as JSONL: what the end-to-end runs check."""
     shards = tmp_path / "shards"
     for i, messages in enumerate(CONVERSATIONS):
         write(shards, i, *pipeline(llama, messages, bos_again=i == 1))
     conv = tmp_path / "conv.jsonl"
     conv.write_text("".join(json.dumps({"conversations": m}) + "\n" for m in CONVERSATIONS))
+    return shards, conv
+
+
+@pytest.mark.slow
+def test_check_tokens_and_parity_end_to_end(tmp_path, llama, cli):
+    shards, conv = shards_and_conversations(tmp_path, llama)
     contract = tmp_path / "c.yaml"
     contract.write_text(contract_text(llama, shards))
     res = cli(
@@ -503,11 +510,7 @@ def test_check_tokens_and_parity_end_to_end(tmp_path, llama, cli):
 
 @pytest.mark.slow
 def test_the_plugin_runs_the_token_families_as_items(tmp_path, llama, pytester):
-    shards = tmp_path / "shards"
-    for i, messages in enumerate(CONVERSATIONS):
-        write(shards, i, *pipeline(llama, messages, bos_again=i == 1))
-    conv = tmp_path / "conv.jsonl"
-    conv.write_text("".join(json.dumps({"conversations": m}) + "\n" for m in CONVERSATIONS))
+    shards, conv = shards_and_conversations(tmp_path, llama)
     (pytester.path / "c.yaml").write_text(contract_text(llama, shards))
     args = ["-p", "no:cacheprovider", "-q", "--eagle-contract", "c.yaml", "--eagle-checks"]
     res = pytester.runpytest_subprocess(

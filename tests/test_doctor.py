@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 from conftest import no_traceback
+from test_draft import CONTRACT as DRAFT_CONTRACT
 from test_draft import H, L, V, config, tensors
-from test_target_identity import SPEC as TWINS
-from test_target_identity import fake_quantized, rotated
+from test_target_identity import save_twins
 
 from pytest_eagle_contract.models.tiny import TinySpec, tiny_target
 from pytest_eagle_contract.plan.doctor import SEAM_NAMES, Inputs, diagnose
@@ -25,22 +25,20 @@ CAPPED = (
     "python -m sglang.launch_server --speculative-algorithm EAGLE3 --speculative-num-steps 1 "
     "--speculative-eagle-topk 1 --speculative-num-draft-tokens 16"
 )
-CONTRACT = f"""\
-contract: tiny
-version: 1
-target: {{arch: LlamaForCausalLM, num_hidden_layers: {L}, hidden_size: {H}, vocab_size: {V}}}
+# test_draft's contract (the tiny target, SGLang 0.5.23 serving the draft) and the layers the
+# draft was trained on
+CONTRACT = (
+    DRAFT_CONTRACT
+    + """\
 training:
   format: specforge
   slots:
-    - {{layer: residual:2}}
-    - {{layer: residual:4}}
-    - {{layer: residual:6}}
-    - {{layer: final_norm}}
-serving:
-  engine: sglang
-  version: "0.5.23"
-  draft_config: draft/config.json
+    - {layer: residual:2}
+    - {layer: residual:4}
+    - {layer: residual:6}
+    - {layer: final_norm}
 """
+)
 
 
 def draft(root: Path, name: str = "draft", **extra: object) -> Path:
@@ -64,15 +62,7 @@ def targets(tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def twins(tmp_path_factory) -> dict[str, Path]:
     """test_target_identity's target and its int8 and rotated twins."""
-    root = tmp_path_factory.mktemp("doctor-twins")
-    made = {
-        "original": tiny_target(TWINS),
-        "quantized": fake_quantized(tiny_target(TWINS)),
-        "rotated": rotated(tiny_target(TWINS)),
-    }
-    for name, model in made.items():
-        model.save_pretrained(root / name)
-    return {name: root / name for name in made}
+    return save_twins(tmp_path_factory.mktemp("doctor-twins"))
 
 
 def verdicts(diagnosis) -> dict[str, str]:
@@ -131,7 +121,7 @@ def test_the_serving_target_rotated_fails_quantized_warns_with_its_numbers(tmp_p
     good = draft(tmp_path)
     for twin, status, code in (("rotated", "fail", "EC623"), ("quantized", "warn", "EC622")):
         found = diagnose(
-            Inputs(good, target_model=twins["original"], serving_target_model=twins[twin])
+            Inputs(good, target_model=twins["training"], serving_target_model=twins[twin])
         )
         seam = next(v for v in found.verdicts if v.name == "target-identity")
         assert seam.status == status, seam
@@ -185,7 +175,7 @@ def test_cli_end_to_end_json(tmp_path, targets, twins, cli):
         "--draft",
         good,
         "--target-model",
-        twins["original"],
+        twins["training"],
         "--serving-target-model",
         twins["rotated"],
         "--engine",

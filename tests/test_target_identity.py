@@ -59,19 +59,28 @@ def rotated(model, seed: int = 1):
     return model
 
 
-@pytest.fixture(scope="module")
-def targets(tmp_path_factory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("targets")
+def save_twins(root: Path) -> dict[str, Path]:
+    """The tiny target saved under ``root`` as ``training``, beside its fake-quantized and
+    rotated twins (``quantized``, ``rotated``); test_doctor's serving targets too."""
     made = {
         "training": tiny_target(SPEC),
         "quantized": fake_quantized(tiny_target(SPEC)),
         "rotated": rotated(tiny_target(SPEC)),
-        "wider": tiny_target(TinySpec(num_layers=4, hidden_size=96, vocab_size=256)),
     }
     for name, model in made.items():
         model.save_pretrained(root / name)
-    shutil.copytree(root / "training", root / "copy")
-    return {name: root / name for name in [*made, "copy"]}
+    return {name: root / name for name in made}
+
+
+@pytest.fixture(scope="module")
+def targets(tmp_path_factory) -> dict[str, Path]:
+    """The twins, another shape (``wider``) and a byte copy of the target (``copy``)."""
+    root = tmp_path_factory.mktemp("targets")
+    twins = save_twins(root)
+    wider = TinySpec(num_layers=4, hidden_size=96, vocab_size=256)
+    tiny_target(wider).save_pretrained(root / "wider")
+    shutil.copytree(twins["training"], root / "copy")
+    return {**twins, "wider": root / "wider", "copy": root / "copy"}
 
 
 def test_the_same_checkpoint_is_the_same_target(targets):

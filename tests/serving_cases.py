@@ -35,16 +35,30 @@ DROPPED_LAST = (
 )
 
 
-def tiny_contract(name: str, layers: Sequence[str], engine: str, version: str) -> str:
-    """A contract for the tiny Llama target (8 layers, H=64) training on ``layers`` (SpecForge
-    shards under ``shards``) and served by ``engine`` at ``version``; serving keys may be
-    appended."""
+def tiny_contract(
+    name: str,
+    layers: Sequence[str],
+    engine: str,
+    version: str | None,
+    *,
+    size: tuple[int, int] = (64, 512),
+    shards: str | None = "shards",
+    draft: str | None = None,
+) -> str:
+    """A contract for the tiny Llama target (8 layers; hidden size and vocabulary ``size``)
+    training on ``layers`` (SpecForge shards under ``shards``, no format or shards where
+    None; ``draft``, indented lines, the draft's keys) and served by ``engine`` at
+    ``version`` (no version where None); serving keys may be appended."""
+    hidden, vocab = size
+    stored = f"  format: specforge\n  shards: {shards}\n" if shards is not None else ""
     slots = "".join(f"    - {{layer: {layer}}}\n" for layer in layers)
+    drafted = f"  draft:\n{draft}\n" if draft is not None else ""
+    served = f'  version: "{version}"\n' if version is not None else ""
     return (
-        f"contract: {name}\nversion: 1\n"
-        "target: {arch: LlamaForCausalLM, num_hidden_layers: 8, hidden_size: 64, vocab_size: 512}\n"
-        f"training:\n  format: specforge\n  shards: shards\n  slots:\n{slots}"
-        f'serving:\n  engine: {engine}\n  version: "{version}"\n'
+        f"contract: {name}\nversion: 1\ntarget: {{arch: LlamaForCausalLM, num_hidden_layers: 8, "
+        f"hidden_size: {hidden}, vocab_size: {vocab}}}\n"
+        f"training:\n{stored}  slots:\n{slots}{drafted}"
+        f"serving:\n  engine: {engine}\n{served}"
     )
 
 

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from serving_cases import tiny_contract
 from transformers import LlamaConfig
 
 from pytest_eagle_contract.checks.draft_config import check_draft_config, context_length
@@ -21,23 +22,7 @@ from pytest_eagle_contract.engines.draft_settings import as_engine, as_transform
 
 H = 64
 
-CONTRACT = """\
-contract: tiny
-version: 1
-target: {{arch: LlamaForCausalLM, num_hidden_layers: 8, hidden_size: {H}, vocab_size: 1000}}
-training:
-  slots:
-    - {{layer: "residual:2"}}
-    - {{layer: "residual:4"}}
-    - {{layer: "residual:6"}}
-    - {{layer: final_norm}}
-  draft:
-{draft}
-serving:
-  engine: {engine}
-  version: "{version}"
-  draft_config: draft
-{serving}"""
+SLOTS = ["residual:2", "residual:4", "residual:6", "final_norm"]
 
 
 def v5_draft(folder: Path, **kw: object) -> Path:
@@ -108,10 +93,11 @@ def contract(
     version: str = "0.5.23",
     serving: str = "",
 ):
+    """The tiny target's contract (no shards), the draft's keys ``draft``, served by
+    ``engine`` at ``version`` from the draft folder; ``serving``, more serving keys."""
+    text = tiny_contract("tiny", SLOTS, engine, version, size=(H, 1000), shards=None, draft=draft)
     path = tmp_path / "c.yaml"
-    path.write_text(
-        CONTRACT.format(H=H, draft=draft, engine=engine, version=version, serving=serving)
-    )
+    path.write_text(text + "  draft_config: draft\n" + serving)
     return load_contract(path)
 
 

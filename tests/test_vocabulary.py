@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import save_file
+from serving_cases import tiny_contract
 
 from pytest_eagle_contract.checks.vocabulary import check_vocabulary, d2t_sha256
 from pytest_eagle_contract.contract.model import load_contract
@@ -22,24 +23,14 @@ from pytest_eagle_contract.shards.writing import write_shard
 
 H, V, N = 16, 300, 64  # hidden, target vocabulary, draft vocabulary
 
-CONTRACT = """\
-contract: tiny
-version: 1
-target: {{arch: LlamaForCausalLM, num_hidden_layers: 8, hidden_size: 16, vocab_size: 300}}
-training:
-  format: specforge
-  shards: shards
-  slots:
-    - {{layer: "residual:2"}}
-    - {{layer: "residual:4"}}
-    - {{layer: "residual:6"}}
-    - {{layer: final_norm}}
-  draft:
-{draft}
-serving:
-  engine: sglang
-  draft_config: draft
-{extra}"""
+SLOTS = ["residual:2", "residual:4", "residual:6", "final_norm"]
+
+
+def contract_text(draft: str, extra: str) -> str:
+    """The tiny target's contract (SpecForge shards under shards), the draft's keys ``draft``,
+    served by SGLang from the draft folder; ``extra``, top-level sections after."""
+    text = tiny_contract("tiny", SLOTS, "sglang", None, size=(H, V), draft=draft)
+    return text + "  draft_config: draft\n" + extra
 
 
 def build_maps(counts: Counter[int], n: int = N) -> tuple[torch.Tensor, torch.Tensor]:
@@ -85,7 +76,7 @@ def setup(tmp_path: Path, draft_keys: str = "    {}", extra: str = "", maps=None
     counts = shards(tmp_path / "shards", rows)
     d2t, t2d = maps(counts) if maps else build_maps(counts)
     draft(tmp_path / "draft", d2t, t2d)
-    (tmp_path / "c.yaml").write_text(CONTRACT.format(draft=draft_keys, extra=extra))
+    (tmp_path / "c.yaml").write_text(contract_text(draft_keys, extra))
     contract = load_contract(tmp_path / "c.yaml")
     paths = sorted((tmp_path / "shards").rglob("*.ckpt"))
     assert paths
@@ -211,7 +202,7 @@ def test_byte_tokens_outside_the_map_are_ec935(tmp_path):
     for maps, want in ((without_bytes, True), (build_maps, False)):
         d2t, t2d = maps(counts)
         draft(tmp_path / "draft", d2t, t2d)
-        (tmp_path / "c.yaml").write_text(CONTRACT.format(draft=keys, extra=extra))
+        (tmp_path / "c.yaml").write_text(contract_text(keys, extra))
         c = load_contract(tmp_path / "c.yaml")
         paths = sorted((tmp_path / "shards").rglob("*.ckpt"))
         found = check_vocabulary(tmp_path / "draft", contract=c, shard_paths=paths)

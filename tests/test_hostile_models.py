@@ -215,11 +215,10 @@ def _changed(tmp_path: Path, base: tuple[Path, Path], change: Callable[[Path], N
     return folder
 
 
-@pytest.mark.parametrize("name", OPEN_CASES)
+@pytest.mark.parametrize(("change", "words"), OPEN_CASES.values(), ids=list(OPEN_CASES))
 def test_hostile_model_folder_fails_to_open_cleanly(
-    tmp_path: Path, base: tuple[Path, Path], name: str
+    tmp_path: Path, base: tuple[Path, Path], change: Callable[[Path], None], words: str
 ) -> None:
-    change, words = OPEN_CASES[name]
     folder = _changed(tmp_path, base, change)
     with pytest.raises(UsageError, match=re.escape(words)):
         model = TargetModel.open(folder)
@@ -235,11 +234,10 @@ def _digest(folder: Path) -> dict[str, str]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", CASES)
+@pytest.mark.parametrize(("change", "words"), CASES.values(), ids=list(CASES))
 def test_hostile_model_folder_is_a_usage_error(
-    tmp_path: Path, base: tuple[Path, Path], name: str
+    tmp_path: Path, base: tuple[Path, Path], change: Callable[[Path], None], words: tuple[str, ...]
 ) -> None:
-    change, words = CASES[name]
     folder = _changed(tmp_path, base, change)
     before = _digest(folder)
     res = run_cli("identify", base[1], "--target-model", folder, cwd=tmp_path)

@@ -65,20 +65,32 @@ class Scan:
 def download(scan: Scan, folder: Path) -> None:
     """Fetch every release the index lists from ``scan.first`` on (``pip download --no-deps``),
     keeping the files already in ``folder``."""
-    pip = [sys.executable, "-m", "pip"]
-    out = subprocess.run([*pip, "index", "versions", scan.project], capture_output=True, text=True)
-    listed = re.search(r"Available versions: (.*)", out.stdout)
-    if listed is None:
-        raise SystemExit(
-            f"pip index versions {scan.project} gave no list:\n{out.stdout}{out.stderr}"
-        )
+    releases = listed(scan.project, scan.first)
+    fetch_missing(folder, scan.project, scan.pattern, releases, scan.pip_options)
+
+
+def listed(project: str, first: tuple[int, ...] = ()) -> list[str]:
+    """The releases of ``project`` the index lists (``pip index versions``: no pre-releases),
+    from ``first`` on, newest first."""
+    cmd = [sys.executable, "-m", "pip", "index", "versions", project]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    found = re.search(r"Available versions: (.*)", out.stdout)
+    if found is None:
+        raise SystemExit(f"pip index versions {project} gave no list:\n{out.stdout}{out.stderr}")
+    return [v for v in found.group(1).split(", ") if version_key(v) >= first]
+
+
+def fetch_missing(
+    folder: Path, project: str, pattern: str, releases: Iterable[str], pip_options: Iterable[str]
+) -> None:
+    """``pip download --no-deps`` (with ``pip_options``) each of ``releases`` of ``project``
+    into ``folder`` where no file ``pattern`` names for it is there already (the engine
+    release tests' wheels, tests/download_*_wheels.py, come through here too)."""
     folder.mkdir(parents=True, exist_ok=True)
-    for version in listed.group(1).split(", "):
-        if version_key(version) >= scan.first and not list(
-            folder.glob(scan.pattern.format(version=version))
-        ):
-            cmd = [*pip, "download", "-q", "--no-deps", *scan.pip_options]
-            subprocess.run([*cmd, f"{scan.project}=={version}", "-d", str(folder)], check=True)
+    for version in releases:
+        if not list(folder.glob(pattern.format(version=version))):
+            cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", *pip_options]
+            subprocess.run([*cmd, f"{project}=={version}", "-d", str(folder)], check=True)
 
 
 def main(scan: Scan, argv: list[str] | None, doc: str | None) -> int:

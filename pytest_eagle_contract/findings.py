@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol, TypedDict
+from typing import Any, Literal, Protocol, TypedDict, cast
 
 Severity = Literal["error", "warning"]
 RuleCode = Literal[
@@ -121,207 +121,148 @@ class Rule:
     summary: str
 
 
-_RULES: tuple[Rule, ...] = (
-    Rule("EC001", "unreadable-file", "the shard cannot be opened or is not in a known format"),
-    Rule("EC002", "truncated-file", "the shard is cut short or its container is corrupt"),
-    Rule("EC003", "unsafe-file", "the shard needs arbitrary code to load and was refused"),
-    Rule("EC009", "check-not-run", "a check that applies did not run; the message says why"),
-    Rule("EC101", "missing-key", "a key the format requires is absent"),
-    Rule("EC102", "unexpected-key", "the shard holds a key the contract does not allow"),
-    Rule("EC201", "dtype-mismatch", "a key or slot has another dtype than the contract says"),
-    Rule("EC202", "length-mismatch", "input_ids, loss_mask and the slots differ in length"),
-    Rule("EC203", "width-mismatch", "a hidden state is not n_slots * hidden_size wide"),
-    Rule("EC204", "slot-count", "the shard holds another number of slots than the contract"),
-    Rule("EC205", "sequence-length", "the sequence is shorter or longer than the contract allows"),
-    Rule("EC206", "dataset-row", "a shard's token ids differ from its dataset row's input_ids"),
-    Rule("EC207", "hc-width", "a state is hc_mult * hidden_size wide: hyper-connection streams"),
-    Rule("EC301", "token-out-of-vocab", "an input id lies outside [0, vocab_size)"),
-    Rule("EC302", "loss-mask-values", "loss_mask holds values other than 0 and 1"),
-    Rule("EC303", "loss-mask-empty", "loss_mask is all zero: the sample trains nothing"),
-    Rule("EC304", "non-finite", "a hidden state holds NaN or Inf"),
-    # -- EC31x: stored precision (FP8 states and their scales) --
-    Rule("EC310", "fp8-no-scale", "FP8 hidden states stored without their scales"),
-    Rule("EC311", "fp8-saturation", "FP8 hidden states clipped at the format's largest value"),
-    Rule("EC312", "fp8-scales", "the FP8 scales are unusable: shape, non-finite or not positive"),
-    Rule("EC313", "fp8-coarse-scale", "a slot's FP8 values underflow under a scale it shares"),
-    # -- EC33x-EC34x: the tokens (tokenizer, chat template, serving renderer) --
-    Rule(
-        "EC330", "tokenizer-unreadable", "the tokenizer folder or its chat template cannot be read"
-    ),
-    Rule(
-        "EC331",
-        "tokenizer-revision",
-        "the tokenizer files differ from the ones the data was made with",
-    ),
-    Rule(
-        "EC332",
-        "chat-template-differs",
-        "the chat template differs from the one the data was made with",
-    ),
-    Rule(
-        "EC333",
-        "special-ids",
-        "the vocabulary size or a special token id differs from the contract's",
-    ),
-    Rule(
-        "EC334",
-        "bos-policy",
-        "a sequence starts with another number of BOS tokens than the policy says",
-    ),
-    Rule(
-        "EC335",
-        "header-tokens",
-        "an assistant span does not follow the template's assistant header",
-    ),
-    Rule("EC336", "loss-mask-template", "the loss mask covers tokens outside the assistant spans"),
-    Rule("EC337", "thinking-mode", "the thinking blocks differ from the contract's thinking mode"),
-    Rule("EC338", "unknown-token", "a token id the serving tokenizer does not have"),
-    Rule(
-        "EC340",
-        "render-mismatch",
-        "the serving renderer makes other tokens for the shard's conversation",
-    ),
-    Rule(
-        "EC341", "render-bos-doubled", "the shard holds a BOS more than the serving renderer makes"
-    ),
-    Rule(
-        "EC342",
-        "render-thinking",
-        "the shard and the serving renderer differ in the thinking block",
-    ),
-    Rule(
-        "EC343",
-        "render-revision",
-        "the same text tokenized into other ids: the tokenizer revision differs",
-    ),
-    Rule(
-        "EC344",
-        "conversations-unreadable",
-        "the conversations file, or a row of it, cannot be read",
-    ),
-    Rule("EC345", "conversation-unmatched", "a shard has no conversation to compare with"),
-    Rule(
-        "EC346",
-        "template-render-failed",
-        "the chat template cannot be rendered within the sandbox's bounds",
-    ),
-    Rule("EC347", "render-endpoint", "the engine's render endpoint gave no usable tokens"),
-    Rule("EC348", "render-parity-rate", "fewer shards than all match the serving renderer exactly"),
-    Rule("EC401", "norm-out-of-bounds", "a slot's median per-token L2 norm is outside its bounds"),
-    Rule("EC501", "layout-mismatch", "the trainer's fc input and the engine's aux layers differ"),
-    Rule("EC502", "aux-count", "the trainer and the engine use another number of aux states"),
-    Rule("EC503", "fc-width", "fc input width disagrees across contract, draft and engine"),
-    Rule("EC504", "serving-dtype", "shards are stored in another dtype than the engine serves"),
-    Rule(
-        "EC505",
-        "target-norm",
-        "the target slot is pre-norm where the trainer expects post-norm, or the reverse",
-    ),
-    Rule("EC506", "unsorted-ids", "aux ids are not ascending: the engine sorts, a trainer may not"),
-    Rule("EC507", "default-ids", "the engine will use its default aux ids, silently"),
-    Rule("EC508", "ignored-ids", "the draft config's ids sit where the engine does not read"),
-    Rule("EC509", "draft-vocab", "the draft's d2t / t2d vocabulary maps are inconsistent"),
-    Rule("EC510", "unservable", "the engine would not serve this case"),
-    Rule("EC511", "dropped-capture", "the engine silently captures fewer layers than asked"),
-    Rule("EC512", "serving-args", "a launch setting the engine silently changes"),
-    Rule("EC513", "missing-shards", "the contract's shard location holds no shard"),
-    Rule(
-        "EC514",
-        "graph-default-ids",
-        "CUDA-graph passes capture the default layers, eager ones the draft's",
-    ),
-    Rule("EC515", "ids-disagree", "the contract's aux_layer_ids differ from the draft config"),
-    Rule("EC516", "moved-id", "the engine silently captures another layer than the id names"),
-    # -- EC6xx: evidence of what each slot is (reference capture, weights) --
-    Rule("EC601", "embed-identity", "a slot is (or is declared but is not) the embedding rows"),
-    Rule("EC602", "norm-kind", "a slot is post-norm where pre-norm is declared, or the reverse"),
-    Rule(
-        "EC603",
-        "teacher-agreement",
-        "lm_head of the target slot predicts the next token too rarely",
-    ),
-    Rule("EC604", "slot-identity", "a reference capture finds another layer than declared"),
-    Rule("EC605", "target-model", "the target model does not match the contract's target"),
-    # -- EC62x: the serving target against the training target --
-    Rule("EC620", "serving-target-unreadable", "a target folder cannot be read or run"),
-    Rule("EC621", "serving-target-shape", "the serving target has another shape"),
-    Rule("EC622", "serving-target-drift", "the serving target's states drift (quantized twin)"),
-    Rule("EC623", "serving-target-basis", "the serving target's states are in another basis"),
-    Rule("EC624", "scaled-embedding", "an embed slot lacks the normalizer (Gemma: sqrt(H))"),
-    # -- EC7xx: serving capture (live SGLang, capture files) --
-    Rule(
-        "EC701",
-        "capture-mismatch",
-        "a shard's fc-input slot differs from the state the "
-        "server feeds the draft at that position",
-    ),
-    Rule(
-        "EC702",
-        "aux-capture-off",
-        "the server returned no aux states: hidden-state return off, or the post-norm last layer",
-    ),
-    Rule(
-        "EC703",
-        "capture-rows",
-        "the server returned another number of prefill rows than the shard has tokens",
-    ),
-    Rule("EC704", "capture-width", "the captured states are not n_aux * hidden_size wide"),
-    Rule(
-        "EC705",
-        "server-unreachable",
-        "the SGLang server cannot be reached or did not answer /generate",
-    ),
-    Rule("EC706", "capture-missing", "no capture file holds this shard's input_ids"),
-    Rule("EC707", "capture-invalid", "a capture file is unreadable or inconsistent"),
-    # topology parity (compare-captures): a production layout against a single-GPU reference
-    Rule(
-        "EC708",
-        "topology-mismatch",
-        "a production capture's state differs from the reference's at some tokens",
-    ),
-    Rule(
-        "EC709",
-        "topology-shape",
-        "a production capture holds another number of states, width or rows than the reference",
-    ),
-    Rule("EC710", "topology-unpaired", "a prompt was captured on one layout only"),
-    Rule(
-        "EC711",
-        "token-order",
-        "a production capture holds the reference's rows or ids in another token order",
-    ),
-    # -- EC8xx: contract sharpness (mutations) --
-    Rule("EC801", "not-sharp", "a class of pipeline bug passes the contract"),
-    Rule("EC802", "baseline-fails", "a shard built to the contract's own description fails it"),
-    # -- EC9xx: the draft checkpoint itself --
-    Rule("EC901", "draft-fc-shape", "fc.weight is not [hidden_size, n_aux * target hidden]"),
-    Rule("EC902", "draft-lm-head", "lm_head is missing or its rows differ from draft_vocab_size"),
-    Rule("EC903", "draft-vocab-no-map", "a compressed draft vocabulary has no d2t map"),
-    Rule(
-        "EC904",
-        "draft-embed",
-        "the draft's embed_tokens differ from the target's, which the engine uses",
-    ),
-    Rule("EC905", "draft-norm-flag", "a norm flag in the draft config the engine ignores"),
-    Rule("EC906", "accept-length-below-floor", "a served layout's estimated acceptance is low"),
-    Rule("EC907", "accept-drop", "a served layout accepts much less than the trainer's layout"),
-    Rule("EC920", "draft-config-unreadable", "the draft's or the trainer's config is unreadable"),
-    Rule("EC921", "draft-rope-theta", "a reader resolves another RoPE theta than trained"),
-    Rule("EC922", "draft-rope-scaling", "a reader resolves another RoPE type or scaling"),
-    Rule("EC923", "draft-max-position", "max position differs from trained or below the context"),
-    Rule("EC924", "draft-sliding-window", "the sliding window differs or the engine ignores it"),
-    Rule("EC925", "draft-head-dim", "a reader resolves another head dim than trained"),
-    Rule("EC926", "draft-dtype", "the exported dtype differs from the trained one"),
-    Rule("EC927", "draft-eagle31-flags", "fc_norm / norm_output differ or the engine ignores them"),
-    Rule("EC928", "draft-config-layouts", "transformers 4 and 5 read the config differently"),
-    Rule("EC930", "vocab-tokenizer", "d2t/t2d were built with another tokenizer than served"),
-    Rule("EC931", "vocab-map-changed", "the draft's d2t is not the map recorded"),
-    Rule("EC932", "vocab-provenance", "a compressed vocabulary with no provenance recorded"),
-    Rule("EC933", "vocab-coverage", "the draft vocabulary covers too little of the data"),
-    Rule("EC934", "vocab-special-tokens", "special tokens the data trains on are not in the map"),
-    Rule("EC935", "vocab-byte-tokens", "byte tokens the data trains on are not in the map"),
-)
-RULES: dict[RuleCode, Rule] = {rule.code: rule for rule in _RULES}
+_TABLE = """
+EC001 unreadable-file            the shard cannot be opened or is not in a known format
+EC002 truncated-file             the shard is cut short or its container is corrupt
+EC003 unsafe-file                the shard needs arbitrary code to load and was refused
+EC009 check-not-run              a check that applies did not run; the message says why
+EC101 missing-key                a key the format requires is absent
+EC102 unexpected-key             the shard holds a key the contract does not allow
+EC201 dtype-mismatch             a key or slot has another dtype than the contract says
+EC202 length-mismatch            input_ids, loss_mask and the slots differ in length
+EC203 width-mismatch             a hidden state is not n_slots * hidden_size wide
+EC204 slot-count                 the shard holds another number of slots than the contract
+EC205 sequence-length            the sequence is shorter or longer than the contract allows
+EC206 dataset-row                a shard's token ids differ from its dataset row's input_ids
+EC207 hc-width                   a state is hc_mult * hidden_size wide: hyper-connection streams
+EC301 token-out-of-vocab         an input id lies outside [0, vocab_size)
+EC302 loss-mask-values           loss_mask holds values other than 0 and 1
+EC303 loss-mask-empty            loss_mask is all zero: the sample trains nothing
+EC304 non-finite                 a hidden state holds NaN or Inf
+-- EC31x: stored precision (FP8 states and their scales)
+EC310 fp8-no-scale               FP8 hidden states stored without their scales
+EC311 fp8-saturation             FP8 hidden states clipped at the format's largest value
+EC312 fp8-scales                 the FP8 scales are unusable: shape, non-finite or not positive
+EC313 fp8-coarse-scale           a slot's FP8 values underflow under a scale it shares
+-- EC33x-EC34x: the tokens (tokenizer, chat template, serving renderer)
+EC330 tokenizer-unreadable       the tokenizer folder or its chat template cannot be read
+EC331 tokenizer-revision         the tokenizer files differ from the ones the data was made with
+EC332 chat-template-differs      the chat template differs from the one the data was made with
+EC333 special-ids                the vocabulary size or a special token id differs from the
+                                 contract's
+EC334 bos-policy                 a sequence starts with another number of BOS tokens than the policy
+                                 says
+EC335 header-tokens              an assistant span does not follow the template's assistant header
+EC336 loss-mask-template         the loss mask covers tokens outside the assistant spans
+EC337 thinking-mode              the thinking blocks differ from the contract's thinking mode
+EC338 unknown-token              a token id the serving tokenizer does not have
+EC340 render-mismatch            the serving renderer makes other tokens for the shard's
+                                 conversation
+EC341 render-bos-doubled         the shard holds a BOS more than the serving renderer makes
+EC342 render-thinking            the shard and the serving renderer differ in the thinking block
+EC343 render-revision            the same text tokenized into other ids: the tokenizer revision
+                                 differs
+EC344 conversations-unreadable   the conversations file, or a row of it, cannot be read
+EC345 conversation-unmatched     a shard has no conversation to compare with
+EC346 template-render-failed     the chat template cannot be rendered within the sandbox's bounds
+EC347 render-endpoint            the engine's render endpoint gave no usable tokens
+EC348 render-parity-rate         fewer shards than all match the serving renderer exactly
+EC401 norm-out-of-bounds         a slot's median per-token L2 norm is outside its bounds
+EC501 layout-mismatch            the trainer's fc input and the engine's aux layers differ
+EC502 aux-count                  the trainer and the engine use another number of aux states
+EC503 fc-width                   fc input width disagrees across contract, draft and engine
+EC504 serving-dtype              shards are stored in another dtype than the engine serves
+EC505 target-norm                the target slot is pre-norm where the trainer expects post-norm, or
+                                 the reverse
+EC506 unsorted-ids               aux ids are not ascending: the engine sorts, a trainer may not
+EC507 default-ids                the engine will use its default aux ids, silently
+EC508 ignored-ids                the draft config's ids sit where the engine does not read
+EC509 draft-vocab                the draft's d2t / t2d vocabulary maps are inconsistent
+EC510 unservable                 the engine would not serve this case
+EC511 dropped-capture            the engine silently captures fewer layers than asked
+EC512 serving-args               a launch setting the engine silently changes
+EC513 missing-shards             the contract's shard location holds no shard
+EC514 graph-default-ids          CUDA-graph passes capture the default layers, eager ones the
+                                 draft's
+EC515 ids-disagree               the contract's aux_layer_ids differ from the draft config
+EC516 moved-id                   the engine silently captures another layer than the id names
+-- EC6xx: evidence of what each slot is (reference capture, weights)
+EC601 embed-identity             a slot is (or is declared but is not) the embedding rows
+EC602 norm-kind                  a slot is post-norm where pre-norm is declared, or the reverse
+EC603 teacher-agreement          lm_head of the target slot predicts the next token too rarely
+EC604 slot-identity              a reference capture finds another layer than declared
+EC605 target-model               the target model does not match the contract's target
+-- EC62x: the serving target against the training target
+EC620 serving-target-unreadable  a target folder cannot be read or run
+EC621 serving-target-shape       the serving target has another shape
+EC622 serving-target-drift       the serving target's states drift (quantized twin)
+EC623 serving-target-basis       the serving target's states are in another basis
+EC624 scaled-embedding           an embed slot lacks the normalizer (Gemma: sqrt(H))
+-- EC7xx: serving capture (live SGLang, capture files)
+EC701 capture-mismatch           a shard's fc-input slot differs from the state the server feeds the
+                                 draft at that position
+EC702 aux-capture-off            the server returned no aux states: hidden-state return off, or the
+                                 post-norm last layer
+EC703 capture-rows               the server returned another number of prefill rows than the shard
+                                 has tokens
+EC704 capture-width              the captured states are not n_aux * hidden_size wide
+EC705 server-unreachable         the SGLang server cannot be reached or did not answer /generate
+EC706 capture-missing            no capture file holds this shard's input_ids
+EC707 capture-invalid            a capture file is unreadable or inconsistent
+-- topology parity (compare-captures): a production layout against a single-GPU reference
+EC708 topology-mismatch          a production capture's state differs from the reference's at some
+                                 tokens
+EC709 topology-shape             a production capture holds another number of states, width or rows
+                                 than the reference
+EC710 topology-unpaired          a prompt was captured on one layout only
+EC711 token-order                a production capture holds the reference's rows or ids in another
+                                 token order
+-- EC8xx: contract sharpness (mutations)
+EC801 not-sharp                  a class of pipeline bug passes the contract
+EC802 baseline-fails             a shard built to the contract's own description fails it
+-- EC9xx: the draft checkpoint itself
+EC901 draft-fc-shape             fc.weight is not [hidden_size, n_aux * target hidden]
+EC902 draft-lm-head              lm_head is missing or its rows differ from draft_vocab_size
+EC903 draft-vocab-no-map         a compressed draft vocabulary has no d2t map
+EC904 draft-embed                the draft's embed_tokens differ from the target's, which the engine
+                                 uses
+EC905 draft-norm-flag            a norm flag in the draft config the engine ignores
+EC906 accept-length-below-floor  a served layout's estimated acceptance is low
+EC907 accept-drop                a served layout accepts much less than the trainer's layout
+EC920 draft-config-unreadable    the draft's or the trainer's config is unreadable
+EC921 draft-rope-theta           a reader resolves another RoPE theta than trained
+EC922 draft-rope-scaling         a reader resolves another RoPE type or scaling
+EC923 draft-max-position         max position differs from trained or below the context
+EC924 draft-sliding-window       the sliding window differs or the engine ignores it
+EC925 draft-head-dim             a reader resolves another head dim than trained
+EC926 draft-dtype                the exported dtype differs from the trained one
+EC927 draft-eagle31-flags        fc_norm / norm_output differ or the engine ignores them
+EC928 draft-config-layouts       transformers 4 and 5 read the config differently
+EC930 vocab-tokenizer            d2t/t2d were built with another tokenizer than served
+EC931 vocab-map-changed          the draft's d2t is not the map recorded
+EC932 vocab-provenance           a compressed vocabulary with no provenance recorded
+EC933 vocab-coverage             the draft vocabulary covers too little of the data
+EC934 vocab-special-tokens       special tokens the data trains on are not in the map
+EC935 vocab-byte-tokens          byte tokens the data trains on are not in the map
+"""
+"""Every rule, in order: its code, its name and its summary (a longer one goes on in the
+summary's column on the next line); a line that starts with ``--`` heads a series. Parsed
+once into RULES; tests/test_architecture.py ties its codes to RuleCode."""
+
+
+def _parse(table: str) -> dict[RuleCode, Rule]:
+    rows: list[list[str]] = []
+    for line in table.splitlines():
+        if line.startswith(" "):
+            rows[-1][2] += " " + line.strip()
+        elif line and not line.startswith("--"):
+            rows.append(line.split(None, 2))
+    return {
+        cast(RuleCode, code): Rule(cast(RuleCode, code), name, text) for code, name, text in rows
+    }
+
+
+RULES: dict[RuleCode, Rule] = _parse(_TABLE)
 
 
 def codes(series: str, *, but: tuple[RuleCode, ...] = ()) -> tuple[RuleCode, ...]:

@@ -30,6 +30,8 @@ CONVENTION = (
 )
 STEPS, SEQUENCES, LENGTH, PROMPT = 4, 8, 96, 16  # the gate's probe (docs/probe.md)
 PAST = 32  # tokens the long bucket continues past the draft's max position
+Layouts = list[tuple[str, tuple[Layer, ...]]]
+"""Named aux layouts: the canonical layers whose states a layout feeds the draft, in order."""
 
 
 @dataclass(frozen=True)
@@ -65,106 +67,6 @@ class Estimate:
 
     def quote(self) -> str:
         return f"{self.name} ({', '.join(map(str, self.layers))}) {self.accept_length:.3f}"
-
-
-def estimate(
-    draft: EagleDraft,
-    model: Any,
-    sequences: list[torch.Tensor],
-    layouts: list[tuple[str, tuple[Layer, ...]]],
-    steps: int,
-    first: int,
-    batch: int = 8,
-) -> list[Estimate]:
-    """Acceptance under each layout, on greedy ``sequences`` (chains start at ``first``).
-    The aux states come from one forward over ``batch`` sequences of a length at a time."""
-    import torch
-
-    counts = _counts(draft, model, sequences, layouts, steps, [first] * len(sequences), batch)
-    return [_summary(name, layers, torch.cat(counts[name]), steps) for name, layers in layouts]
-
-
-def _counts(
-    draft: EagleDraft,
-    model: Any,
-    sequences: list[torch.Tensor],
-    layouts: list[tuple[str, tuple[Layer, ...]]],
-    steps: int,
-    firsts: list[int],
-    batch: int = 8,
-) -> dict[str, list[torch.Tensor]]:
-    """Per layout, per sequence (in order): the accepted count of each chain from start
-    ``firsts[i]`` on (:func:`.draft_model.accepted`)."""
-    import torch
-
-    from ..errors import UsageError
-    from .draft_model import accepted
-    from .draft_shapes import refuse
-
-    device = next(model.parameters()).device
-    draft = draft.to(device)
-    embedding = model.get_input_embeddings().weight.detach()
-    head = model.get_output_embeddings().weight.detach()
-    needed = {layer for _, layers in layouts for layer in layers}
-    counts: dict[str, list[torch.Tensor]] = {name: [] for name, _ in layouts}
-    done = 0
-    for group in _groups(sequences, batch):
-        ids = torch.stack(group).to(device)
-        states = _states(model, ids, needed)
-        for b, row in enumerate(ids):
-            first = firsts[done + b]
-            for name, layers in layouts:
-                if not layers:
-                    raise UsageError(f"draft {draft.path}: layout {name} feeds no aux states")
-                aux = torch.cat([states[layer][b] for layer in layers], -1)
-                refuse(draft.path, draft.run_problems(embedding, head, int(aux.shape[-1])))
-                drafts = draft.chain(aux, row, embedding, steps, lm_head=head, first=first)
-                counts[name].append(accepted(drafts, row, first).cpu())
-        done += len(group)
-    return counts
-
-
-def _summary(
-    name: str, layers: tuple[Layer, ...], a: torch.Tensor, steps: int, positions_from: int = 0
-) -> Estimate:
-    """One row from the accepted counts ``a`` of its chains."""
-    reached = [int((a >= s).sum()) for s in range(steps + 1)]
-    per_step = tuple(reached[s + 1] / reached[s] if reached[s] else 0.0 for s in range(steps))
-    mean = float(a.float().mean()) if a.numel() else 0.0
-    return Estimate(name, layers, 1.0 + mean, per_step, int(a.numel()), positions_from)
-
-
-def long_bucket(
-    draft: EagleDraft,
-    model: Any,
-    prompts: list[torch.Tensor],
-    layouts: list[tuple[str, tuple[Layer, ...]]],
-    steps: int,
-    past: int = PAST,
-) -> list[Estimate]:
-    """Each layout's acceptance on chains that start past the draft's max position
-    (``draft.max_positions``, M): ``prompts`` of M tokens, continued greedily ``past``
-    more, chains counted from position M on, the draft's RoPE clamped at M - 1 as an
-    engine that sizes its rotary table from the draft's config does. Named
-    ``<layout> @ pos>=M``; against the same layouts at short positions, the drop is what
-    the clamp (and positions the draft never trained on) cost."""
-    import dataclasses
-
-    from ..errors import UsageError
-
-    limit = draft.max_positions
-    if past < steps + 2:
-        raise UsageError(
-            f"the long bucket needs more than {steps + 1} tokens past position {limit}"
-        )
-    if any(p.numel() != limit for p in prompts):
-        raise UsageError(f"the long bucket's prompts must be {limit} tokens long")
-    clamped = dataclasses.replace(draft, position_limit=limit)
-    sequences = greedy_sequences(model, prompts, limit + past)
-    return [
-        dataclasses.replace(e, name=f"{e.name} @ pos>={limit}", positions_from=limit)
-        for e in estimate(clamped, model, sequences, layouts, steps, limit)
-    ]
 
 
 THINKING, NO_THINKING = "thinking", "no-thinking"  # the thinking buckets' row suffixes
@@ -253,94 +155,229 @@ class ThinkingSplit:
         }
 
 
+@dataclass(frozen=True)
+class Chains:
+    """The probe's drafting: ``draft`` drafts chains of ``steps`` tokens from every start,
+    the first step from the aux states each of ``layouts`` names in the target ``model``'s
+    forward; the target accepts the longest prefix that equals its greedy tokens."""
+
+    draft: EagleDraft
+    model: Any
+    layouts: Layouts
+    steps: int
+
+    def refuse_unfit(self, hidden: int) -> None:
+        """A usage error naming what does not fit between the draft and the target for any
+        layout (each layer ``hidden`` wide), before the target generates anything."""
+        embedding, head = _embedding_and_head(self.model)
+        for name, layers in self.layouts:
+            _refuse(self.draft, name, layers, embedding, head, len(layers) * hidden)
+
+    def counts(
+        self, sequences: list[torch.Tensor], firsts: list[int], batch: int = 8
+    ) -> dict[str, list[torch.Tensor]]:
+        """Per layout, per sequence (in order): the accepted count of each chain from start
+        ``firsts[i]`` on (:func:`.draft_model.accepted`). The aux states come from one
+        forward over ``batch`` sequences of a length at a time."""
+        import torch
+
+        from .draft_model import accepted
+
+        device = next(self.model.parameters()).device
+        draft = self.draft.to(device)
+        embedding, head = _embedding_and_head(self.model)
+        needed = {layer for _, layers in self.layouts for layer in layers}
+        counts: dict[str, list[torch.Tensor]] = {name: [] for name, _ in self.layouts}
+        done = 0
+        for group in _groups(sequences, batch):
+            ids = torch.stack(group).to(device)
+            states = _states(self.model, ids, needed)
+            for b, row in enumerate(ids):
+                first = firsts[done + b]
+                for name, layers in self.layouts:
+                    width = sum(int(states[layer].shape[-1]) for layer in layers)
+                    _refuse(draft, name, layers, embedding, head, width)
+                    aux = torch.cat([states[layer][b] for layer in layers], -1)
+                    drafts = draft.chain(aux, row, embedding, self.steps, lm_head=head, first=first)
+                    counts[name].append(accepted(drafts, row, first).cpu())
+            done += len(group)
+        return counts
+
+    def estimates(
+        self, sequences: list[torch.Tensor], first: int, batch: int = 8
+    ) -> list[Estimate]:
+        """Acceptance under each layout, on greedy ``sequences`` (chains start at ``first``)."""
+        counts = self.counts(sequences, [first] * len(sequences), batch)
+        return self._rows(counts, len(sequences))
+
+    def _rows(self, counts: dict[str, list[torch.Tensor]], sequences: int) -> list[Estimate]:
+        """A row per layout from the counts of the first ``sequences`` sequences."""
+        import torch
+
+        return [
+            _summary(name, layers, torch.cat(counts[name][:sequences]), self.steps)
+            for name, layers in self.layouts
+        ]
+
+    def long_bucket(self, prompts: list[torch.Tensor], past: int = PAST) -> list[Estimate]:
+        """Each layout's acceptance on chains that start past the draft's max position
+        (``draft.max_positions``, M): ``prompts`` of M tokens, continued greedily ``past``
+        more, chains counted from position M on, the draft's RoPE clamped at M - 1 as an
+        engine that sizes its rotary table from the draft's config does. Named
+        ``<layout> @ pos>=M``; against the same layouts at short positions, the drop is what
+        the clamp (and positions the draft never trained on) cost."""
+        import dataclasses
+
+        from ..errors import UsageError
+
+        limit = self.draft.max_positions
+        if past < self.steps + 2:
+            raise UsageError(
+                f"the long bucket needs more than {self.steps + 1} tokens past position {limit}"
+            )
+        if any(p.numel() != limit for p in prompts):
+            raise UsageError(f"the long bucket's prompts must be {limit} tokens long")
+        clamped = dataclasses.replace(
+            self, draft=dataclasses.replace(self.draft, position_limit=limit)
+        )
+        sequences = greedy_sequences(self.model, prompts, limit + past)
+        return [
+            dataclasses.replace(e, name=f"{e.name} @ pos>={limit}", positions_from=limit)
+            for e in clamped.estimates(sequences, limit)
+        ]
+
+    def thinking_split(
+        self, sequences: list[torch.Tensor], firsts: list[int], think: tuple[int, int]
+    ) -> tuple[dict[str, list[torch.Tensor]], list[Estimate], dict[str, int]]:
+        """Each layout's chains on ``sequences`` (chains of sequence i from ``firsts[i]``
+        on), split by where the chain drafts from: the chain from start ``i`` embeds token
+        ``i+1`` and guesses the tokens after it, so it is a thinking chain when token
+        ``i+1`` sits inside a think block (:func:`inside_think`). Returns the per-sequence
+        counts, the rows ``<layout> @ thinking`` and ``<layout> @ no-thinking`` (none unless
+        both kinds have chains) and how many chains each kind has."""
+        import torch
+
+        counts = self.counts(sequences, firsts)
+        kinds: list[torch.Tensor] = []
+        for seq, first in zip(sequences, firsts):
+            inside = inside_think(seq.tolist(), think)
+            n = int(counts[self.layouts[0][0]][len(kinds)].numel()) if self.layouts else 0
+            kinds.append(torch.tensor(inside[first + 1 : first + 1 + n], dtype=torch.bool))
+        where = torch.cat(kinds) if kinds else torch.zeros(0, dtype=torch.bool)
+        chains = {THINKING: int(where.sum()), NO_THINKING: int((~where).sum())}
+        rows: list[Estimate] = []
+        if all(chains.values()):
+            for name, layers in self.layouts:
+                a = torch.cat(counts[name])
+                rows.append(_summary(f"{name} @ {THINKING}", layers, a[where], self.steps))
+                rows.append(_summary(f"{name} @ {NO_THINKING}", layers, a[~where], self.steps))
+        return counts, rows, chains
+
+    def by_thinking(
+        self,
+        sequences: list[torch.Tensor],
+        first: int,
+        shard_ids: list[torch.Tensor],
+        think: tuple[int, int],
+        size: int,
+        new: int,
+    ) -> tuple[list[Estimate], ThinkingSplit]:
+        """:meth:`estimates` on ``sequences``, and the thinking split: their chains and
+        those of the shards' :func:`thinking_prompts` (``size`` tokens into each filled
+        think block) continued ``new`` tokens, split by :meth:`thinking_split`. Shards that
+        hold no filled think block, or chains all of one kind, give a note instead of the
+        split's rows."""
+        extra = continued(self.model, thinking_prompts(shard_ids, think, size), new)
+        firsts = [first] * len(sequences) + [len(x) - new - 2 for x in extra]
+        counts, rows, chains = self.thinking_split(sequences + extra, firsts, think)
+        main = self._rows(counts, len(sequences))
+        note = None
+        if not extra:  # the shards hold one kind: whatever the target continued with, no split
+            rows = []
+            note = (
+                f"the {len(shard_ids)} shards read hold no filled think block between ids "
+                f"{list(think)}: no split"
+            )
+        elif not rows:
+            kind = THINKING if chains[THINKING] else NO_THINKING
+            note = f"every chain is {kind}: no split"
+        split = ThinkingSplit(think, len(shard_ids), len(extra), chains, rows, note)
+        return main, split
+
+
+def estimate(
+    draft: EagleDraft,
+    model: Any,
+    sequences: list[torch.Tensor],
+    layouts: Layouts,
+    steps: int,
+    first: int,
+    batch: int = 8,
+) -> list[Estimate]:
+    """Acceptance under each layout, on greedy ``sequences`` (chains start at ``first``):
+    :meth:`Chains.estimates` in one call."""
+    return Chains(draft, model, layouts, steps).estimates(sequences, first, batch)
+
+
+def long_bucket(
+    draft: EagleDraft,
+    model: Any,
+    prompts: list[torch.Tensor],
+    layouts: Layouts,
+    steps: int,
+    past: int = PAST,
+) -> list[Estimate]:
+    """:meth:`Chains.long_bucket` in one call."""
+    return Chains(draft, model, layouts, steps).long_bucket(prompts, past)
+
+
 def thinking_split(
     draft: EagleDraft,
     model: Any,
     sequences: list[torch.Tensor],
     firsts: list[int],
-    layouts: list[tuple[str, tuple[Layer, ...]]],
+    layouts: Layouts,
     steps: int,
     think: tuple[int, int],
 ) -> tuple[dict[str, list[torch.Tensor]], list[Estimate], dict[str, int]]:
-    """Each layout's chains on ``sequences`` (chains of sequence i from ``firsts[i]`` on),
-    split by where the chain drafts from: the chain from start ``i`` embeds token ``i+1``
-    and guesses the tokens after it, so it is a thinking chain when token ``i+1`` sits
-    inside a think block (:func:`inside_think`). Returns the per-sequence counts, the rows
-    ``<layout> @ thinking`` and ``<layout> @ no-thinking`` (none unless both kinds have
-    chains) and how many chains each kind has."""
-    import torch
-
-    counts = _counts(draft, model, sequences, layouts, steps, firsts)
-    kinds: list[torch.Tensor] = []
-    for seq, first in zip(sequences, firsts):
-        inside = inside_think(seq.tolist(), think)
-        n = int(counts[layouts[0][0]][len(kinds)].numel()) if layouts else 0
-        kinds.append(torch.tensor(inside[first + 1 : first + 1 + n], dtype=torch.bool))
-    where = torch.cat(kinds) if kinds else torch.zeros(0, dtype=torch.bool)
-    chains = {THINKING: int(where.sum()), NO_THINKING: int((~where).sum())}
-    rows: list[Estimate] = []
-    if all(chains.values()):
-        for name, layers in layouts:
-            a = torch.cat(counts[name])
-            rows.append(_summary(f"{name} @ {THINKING}", layers, a[where], steps))
-            rows.append(_summary(f"{name} @ {NO_THINKING}", layers, a[~where], steps))
-    return counts, rows, chains
+    """:meth:`Chains.thinking_split` in one call."""
+    return Chains(draft, model, layouts, steps).thinking_split(sequences, firsts, think)
 
 
-def estimate_by_thinking(
+def _summary(
+    name: str, layers: tuple[Layer, ...], a: torch.Tensor, steps: int, positions_from: int = 0
+) -> Estimate:
+    """One row from the accepted counts ``a`` of its chains."""
+    reached = [int((a >= s).sum()) for s in range(steps + 1)]
+    per_step = tuple(reached[s + 1] / reached[s] if reached[s] else 0.0 for s in range(steps))
+    mean = float(a.float().mean()) if a.numel() else 0.0
+    return Estimate(name, layers, 1.0 + mean, per_step, int(a.numel()), positions_from)
+
+
+def _embedding_and_head(model: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """The target's input embedding rows and its lm_head, which the draft drafts with."""
+    return (
+        model.get_input_embeddings().weight.detach(),
+        model.get_output_embeddings().weight.detach(),
+    )
+
+
+def _refuse(
     draft: EagleDraft,
-    model: Any,
-    sequences: list[torch.Tensor],
-    layouts: list[tuple[str, tuple[Layer, ...]]],
-    steps: int,
-    first: int,
-    shard_ids: list[torch.Tensor],
-    think: tuple[int, int],
-    size: int,
-    new: int,
-) -> tuple[list[Estimate], ThinkingSplit]:
-    """:func:`estimate` on ``sequences``, and the thinking split: their chains and those of
-    the shards' :func:`thinking_prompts` (``size`` tokens into each filled think block)
-    continued ``new`` tokens, split by :func:`thinking_split`. Shards that hold no filled
-    think block, or chains all of one kind, give a note instead of the split's rows."""
-    import torch
-
-    extra = continued(model, thinking_prompts(shard_ids, think, size), new)
-    everything = sequences + extra
-    firsts = [first] * len(sequences) + [len(x) - new - 2 for x in extra]
-    counts, rows, chains = thinking_split(draft, model, everything, firsts, layouts, steps, think)
-    main = [
-        _summary(name, layers, torch.cat(counts[name][: len(sequences)]), steps)
-        for name, layers in layouts
-    ]
-    note = None
-    if not extra:  # the shards hold one kind: whatever the target continued with, no split
-        rows = []
-        note = (
-            f"the {len(shard_ids)} shards read hold no filled think block between ids "
-            f"{list(think)}: no split"
-        )
-    elif not rows:
-        kind = THINKING if chains[THINKING] else NO_THINKING
-        note = f"every chain is {kind}: no split"
-    split = ThinkingSplit(think, len(shard_ids), len(extra), chains, rows, note)
-    return main, split
-
-
-def refuse_unfit(
-    draft: EagleDraft, model: Any, layouts: list[tuple[str, tuple[Layer, ...]]], hidden: int
+    name: str,
+    layers: tuple[Layer, ...],
+    embedding: torch.Tensor,
+    head: torch.Tensor,
+    width: int,
 ) -> None:
-    """A usage error naming what does not fit between the draft and the target for any
-    layout (each layer ``hidden`` wide), before the target generates anything."""
+    """A usage error where layout ``name`` feeds no aux states, or where the draft cannot
+    run on ``width`` wide aux states with the target's ``embedding`` and ``head``."""
     from ..errors import UsageError
     from .draft_shapes import refuse
 
-    embedding = model.get_input_embeddings().weight.detach()
-    head = model.get_output_embeddings().weight.detach()
-    for name, layers in layouts:
-        if not layers:
-            raise UsageError(f"draft {draft.path}: layout {name} feeds no aux states")
-        refuse(draft.path, draft.run_problems(embedding, head, len(layers) * hidden))
+    if not layers:
+        raise UsageError(f"draft {draft.path}: layout {name} feeds no aux states")
+    refuse(draft.path, draft.run_problems(embedding, head, width))
 
 
 def _groups(sequences: list[torch.Tensor], size: int) -> list[list[torch.Tensor]]:
@@ -419,7 +456,7 @@ def layouts_of(
     arch: str | None,
     given: list[list[str]],
     engine: str,
-) -> list[tuple[str, tuple[Layer, ...]]]:
+) -> Layouts:
     """The trainer's layout (first) and each engine version's (deduplicated; one equal to
     the trainer's is named ``trainer = <engine> <version>``), else the draft config's own ids
     under ``engine``; then the ``given`` ones (canonical names)."""
@@ -539,8 +576,9 @@ def probe_contract(contract: Contract, target: Any) -> list[Estimate]:
     folder = draft_dir(contract.serving.draft_config)
     layouts = layouts_of(contract, folder, target.num_layers, target.arch, [], "sglang")
     draft = EagleDraft.load(folder)  # a draft that cannot run is refused before the target runs
-    refuse_unfit(draft, target.module, layouts, target.hidden_size)
+    chains = Chains(draft, target.module, layouts, STEPS)
+    chains.refuse_unfit(target.hidden_size)
     sequences = greedy_sequences(
         target.module, prompts(contract, [], SEQUENCES, PROMPT, target), LENGTH
     )
-    return estimate(draft, target.module, sequences, layouts, STEPS, PROMPT - 2)
+    return chains.estimates(sequences, PROMPT - 2)

@@ -46,14 +46,11 @@ def probe(args: argparse.Namespace) -> int:
     from ..models.acceptance import (
         CONVENTION,
         PAST,
+        Chains,
         draft_dir,
-        estimate,
-        estimate_by_thinking,
         greedy_sequences,
         layouts_of,
-        long_bucket,
         prompts,
-        refuse_unfit,
         shard_ids,
     )
     from ..models.draft_model import EagleDraft
@@ -87,26 +84,18 @@ def probe(args: argparse.Namespace) -> int:
     layouts = layouts_of(
         contract, folder, target.num_layers, target.arch, args.layout or [], args.engine
     )
-    refuse_unfit(draft, model, layouts, target.hidden_size)
+    chains = Chains(draft, model, layouts, args.steps)
+    chains.refuse_unfit(target.hidden_size)
     starts = prompts(contract, paths, args.sequences, args.prompt, target)
     sequences = greedy_sequences(model, starts, args.length)
     split = None
     if think is None:
-        estimates = estimate(draft, model, sequences, layouts, args.steps, args.prompt - 2)
+        estimates = chains.estimates(sequences, args.prompt - 2)
     else:
         shards = shard_ids(contract, paths, args.sequences, target)
         new = args.length - args.prompt
-        estimates, split = estimate_by_thinking(
-            draft,
-            model,
-            sequences,
-            layouts,
-            args.steps,
-            args.prompt - 2,
-            shards,
-            think,
-            args.prompt,
-            new,
+        estimates, split = chains.by_thinking(
+            sequences, args.prompt - 2, shards, think, args.prompt, new
         )
     if args.long is not None:
         limit, past = draft.max_positions, args.long or PAST
@@ -118,7 +107,7 @@ def probe(args: argparse.Namespace) -> int:
                 f"max_position_embeddings is {limit}: no context passes it by {past}"
             )
         starts = prompts(contract, paths, args.sequences, limit, target)
-        estimates += long_bucket(draft, model, starts, layouts, args.steps, past)
+        estimates += chains.long_bucket(starts, past)
     if split is not None:
         estimates += split.estimates
     if args.json:

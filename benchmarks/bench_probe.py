@@ -18,8 +18,15 @@ import json
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 HIDDEN, INTER, HEADS, KV = 4096, 14336, 32, 8
+WIDTHS: dict[str, Any] = {
+    "hidden_size": HIDDEN,
+    "intermediate_size": INTER,
+    "num_attention_heads": HEADS,
+    "num_key_value_heads": KV,
+}  # the target's and the draft's alike
 
 
 def make_draft(root: Path, vocab: int) -> Path:
@@ -53,10 +60,7 @@ def make_draft(root: Path, vocab: int) -> Path:
     save_file(weights, str(draft / "model.safetensors"))
     config = {
         "architectures": ["LlamaForCausalLMEagle3"],
-        "hidden_size": HIDDEN,
-        "intermediate_size": INTER,
-        "num_attention_heads": HEADS,
-        "num_key_value_heads": KV,
+        **WIDTHS,
         "num_hidden_layers": 1,
         "rms_norm_eps": 1e-5,
         "rope_theta": 500000.0,
@@ -75,22 +79,16 @@ def make_target(layers: int, vocab: int) -> object:
 
     torch.manual_seed(0)
     config = LlamaConfig(
-        vocab_size=vocab,
-        hidden_size=HIDDEN,
-        intermediate_size=INTER,
-        num_hidden_layers=layers,
-        num_attention_heads=HEADS,
-        num_key_value_heads=KV,
-        max_position_embeddings=4096,
+        **WIDTHS, vocab_size=vocab, num_hidden_layers=layers, max_position_embeddings=4096
     )
-    return LlamaForCausalLM(config).eval()
+    return LlamaForCausalLM(config).eval()  # type: ignore[no-untyped-call]
 
 
 def main() -> None:
     import torch
 
     from pytest_eagle_contract.layers import Layer
-    from pytest_eagle_contract.models.acceptance import estimate, greedy_sequences
+    from pytest_eagle_contract.models.acceptance import Layouts, estimate, greedy_sequences
     from pytest_eagle_contract.models.draft_model import EagleDraft
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -110,7 +108,7 @@ def main() -> None:
         start = time.perf_counter()
         sequences = greedy_sequences(model, prompts, args.length)
         generated = time.perf_counter() - start
-        layouts = [
+        layouts: Layouts = [
             ("trainer", (Layer(0), Layer(1), Layer(2))),
             ("served", (Layer(1), Layer(2), Layer(-1))),
         ]

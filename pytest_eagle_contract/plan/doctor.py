@@ -422,20 +422,18 @@ def _contract(
     from ..contract.model import Contract, ServingSpec, TargetSpec
 
     config = draft_dir / "config.json"
+    serving = None
+    if engine is not None:
+        old = given.serving if given is not None else None
+        arch, ids, dtype, launch = (
+            (old.arch, old.aux_layer_ids, old.dtype, old.launch)
+            if old is not None
+            else (None, None, None, None)
+        )  # what the contract's own serving section says, else nothing
+        serving = ServingSpec(
+            engine, version, arch, config, ids, dtype, launch, target_model=serving_dir
+        )
     if given is not None:
-        old = given.serving
-        serving = None
-        if engine is not None:
-            serving = ServingSpec(
-                engine=engine,
-                version=version,
-                arch=old.arch if old is not None else None,
-                draft_config=config,
-                aux_layer_ids=old.aux_layer_ids if old is not None else None,
-                dtype=old.dtype if old is not None else None,
-                launch=old.launch if old is not None else None,
-                target_model=serving_dir,
-            )
         target = dataclasses.replace(given.target, model=target_dir)
         return dataclasses.replace(given, serving=serving, target=target), ""
     if target_dir is None:
@@ -450,20 +448,6 @@ def _contract(
         vocab_size=model.vocab_size,
         dtype=_dtype(model.text_config),
         model=target_dir,
-    )
-    serving = (
-        ServingSpec(
-            engine=engine,
-            version=version,
-            arch=None,
-            draft_config=config,
-            aux_layer_ids=None,
-            dtype=None,
-            launch=None,
-            target_model=serving_dir,
-        )
-        if engine is not None
-        else None
     )
     return Contract("doctor", config, target, None, serving), ""
 

@@ -30,11 +30,12 @@ def check_precision(contract: Contract, shard: Shard) -> list[Finding]:
     _, sample = shard_input(contract, shard)
     stored: list[Precision] = sample.metadata.get("precision", [])
     out: list[Finding] = []
-    at = partial(finding, contract=contract, file=shard.label)
     for info in stored:
+        at = partial(finding, contract=contract, file=shard.label, details=info.describe())
+        whole = partial(at, key="training.slots")  # the state key's finding, not a slot's
         if not info.dequantized and not info.problem:
             out.append(
-                at(
+                whole(
                     "EC310",
                     f"{info.key} is stored as {info.dtype} with no {_scales(info.key)}: the "
                     f"values are read as stored, and any state above {info.max_value:g} was "
@@ -43,26 +44,22 @@ def check_precision(contract: Contract, shard: Shard) -> list[Finding]:
                     found=f"{info.dtype} states, no scales",
                     hint="write FP8 states with their scales (hs-connectors' "
                     "FP8HiddenStatesConnector does), or store them as bfloat16",
-                    details=info.describe(),
-                    key="training.slots",
                 )
             )
         if info.problem:
             out.append(
-                at(
+                whole(
                     "EC312",
                     f"{_scales(info.key)} cannot dequantize {info.key}: {info.problem}; the "
                     f"states are read as stored {info.dtype}",
                     expected="positive finite float scales that broadcast against the states",
                     found=info.problem,
                     hint="the writer's scales were lost or corrupted: regenerate the shard",
-                    details=info.describe(),
-                    key="training.slots",
                 )
             )
         if info.saturation > MAX_SATURATION:
             out.append(
-                at(
+                whole(
                     "EC311",
                     f"{info.saturation:.2%} of {info.key} sit at the {info.dtype} maximum "
                     f"+-{info.max_value:g}: states larger than that were clipped",
@@ -70,9 +67,7 @@ def check_precision(contract: Contract, shard: Shard) -> list[Finding]:
                     found=f"{info.saturated} of {info.values} values",
                     hint="scale each token (or each token and slot) by its amax / max before "
                     "the cast, as hs-connectors' quantize_tensor_to_fp8 does",
-                    details=info.describe(),
                     severity="warning",
-                    key="training.slots",
                 )
             )
         for index, share in enumerate(info.underflow):
@@ -88,7 +83,6 @@ def check_precision(contract: Contract, shard: Shard) -> list[Finding]:
                         found=f"{share:.1%}",
                         hint="scale each token and slot on its own ([T, k, 1] scales), or "
                         "store this slot as bfloat16",
-                        details=info.describe(),
                         severity="warning",
                     )
                 )

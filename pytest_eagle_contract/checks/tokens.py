@@ -11,10 +11,11 @@ does not have (EC338).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..findings import Finding, finding
+from ..findings import RULES, Finding, RuleCode, finding
 from .family import CheckFamily
 
 if TYPE_CHECKING:
@@ -75,34 +76,37 @@ def _fingerprints(
     tok: TokenizerFolder, spec: TokenizerSpec, contract: Contract | None, where: dict[str, Any]
 ) -> list[Finding]:
     out: list[Finding] = []
-    if spec.files_sha256 and spec.files_sha256 != tok.files_sha256:
-        out.append(
-            finding(
-                "EC331",
-                "the tokenizer files differ from the ones the data was made with",
-                contract=contract,
-                key="tokenizer.files_sha256",
-                file=str(tok.path),
-                expected=spec.files_sha256,
-                found=tok.files_sha256,
-                hint="serve the tokenizer revision the shards were made with, or re-make "
-                "the shards with this one (eagle-contract infer --tokenizer DIR)",
+    at = partial(finding, contract=contract, file=str(tok.path))
+    fingerprints: list[tuple[RuleCode, str, str | None, str, str]] = [
+        (
+            "EC331",
+            "files_sha256",
+            spec.files_sha256,
+            tok.files_sha256,
+            "serve the tokenizer revision the shards were made with, or re-make the shards "
+            "with this one (eagle-contract infer --tokenizer DIR)",
+        ),
+        (
+            "EC332",
+            "chat_template_sha256",
+            spec.chat_template_sha256,
+            tok.chat_template_sha256 or "no chat template",
+            "serve with the data's template (--chat-template), or re-make the shards with "
+            "the serving one; check --conversations shows where they differ",
+        ),
+    ]
+    for code, key, recorded, served, hint in fingerprints:
+        if recorded and recorded != served:  # the message: the rule's summary
+            out.append(
+                at(
+                    code,
+                    RULES[code].summary,
+                    key=f"tokenizer.{key}",
+                    expected=recorded,
+                    found=served,
+                    hint=hint,
+                )
             )
-        )
-    if spec.chat_template_sha256 and spec.chat_template_sha256 != tok.chat_template_sha256:
-        out.append(
-            finding(
-                "EC332",
-                "the chat template differs from the one the data was made with",
-                contract=contract,
-                key="tokenizer.chat_template_sha256",
-                file=str(tok.path),
-                expected=spec.chat_template_sha256,
-                found=tok.chat_template_sha256 or "no chat template",
-                hint="serve with the data's template (--chat-template), or re-make the "
-                "shards with the serving one; check --conversations shows where they differ",
-            )
-        )
     wanted: list[tuple[str, int | None, int | None]] = [
         ("vocab_size", spec.vocab_size, tok.vocab_size),
         ("bos_token_id", spec.bos_token_id, tok.special_ids.get("bos")),
@@ -112,12 +116,10 @@ def _fingerprints(
     for key, expected, found in wanted:
         if expected is not None and expected != found:
             out.append(
-                finding(
+                at(
                     "EC333",
                     f"{key} is {found} in {tok.path.name}, {expected} in the contract",
-                    contract=contract,
                     key=f"tokenizer.{key}",
-                    file=str(tok.path),
                     expected=expected,
                     found=found,
                     hint="the serving tokenizer is another one than the data's: serve the "
@@ -292,15 +294,13 @@ def _header_and_mask(
     header = list(spec.assistant_header)
     h = len(header)
     out: list[Finding] = []
+    at = partial(finding, contract=contract, key="tokenizer.assistant_header", file=label)
     masked_header = next((p for p in find_all(ids, header) if any(mask[p : p + h])), None)
     if masked_header is not None:
         out.append(
-            finding(
+            at(
                 "EC336",
                 f"the loss mask covers the assistant header at token {masked_header}",
-                contract=contract,
-                key="tokenizer.assistant_header",
-                file=label,
                 expected="loss on the assistant's content only",
                 found=f"mask {mask[masked_header : masked_header + h]} on header {header}",
                 hint="the loss mask must start after the template's assistant header: check "
@@ -314,12 +314,9 @@ def _header_and_mask(
         if any(ids[p : p + h] == header for p in range(max(0, start - h + 1), start + 1)):
             continue  # a span from inside a header: reported as a covered header
         out.append(
-            finding(
+            at(
                 "EC335",
                 f"the loss span at token {start} does not follow the assistant header",
-                contract=contract,
-                key="tokenizer.assistant_header",
-                file=label,
                 expected=f"header {header} right before the span",
                 found=f"{ids[max(0, start - h) : start]} before it",
                 hint="the loss mask covers tokens the template does not give the assistant: "

@@ -95,6 +95,11 @@ class Query:
             self.notes.append(f"no version given: {package} {version} assumed")
         return self.version
 
+    def note_order(self, ids: Sequence[int], how: str) -> None:
+        """Note ``ids`` that are not ascending, and ``how`` the engine orders their states."""
+        if list(ids) != sorted(ids):
+            self.notes.append(f"ids {list(ids)} are not ascending: {how}")
+
     def answer(
         self, positions: tuple[Position, ...], source: str, read: Sequence[int] | None = None
     ) -> Resolution:

@@ -19,21 +19,18 @@ from ..errors import Problem, Unservable
 from ..layers import Layer
 from .base import Engine, Position, Query, Resolution, eagle3_default_ids, releases_for
 from .gguf_meta import GGUF_PREFIX
-from .rule_table import RuleTable, span
+from .rule_table import Release, RuleTable, span
 
 if TYPE_CHECKING:
     from .draft_config import DraftConfig
 
 
 _TABLE = RuleTable("llamacpp_rules.json", "llama-cpp-python", "0.3.36")
-_data, releases, _v, _covers = _TABLE.data, _TABLE.releases, _TABLE.version, _TABLE.covers
-_span = span
+_data, releases, _covers = _TABLE.data, _TABLE.releases, _TABLE.covers
 
 
 @dataclass(frozen=True)
-class Rules:
-    version: str
-    span: str
+class Rules(Release):
     gguf_key: str
     count: int
     converter: dict[str, Any]
@@ -45,7 +42,7 @@ def rules(version: str) -> Rules:
     row = _TABLE.row(version, ": its llama.cpp has no EAGLE-3")
     return Rules(
         version,
-        _span(row),
+        span(row),
         row["gguf_key"],
         row["count"],
         row["converter"],
@@ -68,7 +65,7 @@ def _arch(arch: str | None, version: str, notes: list[str]) -> tuple[str, bool]:
     for row in served:
         if _covers(row, version):
             return gguf, bool(row["last"])
-    where = ", ".join(_span(r) for r in served)
+    where = ", ".join(span(r) for r in served)
     raise Unservable(
         f"llama.cpp's {gguf[:60]} graph does not record layer inputs in llama-cpp-python "
         f"{version}: EAGLE-3 aborts at the first target decode (layer input tensor is null)"
@@ -137,11 +134,10 @@ class LlamaCpp(Engine):
                     f"id {i}: llama.cpp's {q.arch} graph records ids {reach} (L = {L}); "
                     f"common/speculative.cpp aborts on any other"
                 )
-        if list(ids) != sorted(ids):
-            q.notes.append(
-                f"ids {list(ids)} are not ascending: llama.cpp concatenates them in this order "
-                "(it does not sort, unlike SGLang and vLLM)"
-            )
+        q.note_order(
+            ids,
+            "llama.cpp concatenates them in this order (it does not sort, unlike SGLang and vLLM)",
+        )
         if len(set(ids)) != len(ids):
             q.notes.append("duplicate ids are kept: the same state fills several fc slots")
         top = "the state before the output norm" if rel.last == "nextn" else "layer L's input"

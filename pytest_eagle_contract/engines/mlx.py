@@ -14,27 +14,19 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from ..errors import Problem, Unservable
 from ..layers import Layer
 from .base import Engine, Position, Query, Resolution, releases_for
-from .draft_config import read_draft_json
-from .rule_table import RuleTable, span
-
-if TYPE_CHECKING:
-    from .draft_config import DraftConfig
-
+from .draft_config import DraftConfig, read_draft_json
+from .rule_table import Release, RuleTable, span
 
 _TABLE = RuleTable("mlx_rules.json", "mlx-vlm", "0.7.10")
-_data, releases, _v, _covers = _TABLE.data, _TABLE.releases, _TABLE.version, _TABLE.covers
-_span = span
+_data, releases, _covers = _TABLE.data, _TABLE.releases, _TABLE.covers
 
 
 @dataclass(frozen=True)
-class Rules:
-    version: str
-    span: str
+class Rules(Release):
     keys: tuple[str, ...]
     draft_layers: int  # D when the draft config has no transformer_layer_config
     fc: int
@@ -44,9 +36,7 @@ class Rules:
 def rules(version: str) -> Rules:
     row = _TABLE.row(version, " has no EAGLE-3 drafter")
     draft = row["draft"]
-    return Rules(
-        version, _span(row), tuple(draft["keys"]), draft["draft_layers_default"], row["fc"]
-    )
+    return Rules(version, span(row), tuple(draft["keys"]), draft["draft_layers_default"], row["fc"])
 
 
 class MlxIds(tuple[int, ...]):
@@ -149,10 +139,7 @@ class MLX(Engine):
                 f"{where}: {why}{len(reached)} distinct states captured, the draft fc "
                 f"(3 * target_hidden_size) takes {rel.fc}: shape mismatch at the first draft step"
             )
-        if list(ids) != sorted(ids):
-            q.notes.append(
-                f"ids {list(ids)} are not ascending: mlx-vlm concatenates in layer order"
-            )
+        q.note_order(ids, "mlx-vlm concatenates in layer order")
         by_capture = {c: i for i, c in zip(ids, captures)}
         return q.answer(
             tuple(Position(by_capture.get(c), c, Layer(c + 1)) for c in reached),

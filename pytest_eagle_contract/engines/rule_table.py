@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,15 @@ from ..errors import EagleContractError, Unservable
 Row = dict[
     str, Any
 ]  # a rule row: "since" (a release), "until" (the first it no longer holds, or None)
+
+
+@dataclass(frozen=True)
+class Release:
+    """The rules of one release, as an engine reads them from its table: the version asked
+    for and the span of releases its row covers (:func:`span`); each engine adds its own."""
+
+    version: str
+    span: str
 
 
 class RuleTable:

@@ -118,3 +118,24 @@ def test_without_the_model_the_draft_says_how_sure_its_bounds_are(flat):
     assert "--target-model" in res.stderr and "cut close to their medians" in res.stderr
     assert "cut against slot 2" in text
     assert 1e-3 < bench.stated_rate(text) < 0.1
+
+
+@pytest.mark.slow
+def test_the_seams_benchmark_passes_good_cases_and_catches_bad_ones(tmp_path):
+    """benchmarks/false_alarms_seams.py on one seed per row (the full run is its own,
+    docs/numerics.md and docs/vocabulary.md): no finding on a good case, every bad case
+    flagged, the int8 twin's drift reported."""
+    import false_alarms_seams as seams
+
+    rows = []
+    for seam, run in seams.RUNS.items():
+        rows += run(range(7, 8), seams._mkdir(tmp_path / seam))
+    by_case = {(r.seam, r.case): r for r in rows}
+    for r in rows:
+        if r.kind == "good" and not r.case.endswith("floor 0.95"):
+            assert r.flagged == 0, (r.case, r.lines)
+        if r.kind == "bad":
+            assert r.flagged == r.cases == 1, r.case
+    assert by_case["identity", "int8 twin (drift as a number)"].codes == {"EC622": 1}
+    assert by_case["precision", "embed slot, massive activation x1000"].flagged == 0
+    assert by_case["vocabulary", "map of the pipeline's corpus, floor 0.95"].flagged == 1

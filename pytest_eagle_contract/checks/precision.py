@@ -21,9 +21,13 @@ MAX_SATURATION = 0.01
 """Share of values at the FP8 maximum, beyond the one per scale group that sets the scale
 (rounding puts a few more there: 0.14 % on the tests' 128-value tokens), above which
 values were clipped."""
-MAX_UNDERFLOW = 0.1
+MAX_UNDERFLOW = 0.3
 """Share of a slot's values below the smallest normal FP8 number above which the scale,
-set by a larger slot, has cost the slot its digits."""
+set by a larger slot, has cost the slot its digits. The values that underflow first are
+the slot's smallest: on Gaussian states the slot's dequantized error grows by 10 % at a
+30 % share, 20 % at 44 %, 58 % at 67 %; on the tiny target's embed slot beside deep slots
+with a massive activation, 16 % (x1000) costs nothing measurable and 43 % (x3000) 45 %
+more error (benchmarks/false_alarms_seams.py; 0.1 warned on the x1000 case)."""
 
 
 def check_precision(contract: Contract, shard: Shard) -> list[Finding]:

@@ -33,6 +33,13 @@ model). A weight-quantized twin of a real model stays above 0.98 (int4: vllm-asc
 DRIFT_NOISE = 1e-3
 """Above this relative error the serving target is not the training target bit for bit:
 the drift is reported as a number (a warning); float32 reruns of one checkpoint sit at 0."""
+STORAGE_MARGIN = 1.5
+"""A layer drifts only when its error is also above this many times the error storing
+either checkpoint in bfloat16 causes there (:func:`storage_noise`): a float32 target saved
+as bfloat16 or float16 is the same model to a draft served in bfloat16. On the tests'
+tiny targets an int8 round-to-nearest twin drifts 2.2-3.0 times that error at every
+layer past the embedding, a bfloat16 copy exactly 1.0 (benchmarks/false_alarms_seams.py);
+on real weights int8 rounding is about 8 times bfloat16's."""
 FIXED_TOKENS = 32
 MAX_TOKENS = 512
 
@@ -95,7 +102,40 @@ def check_target_identity(
         except UsageError as exc:
             return [_unreadable(role, model.path, str(exc))]
     drifts = [_compare(layer, captured[0][layer], captured[1][layer]) for layer in wanted]
-    return _verdict(drifts, training_dir, serving_dir, len(ids))
+    noise = {layer: 0.0 for layer in wanted}
+    for model, states in zip(models, captured, strict=True):
+        for layer, value in storage_noise(model, ids, states, wanted).items():
+            noise[layer] = max(noise[layer], value)
+    return _verdict(drifts, noise, training_dir, serving_dir, len(ids))
+
+
+def storage_noise(
+    model: TargetModel,
+    ids: Sequence[int],
+    states: dict[Layer, torch.Tensor],
+    layers: Sequence[Layer],
+) -> dict[Layer, float]:
+    """Each of ``layers``' relative error between ``model`` (its ``states`` on ``ids``)
+    and the same model with every weight rounded to bfloat16; empty, with no pass run,
+    when the weights are bfloat16 numbers already (a bfloat16 checkpoint)."""
+    import copy
+
+    import torch
+
+    module = model.module
+    with torch.no_grad():
+        if all(torch.equal(p, p.to(torch.bfloat16).to(p.dtype)) for p in module.parameters()):
+            return {}
+        twin = copy.deepcopy(module)
+        for p in twin.parameters():
+            p.copy_(p.to(torch.bfloat16).to(p.dtype))
+    from .reference import capture_canonical
+
+    try:
+        rounded = capture_canonical(twin, torch.tensor(list(ids), dtype=torch.long))
+    except Exception:  # the model's own pass ran: only a weight rounded to inf breaks it
+        return {}
+    return {layer: _compare(layer, states[layer], rounded[layer]).rel_error for layer in layers}
 
 
 def compare_targets(
@@ -128,14 +168,27 @@ def _compare(layer: Layer, training: torch.Tensor, serving: torch.Tensor) -> Lay
 
 
 def _verdict(
-    drifts: list[LayerDrift], training_dir: Path, serving_dir: Path, tokens: int
+    drifts: list[LayerDrift],
+    noise: dict[Layer, float],
+    training_dir: Path,
+    serving_dir: Path,
+    tokens: int,
 ) -> list[Finding]:
-    table = "\n".join(str(d) for d in drifts)
+    table = "\n".join(
+        f"{d}, bfloat16 storage {noise[d.layer]:.2e}" if noise[d.layer] else str(d) for d in drifts
+    )
     worst_cos = min(drifts, key=lambda d: d.cosine)
-    worst_rel = max(drifts, key=lambda d: d.rel_error)
+    drifting = [
+        d for d in drifts if d.rel_error > max(DRIFT_NOISE, STORAGE_MARGIN * noise[d.layer])
+    ]
     extra = {
         "layers": {
-            str(d.layer): {"cosine": d.cosine, "min_cosine": d.min_cosine, "rel_error": d.rel_error}
+            str(d.layer): {
+                "cosine": d.cosine,
+                "min_cosine": d.min_cosine,
+                "rel_error": d.rel_error,
+                "storage_noise": noise[d.layer],
+            }
             for d in drifts
         },
         "tokens": tokens,
@@ -156,14 +209,16 @@ def _verdict(
                 extra=extra,
             )
         ]
-    if worst_rel.rel_error > DRIFT_NOISE:
+    if drifting:
+        worst_rel = max(drifting, key=lambda d: d.rel_error)
         return [
             finding(
                 "EC622",
                 f"{where}: its hidden states drift from the training target's "
                 f"(worst {worst_rel}) on {tokens} tokens",
                 file=str(serving_dir),
-                expected=f"relative error <= {DRIFT_NOISE:g} (the same weights)",
+                expected=f"relative error <= {DRIFT_NOISE:g} (the same weights), or <= "
+                f"{STORAGE_MARGIN:g} x the error of storing the weights in bfloat16",
                 found=f"{worst_rel.rel_error:.2e} at {worst_rel.layer}, "
                 f"cosine {worst_rel.cosine:.4f}",
                 hint="a quantized or re-exported serving checkpoint: expect acceptance to drop "

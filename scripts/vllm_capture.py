@@ -15,7 +15,7 @@ import ast
 import json
 import sys
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -110,18 +110,33 @@ _EAGLE3_METHODS = {
 }
 
 
-def _eagle3(release: Release, module: str, name: str, depth: int = 0) -> bool:
-    """Whether the class defines or inherits the EAGLE-3 aux-layer methods."""
+def inherits(
+    release: Release, module: str, name: str, has: Callable[[ast.ClassDef], bool], depth: int = 0
+) -> bool:
+    """Whether class ``name`` of ``module``, or a base class it imports (8 deep at most),
+    ``has`` what is asked."""
     cls = _classes(release, module).get(name)
     if cls is None or depth > 8:
         return False
-    if any(isinstance(n, ast.FunctionDef) and n.name in _EAGLE3_METHODS for n in cls.body):
+    if has(cls):
         return True
     for base in _bases(cls):
         origin = _origin(release, module, base)
-        if origin and _eagle3(release, origin, base, depth + 1):
+        if origin and inherits(release, origin, base, has, depth + 1):
             return True
     return False
+
+
+def _eagle3(release: Release, module: str, name: str) -> bool:
+    """Whether the class defines or inherits the EAGLE-3 aux-layer methods."""
+    return inherits(
+        release,
+        module,
+        name,
+        lambda cls: any(
+            isinstance(n, ast.FunctionDef) and n.name in _EAGLE3_METHODS for n in cls.body
+        ),
+    )
 
 
 def _captures(release: Release, module: str) -> list[dict[str, Any]]:

@@ -22,7 +22,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from vllm_capture import MODELS, Release, functions
+from vllm_capture import MODELS, Release, _bases, functions, inherits
 
 ENV = "VLLM_USE_V2_MODEL_RUNNER"
 CONFIG = "vllm/config/vllm.py"
@@ -289,15 +289,16 @@ def flags(release: Release, module: str, cls: str, capture_file: str | None) -> 
     if capture_file:
         texts.append(release.text(MODELS + capture_file) or "")
     moe = "moe" in cls.lower() or any("FusedMoE" in t for t in texts)
-    return moe, _hybrid(release, module, cls, 0)
+    return moe, _hybrid(release, module, cls)
 
 
-def _hybrid(release: Release, module: str, name: str, depth: int) -> bool:
-    from vllm_capture import _bases, _classes, _origin
+def _hybrid(release: Release, module: str, name: str) -> bool:
+    """Whether the class is, or inherits from, a hybrid (``IsHybrid``, ``is_hybrid = True``)."""
+    return inherits(release, module, name, _says_hybrid)
 
-    cls = _classes(release, module).get(name)
-    if cls is None or depth > 8:
-        return False
+
+def _says_hybrid(cls: ast.ClassDef) -> bool:
+    """Whether the class itself bases on ``IsHybrid`` or sets ``is_hybrid`` true."""
     if "IsHybrid" in _bases(cls):
         return True
     for stmt in cls.body:
@@ -305,10 +306,6 @@ def _hybrid(release: Release, module: str, name: str, depth: int) -> bool:
             target = stmt.target if isinstance(stmt, ast.AnnAssign) else stmt.targets[0]
             if getattr(target, "id", "") == "is_hybrid" and getattr(stmt.value, "value", 0):
                 return True
-    for base in _bases(cls):
-        origin = _origin(release, module, base)
-        if origin and _hybrid(release, origin, base, depth + 1):
-            return True
     return False
 
 

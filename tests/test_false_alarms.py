@@ -124,7 +124,8 @@ def test_without_the_model_the_draft_says_how_sure_its_bounds_are(flat):
 def test_the_seams_benchmark_passes_good_cases_and_catches_bad_ones(tmp_path):
     """benchmarks/false_alarms_seams.py on one seed per row (the full run is its own,
     docs/numerics.md and docs/vocabulary.md): no finding on a good case, every bad case
-    flagged, the int8 twin's drift reported."""
+    flagged (the vocabulary's with its floor recorded), the int8 twin's drift reported;
+    with no floor recorded a good map's coverage is a warning, not a failed gate."""
     import false_alarms_seams as seams
 
     rows = []
@@ -132,10 +133,13 @@ def test_the_seams_benchmark_passes_good_cases_and_catches_bad_ones(tmp_path):
         rows += run(range(7, 8), seams._mkdir(tmp_path / seam))
     by_case = {(r.seam, r.case): r for r in rows}
     for r in rows:
-        if r.kind == "good" and not r.case.endswith("floor 0.95"):
+        if r.kind == "good":
             assert r.flagged == 0, (r.case, r.lines)
-        if r.kind == "bad":
+        if r.kind == "bad" and not r.case.endswith("none recorded"):
             assert r.flagged == r.cases == 1, r.case
     assert by_case["identity", "int8 twin (drift as a number)"].codes == {"EC622": 1}
     assert by_case["precision", "embed slot, massive activation x1000"].flagged == 0
-    assert by_case["vocabulary", "map of the pipeline's corpus, floor 0.95"].flagged == 1
+    good = by_case["vocabulary", "map of the pipeline's corpus, none recorded"]
+    assert good.codes["EC933(w)"] == 1  # its 84 % is below 0.95: said, not failed
+    bad = by_case["vocabulary", "map of a narrow corpus (3 documents), none recorded"]
+    assert bad.codes["EC933(w)"] == 1 and bad.flagged == 0  # 0.72-0.79: missed unrecorded

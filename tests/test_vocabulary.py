@@ -111,7 +111,7 @@ def test_a_low_floor_passes_a_narrow_map(tmp_path):
     def narrow(counts):
         return build_maps(Counter(dict(counts.most_common(10))), n=10)
 
-    c, paths, _ = setup(tmp_path, maps=narrow)
+    c, paths, _ = setup(tmp_path, "    min_vocab_coverage: 0.9", maps=narrow)
     assert ("EC933", "error") in codes(
         check_vocabulary(tmp_path / "draft", contract=c, shard_paths=paths)
     )
@@ -119,6 +119,24 @@ def test_a_low_floor_passes_a_narrow_map(tmp_path):
     assert ("EC933", "error") not in codes(
         check_vocabulary(tmp_path / "draft", contract=c, shard_paths=paths)
     )
+
+
+def test_with_no_floor_recorded_the_default_warns_and_only_a_gross_miss_fails(tmp_path):
+    # a correct map's coverage is its pipeline's (84 % in benchmarks/false_alarms_seams.py):
+    # the 0.95 default says so and asks for the floor; below half it is an error
+    def keep(top):
+        return lambda counts: build_maps(Counter(dict(counts.most_common(top))), n=top)
+
+    c, paths, _ = setup(tmp_path, maps=keep(20))
+    found = check_vocabulary(tmp_path / "draft", contract=c, shard_paths=paths)
+    ec933 = next(f for f in found if f.code == "EC933")
+    share = float(ec933.found)
+    assert ec933.severity == "warning" and 0.5 <= share < 0.95, share
+    assert "the default 95%" in ec933.message and "min_vocab_coverage" in ec933.hint
+    c, paths, _ = setup(tmp_path, maps=keep(3))
+    found = check_vocabulary(tmp_path / "draft", contract=c, shard_paths=paths)
+    ec933 = next(f for f in found if f.code == "EC933")
+    assert ec933.severity == "error" and float(ec933.found) < 0.5, ec933.found
 
 
 def test_a_rebuilt_map_is_ec931(tmp_path):

@@ -28,7 +28,8 @@ if TYPE_CHECKING:
     from .unit import Resources, Unit
 
 KEY = "training.draft"
-DEFAULT_MIN_COVERAGE = 0.95
+DEFAULT_MIN_COVERAGE = 0.95  # with no floor recorded: a warning below it
+UNRECORDED_ERROR = 0.5  # with no floor recorded: an error below it (no correct map holds so little)
 MAX_SHARDS = 256  # the family reads at most this many shard files of training.shards
 _BYTE_TOKEN = re.compile(r"^<0x[0-9A-Fa-f]{2}>$")
 
@@ -252,20 +253,27 @@ def check_vocabulary(
         return out
     hit = covered(d2t, t2d, targets)
     share = float(hit.mean())
-    floor = spec.min_vocab_coverage if spec and spec.min_vocab_coverage is not None else None
-    floor = DEFAULT_MIN_COVERAGE if floor is None else floor
+    recorded = spec.min_vocab_coverage if spec is not None else None
+    floor = DEFAULT_MIN_COVERAGE if recorded is None else recorded
     if share < floor:
         out.append(
             finding(
                 "EC933",
                 f"the draft vocabulary holds {share:.1%} of the shards' {targets.size} "
-                f"loss-masked tokens, below {floor:.0%}",
+                f"loss-masked tokens, below "
+                + (f"{floor:.0%}" if recorded is not None else f"the default {floor:.0%}"),
                 contract=contract,
                 key=f"{KEY}.min_vocab_coverage",
                 expected=f">= {floor}",
                 found=round(share, 4),
                 hint="rebuild d2t/t2d from these shards' token counts (or a larger "
-                "draft_vocab_size): a token outside the draft vocabulary is never drafted",
+                "draft_vocab_size): a token outside the draft vocabulary is never drafted"
+                if recorded is not None
+                else "a correct map's coverage is the pipeline's own, not a default: record "
+                "the ratio your trainer printed when it built the map (SpecForge's \"top N "
+                'token frequency ratio") less 0.05 as training.draft.min_vocab_coverage, '
+                "which makes this an error",
+                severity="error" if recorded is not None or share < UNRECORDED_ERROR else "warning",
             )
         )
     missed = np.unique(targets[~hit])

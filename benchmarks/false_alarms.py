@@ -103,7 +103,8 @@ def build_target(scenario: str, root: Path) -> Path:
 _models: dict[Path, Any] = {}
 
 
-def _module(path: Path) -> Any:
+def loaded(path: Path) -> Any:
+    """The model saved at ``path``, loaded once per process (both false-alarm benchmarks)."""
     if path not in _models:
         from transformers import AutoModelForCausalLM
 
@@ -120,7 +121,7 @@ def write_shards(target: Path, fmt: str, seeds: range, root: Path) -> list[Path]
     from pytest_eagle_contract.shards.formats import FORMATS as REGISTRY
     from pytest_eagle_contract.shards.writing import write_data_config, write_shard
 
-    model = _module(target)
+    model = loaded(target)
     config = model.config
     L, H, vocab = config.num_hidden_layers, config.hidden_size, config.vocab_size
     layers = REGISTRY[fmt].default_layers(L, {}, "LlamaForCausalLM")
@@ -189,7 +190,7 @@ def _draft_and_check(
     if mode == "target":  # eagle-contract infer DIR --target-model MODEL
         options: dict[str, Any] = {"target_model": target}
     else:  # eagle-contract infer DIR --num-layers L --vocab-size V (the format's defaults)
-        model = _module(target)
+        model = loaded(target)
         options = {
             "num_layers": model.config.num_hidden_layers,
             "vocab_size": model.config.vocab_size,

@@ -66,6 +66,8 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
+sys.path.insert(0, str(HERE))
+from false_alarms import loaded  # noqa: E402  (the same model cache)
 
 SEAMS = ("precision", "identity", "vocabulary")
 TOKENS = (60, 300)  # shard lengths, as benchmarks/false_alarms.py and tests/shardgen.py
@@ -116,17 +118,6 @@ def _target(root: Path, name: str, seed: int = 0, massive: float = 1.0) -> Path:
                 model.model.layers[1].mlp.down_proj.weight[0].mul_(massive)
         model.save_pretrained(path)
     return path
-
-
-_models: dict[Path, Any] = {}
-
-
-def _module(path: Path) -> Any:
-    if path not in _models:
-        from transformers import AutoModelForCausalLM
-
-        _models[path] = AutoModelForCausalLM.from_pretrained(path).eval()
-    return _models[path]
 
 
 def _ids(seed: int, vocab: int = VOCAB) -> Any:
@@ -225,7 +216,7 @@ def run_precision(seeds: range, root: Path) -> list[Row]:
     rows = []
     for number, spec in enumerate(PRECISION):
         row = Row("precision", spec.case, spec.kind, spec.watched)
-        model = _module(_target(root, f"target-x{spec.massive:g}", massive=spec.massive))
+        model = loaded(_target(root, f"target-x{spec.massive:g}", massive=spec.massive))
         folder = root / f"fp8-{number}"
         data = folder / "data"
         written: list[tuple[Any, Any]] = []

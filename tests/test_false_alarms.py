@@ -59,7 +59,7 @@ def _bad_shards(root: Path, target: Path) -> Path:
     from pytest_eagle_contract.shards.formats import FORMATS
     from pytest_eagle_contract.shards.writing import write_data_config, write_shard
 
-    model = bench._module(target)
+    model = bench.loaded(target)
     good = FORMATS[FMT].default_layers(model.config.num_hidden_layers, {}, "LlamaForCausalLM")
     bad = root / "bad"
     write_data_config(bad, [x.index - 1 for x in good], model.config.hidden_size)

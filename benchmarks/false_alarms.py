@@ -23,7 +23,7 @@ shards 60-300 tokens long as in the tests):
   model: adjacent layers' median norms are 8-10 % apart, a few times the shard-to-shard
   spread, so norm bounds that separate neighbouring slots sit close to their medians.
 
-The flow is infer's and check's own core, in-process: ``contract.infer.draft_contract``
+The flow is infer's and check's own core, in-process: ``authoring.infer.draft_contract``
 on the trusted shard files, the text parsed as ``check`` loads it, then
 ``planner.plan`` and ``planner.run_units`` on the fresh files. A draft that is not sharp
 (``infer`` exits 1 and says why) is counted, and its fresh shards are not checked; for a
@@ -181,7 +181,7 @@ def run_job(job: tuple[str, Path, int, int, int, tuple[str, ...], tuple[str, ...
 def _draft_and_check(
     target: Path, fmt: str, mode: str, trusted: list[Path], fresh: list[Path], root: Path
 ) -> Tally:
-    from pytest_eagle_contract.authoring.infer import draft_contract
+    from pytest_eagle_contract.authoring.infer import InferRequest, draft_contract
     from pytest_eagle_contract.contract.model import parse_contract
     from pytest_eagle_contract.plan.planner import Runner, plan, run_units
 
@@ -195,7 +195,9 @@ def _draft_and_check(
             "num_layers": model.config.num_hidden_layers,
             "vocab_size": model.config.vocab_size,
         }
-    drafted = draft_contract(trusted, name=f"{fmt}-{mode}", sample=None, where=path, **options)
+    drafted = draft_contract(
+        InferRequest(trusted, f"{fmt}-{mode}", sample=None, where=path, **options)
+    )
     contract = parse_contract(drafted.text, path)
     tally.stated.append(stated_rate(drafted.text))
     tally.reference += contract.target.reference_capture

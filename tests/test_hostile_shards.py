@@ -213,13 +213,13 @@ def test_inspect_and_infer_on_hostile_shards(hostile):
 @pytest.mark.slow
 def test_infer_on_each_hostile_shard_drafts_or_refuses(hostile):
     """``infer`` reads shards one trusts: a bad one is a usage error naming it, no crash."""
-    from pytest_eagle_contract.authoring.infer import draft_contract
+    from pytest_eagle_contract.authoring.infer import infer_contract
     from pytest_eagle_contract.errors import EagleContractError
 
     refused = 0
     for path in sorted((hostile / "shards" / "rows_0-2000").iterdir()):
         try:
-            draft_contract([path], name="x", num_layers=8)
+            infer_contract([path], name="x", num_layers=8)
         except EagleContractError as exc:
             refused += 1
             assert path.name in str(exc) or "hidden" in str(exc), exc

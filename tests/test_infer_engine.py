@@ -14,7 +14,7 @@ import torch
 import yaml
 from conftest import no_traceback
 
-from pytest_eagle_contract.authoring.infer import draft_contract
+from pytest_eagle_contract.authoring.infer import infer_contract
 from pytest_eagle_contract.errors import UsageError
 from pytest_eagle_contract.shards.writing import save, shard_dict, shard_name
 
@@ -44,15 +44,15 @@ def serving(text: str) -> dict[str, object]:
 
 def drafted(root: Path, fmt: str, layers: list[str] | None = None, **options: object) -> str:
     """The contract ``infer`` drafts (each run includes its sharpness self-test: ~2 s)."""
-    return draft_contract(
+    return infer_contract(
         [shards(root, fmt)],
         name="x",
         layers=layers or LAYERS[fmt],
         num_layers=L,
         vocab_size=V,
         arch="LlamaForCausalLM",
-        **options,  # type: ignore[arg-type]
-    ).text
+        **options,
+    )
 
 
 @pytest.mark.slow

@@ -47,64 +47,72 @@ class Draft:
     false_alarms: float | None = None  # estimated share of fresh good shards it fails
 
 
+@dataclass(frozen=True)
+class InferRequest:
+    """What ``infer`` is asked, built once (the CLI builds it from its options): the shards
+    and how to read them, the target's shape and the slots' layers (``target_model``, an HF
+    directory, supplies L, H, vocab and arch; the explicit fields override it), the serving
+    side (``draft``: the draft's directory or config.json, read as ``engine`` reads it;
+    default the engine the shards' format pairs with), the tokenizer, and how the drafted
+    contract names those files (the ``*_ref`` paths, relative to ``where``)."""
+
+    paths: Sequence[Path]
+    name: str
+    format: str = "auto"
+    sample: Sampling = None
+    seed: int = 0
+    workers: int = 1
+    layers: Sequence[str] | None = None
+    num_layers: int | None = None
+    hidden_size: int | None = None
+    vocab_size: int | None = None
+    arch: str | None = None
+    target_model: Path | None = None
+    draft: Path | None = None
+    engine: str | None = None
+    tokenizer: Path | None = None
+    where: Path | None = None
+    shards_ref: str | None = None
+    schema_ref: str | None = None
+    model_ref: str | None = None
+    draft_ref: str | None = None
+    tokenizer_ref: str | None = None
+
+
 def infer_contract(paths: Sequence[Path], *, name: str, **options: Any) -> str:
-    """The text of a drafted contract (YAML with comments); see :func:`draft_contract`."""
-    return draft_contract(paths, name=name, **options).text
+    """The text of a drafted contract (YAML with comments); ``options`` are
+    :class:`InferRequest`'s fields."""
+    return draft_contract(InferRequest(paths, name, **options)).text
 
 
-def draft_contract(
-    paths: Sequence[Path],
-    *,
-    name: str,
-    format: str = "auto",
-    layers: Sequence[str] | None = None,
-    num_layers: int | None = None,
-    hidden_size: int | None = None,
-    vocab_size: int | None = None,
-    arch: str | None = None,
-    sample: Sampling = None,
-    seed: int = 0,
-    shards_ref: str | None = None,
-    schema_ref: str | None = None,
-    target_model: Path | None = None,
-    draft: Path | None = None,
-    model_ref: str | None = None,
-    draft_ref: str | None = None,
-    where: Path | None = None,
-    workers: int = 1,
-    engine: str | None = None,
-    tokenizer: Path | None = None,
-    tokenizer_ref: str | None = None,
-) -> Draft:
-    """Draft a contract from ``paths``; ``target_model`` (an HF directory) supplies L, H,
-    vocab and arch (the explicit options override them) and names the slots; ``draft``
-    (the draft's directory or config.json) supplies the serving side's aux ids, as
-    ``engine`` reads them (default: the engine the shards' format pairs with)."""
+def draft_contract(r: InferRequest) -> Draft:
+    """Draft a contract from ``r.paths`` as ``r`` asks (:class:`InferRequest`)."""
+    num_layers, hidden_size, vocab_size, arch = r.num_layers, r.hidden_size, r.vocab_size, r.arch
     target = None
-    if target_model is not None:
+    if r.target_model is not None:
         from ..models.target import TargetModel
 
-        target = TargetModel.open(target_model)
+        target = TargetModel.open(r.target_model)
         num_layers = num_layers or target.num_layers
         hidden_size = hidden_size or target.hidden_size
         vocab_size = vocab_size or target.vocab_size
         arch = arch or target.arch
-    files = [f for p in paths for f in discover(Path(p), format)]
+    files = [f for p in r.paths for f in discover(Path(p), r.format)]
     if not files:
-        raise UsageError("no shard files found under " + ", ".join(map(str, paths)))
-    obs = observe(choose(files, sample, seed), format, hidden_size, workers)
-    named, why = _name_slots(obs, layers, num_layers, arch, target)
+        raise UsageError("no shard files found under " + ", ".join(map(str, r.paths)))
+    obs = observe(choose(files, r.sample, r.seed), r.format, hidden_size, r.workers)
+    named, why = _name_slots(obs, r.layers, num_layers, arch, target)
     L = num_layers or max((ly.index for ly in named), default=1) or 1
-    d = _Drafting(obs, named, why, name, L, arch, vocab_size, shards_ref, schema_ref)
-    serving = _serving(d, draft, draft_ref, engine)
-    if tokenizer is not None or target_model is not None:
+    d = _Drafting(obs, named, why, r.name, L, arch, vocab_size, r.shards_ref, r.schema_ref)
+    serving = _serving(d, r.draft, r.draft_ref, r.engine)
+    if r.tokenizer is not None or r.target_model is not None:
         from .tokenizer import drafted_lines
 
         serving += drafted_lines(
-            tokenizer, tokenizer_ref, target_model, model_ref, files, obs.format
+            r.tokenizer, r.tokenizer_ref, r.target_model, r.model_ref, files, obs.format
         )
-    model = None if target_model is None else (model_ref or str(target_model.resolve()))
-    path = where or Path("drafted.yaml")
+    model = None if r.target_model is None else (r.model_ref or str(r.target_model.resolve()))
+    path = r.where or Path("drafted.yaml")
     fit = d.fit(model, False, path)
     if model is None or _quiet(fit):
         plain = _judge(d.text(model, False, serving, fit), path)

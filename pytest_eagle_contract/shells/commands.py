@@ -43,7 +43,7 @@ def inspect(args: argparse.Namespace) -> int:
 
 
 def infer(args: argparse.Namespace) -> int:
-    from ..authoring.infer import draft_contract
+    from ..authoring.infer import InferRequest, draft_contract
     from ..pool import workers_option
     from ..shards.discovery import parse_sample
 
@@ -101,9 +101,9 @@ def infer(args: argparse.Namespace) -> int:
             shards_ref = ref(args.paths[0])
     elif args.schema_file is not None:
         raise UsageError("--schema-file goes with -o (the contract's folder names it)")
-    draft = draft_contract(
+    request = InferRequest(
         args.paths,
-        name=name,
+        name,
         format=args.format,
         layers=args.layers,
         num_layers=args.num_layers,
@@ -124,6 +124,7 @@ def infer(args: argparse.Namespace) -> int:
         tokenizer=args.tokenizer,
         tokenizer_ref=ref(args.tokenizer) if args.output else None,
     )
+    draft = draft_contract(request)
     _validate_drafted(draft.text, args.output)
     if args.output is None:
         sys.stdout.write(draft.text)

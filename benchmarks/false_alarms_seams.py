@@ -479,7 +479,7 @@ def vocab_maps(counts: Any, vocab: int, n: int = DRAFT_VOCAB) -> tuple[Any, Any]
 def thresholds() -> dict[str, str]:
     """Each seam's thresholds, as the code has them."""
     from pytest_eagle_contract.checks.precision import MAX_SATURATION, MAX_UNDERFLOW
-    from pytest_eagle_contract.checks.vocabulary import DEFAULT_MIN_COVERAGE, UNRECORDED_ERROR
+    from pytest_eagle_contract.checks.vocabulary import UNRECORDED_ERROR, UNRECORDED_WARNING
     from pytest_eagle_contract.models.identity import BASIS_FLOOR, DRIFT_NOISE, STORAGE_MARGIN
 
     return {
@@ -488,7 +488,7 @@ def thresholds() -> dict[str, str]:
         "identity": f"EC622 relative error > {DRIFT_NOISE:g} and > {STORAGE_MARGIN:g} x the "
         f"bfloat16 storage error; EC623 mean cosine < {BASIS_FLOOR:g}",
         "vocabulary": f"EC933 coverage < the recorded min_vocab_coverage; none recorded: a "
-        f"warning < {DEFAULT_MIN_COVERAGE:g}, an error < {UNRECORDED_ERROR:g}",
+        f"warning < {UNRECORDED_WARNING:g}, an error < {UNRECORDED_ERROR:g}",
     }
 
 

@@ -13,7 +13,7 @@ draft names the evidence that can. Every draft is run through the sharpness self
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -85,34 +85,60 @@ def infer_contract(paths: Sequence[Path], *, name: str, **options: Any) -> str:
     return draft_contract(InferRequest(paths, name, **options)).text
 
 
-def draft_contract(r: InferRequest) -> Draft:
-    """Draft a contract from ``r.paths`` as ``r`` asks (:class:`InferRequest`)."""
-    num_layers, hidden_size, vocab_size, arch = r.num_layers, r.hidden_size, r.vocab_size, r.arch
+def draft_contract(request: InferRequest) -> Draft:
+    """Draft a contract from ``request.paths`` as ``request`` asks."""
     target = None
-    if r.target_model is not None:
+    if request.target_model is not None:  # it supplies what the request leaves out
         from ..models.target import TargetModel
 
-        target = TargetModel.open(r.target_model)
-        num_layers = num_layers or target.num_layers
-        hidden_size = hidden_size or target.hidden_size
-        vocab_size = vocab_size or target.vocab_size
-        arch = arch or target.arch
-    files = [f for p in r.paths for f in discover(Path(p), r.format)]
+        target = TargetModel.open(request.target_model)
+        request = replace(
+            request,
+            num_layers=request.num_layers or target.num_layers,
+            hidden_size=request.hidden_size or target.hidden_size,
+            vocab_size=request.vocab_size or target.vocab_size,
+            arch=request.arch or target.arch,
+        )
+    files = [f for p in request.paths for f in discover(Path(p), request.format)]
     if not files:
-        raise UsageError("no shard files found under " + ", ".join(map(str, r.paths)))
-    obs = observe(choose(files, r.sample, r.seed), r.format, hidden_size, r.workers)
-    named, why = _name_slots(obs, r.layers, num_layers, arch, target)
-    L = num_layers or max((ly.index for ly in named), default=1) or 1
-    d = _Drafting(obs, named, why, r.name, L, arch, vocab_size, r.shards_ref, r.schema_ref)
-    serving = _serving(d, r.draft, r.draft_ref, r.engine)
-    if r.tokenizer is not None or r.target_model is not None:
+        raise UsageError("no shard files found under " + ", ".join(map(str, request.paths)))
+    obs = observe(
+        choose(files, request.sample, request.seed),
+        request.format,
+        request.hidden_size,
+        request.workers,
+    )
+    named, why = _name_slots(obs, request.layers, request.num_layers, request.arch, target)
+    L = request.num_layers or max((ly.index for ly in named), default=1) or 1
+    d = _Drafting(
+        obs,
+        named,
+        why,
+        request.name,
+        L,
+        request.arch,
+        request.vocab_size,
+        request.shards_ref,
+        request.schema_ref,
+    )
+    serving = _serving(d, request.draft, request.draft_ref, request.engine)
+    if request.tokenizer is not None or request.target_model is not None:
         from .tokenizer import drafted_lines
 
         serving += drafted_lines(
-            r.tokenizer, r.tokenizer_ref, r.target_model, r.model_ref, files, obs.format
+            request.tokenizer,
+            request.tokenizer_ref,
+            request.target_model,
+            request.model_ref,
+            files,
+            obs.format,
         )
-    model = None if r.target_model is None else (r.model_ref or str(r.target_model.resolve()))
-    path = r.where or Path("drafted.yaml")
+    model = (
+        None
+        if request.target_model is None
+        else (request.model_ref or str(request.target_model.resolve()))
+    )
+    path = request.where or Path("drafted.yaml")
     fit = d.fit(model, False, path)
     if model is None or _quiet(fit):
         plain = _judge(d.text(model, False, serving, fit), path)

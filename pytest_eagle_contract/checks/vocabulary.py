@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from .unit import Resources, Unit
 
 KEY = "training.draft"
-DEFAULT_MIN_COVERAGE = 0.95  # with no floor recorded: a warning below it
+UNRECORDED_WARNING = 0.95  # with no floor recorded: a warning below it
 UNRECORDED_ERROR = 0.5  # with no floor recorded: an error below it (no correct map holds so little)
 MAX_SHARDS = 256  # the family reads at most this many shard files of training.shards
 _BYTE_TOKEN = re.compile(r"^<0x[0-9A-Fa-f]{2}>$")
@@ -254,26 +254,31 @@ def check_vocabulary(
     hit = covered(d2t, t2d, targets)
     share = float(hit.mean())
     recorded = spec.min_vocab_coverage if spec is not None else None
-    floor = DEFAULT_MIN_COVERAGE if recorded is None else recorded
+    warned = False  # no floor recorded and above half: the coverage is said, not judged
+    if recorded is not None:
+        floor, said = recorded, f"{recorded:.0%}"
+    elif share < UNRECORDED_ERROR:
+        floor, said = UNRECORDED_ERROR, "half (no correct map holds so little)"
+    else:
+        floor, said, warned = UNRECORDED_WARNING, f"the default {UNRECORDED_WARNING:.0%}", True
     if share < floor:
         out.append(
             finding(
                 "EC933",
                 f"the draft vocabulary holds {share:.1%} of the shards' {targets.size} "
-                f"loss-masked tokens, below "
-                + (f"{floor:.0%}" if recorded is not None else f"the default {floor:.0%}"),
+                f"loss-masked tokens, below {said}",
                 contract=contract,
                 key=f"{KEY}.min_vocab_coverage",
                 expected=f">= {floor}",
                 found=round(share, 4),
-                hint="rebuild d2t/t2d from these shards' token counts (or a larger "
-                "draft_vocab_size): a token outside the draft vocabulary is never drafted"
-                if recorded is not None
-                else "a correct map's coverage is the pipeline's own, not a default: record "
+                hint="a correct map's coverage is the pipeline's own, not a default: record "
                 "the ratio your trainer printed when it built the map (SpecForge's \"top N "
                 'token frequency ratio") less 0.05 as training.draft.min_vocab_coverage, '
-                "which makes this an error",
-                severity="error" if recorded is not None or share < UNRECORDED_ERROR else "warning",
+                "which makes this an error"
+                if warned
+                else "rebuild d2t/t2d from these shards' token counts (or a larger "
+                "draft_vocab_size): a token outside the draft vocabulary is never drafted",
+                severity="warning" if warned else "error",
             )
         )
     missed = np.unique(targets[~hit])

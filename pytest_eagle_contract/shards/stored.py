@@ -44,7 +44,7 @@ class NotUnderstood(Exception):
 
 
 class Mapping:
-    """One mapped file: makes the :class:`Stored` views of it."""
+    """One mapped file: bounds-checked numpy views of its bytes."""
 
     def __init__(self, buffer: mmap.mmap) -> None:
         self.buffer = buffer
@@ -57,9 +57,6 @@ class Mapping:
         if start < 0 or count < 0 or start + count * item.itemsize > len(self.buffer):
             raise NotUnderstood("past the end")
         return np.frombuffer(self.buffer, item, count, start)
-
-    def stored(self, dtype: str, raw: np.ndarray[Any, Any]) -> Stored:
-        return Stored(dtype, raw)
 
 
 def is_array(value: Any) -> bool:

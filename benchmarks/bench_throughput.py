@@ -20,11 +20,11 @@ page-cache rate, and the peak RSS of the check's main process and of its largest
 sharpness self-test, which imports torch, before the workers fork).
 
 Then, in this process on one core, where the time goes: start-up (the whole command on one
-file minus one file's checks), opening and parsing the files, reading the states (each
-cache-sized chunk of the map copied out), the norm kernel (widening and reducing: the norms
-less that read), and the rest of the checks; and, side by side, the norms over the map (the
-tool's way) against the same kernel on chunks read with ``pread`` into a buffer (its way
-before 2026-12-05: which is faster depends on the machine's page faults and copy rate).
+file minus one file's checks), opening and parsing the files, reading the states (pread
+into cache-sized chunks), the norm kernel (widening and reducing), and the rest of the
+checks; and, side by side on fresh maps, the norms read with ``pread`` (the tool's way)
+against the same kernel on the map's own pages (which wins depends on the machine: what
+its page faults cost against its copy rate).
 
 Every command also runs on the first eighth of the files. The difference between the two
 runs is each command's steady state (its cost per byte once started): start-up (above all
@@ -129,13 +129,19 @@ def in_process(root: Path, files: list[Path], workers: int, kind: str) -> float:
 def where_time_goes(root: Path, paths: list[Path], whole_one: float) -> list[tuple[str, float]]:
     """One core, in this process, over every file: what each stage of the check costs.
     ``whole_one``: the whole command on one file (start-up plus that file)."""
-    import numpy as np
-
     from pytest_eagle_contract.shards.mapped import read_stored
     from pytest_eagle_contract.shards.stats import CHUNK_ELEMENTS, token_norms
+    from pytest_eagle_contract.shards.stored import Stored
 
     def states(data: Any) -> list[Any]:  # speculators v1: a list of [T, H] states
         return list(data["hidden_states"])
+
+    def fresh_norms() -> float:  # fresh maps, as a check reads them: the parse included
+        start = time.perf_counter()
+        for path in paths:
+            for h in states(read_stored(path)):
+                token_norms(h)
+        return time.perf_counter() - start
 
     start = time.perf_counter()
     held = [read_stored(p) for p in paths]
@@ -143,59 +149,34 @@ def where_time_goes(root: Path, paths: list[Path], whole_one: float) -> list[tup
     start = time.perf_counter()
     for data in held:
         for h in states(data):
-            into = np.empty((max(1, CHUNK_ELEMENTS // h.shape[-1]), h.shape[-1]), h.raw.dtype)
-            for _, chunk in h.chunks(len(into)):
-                np.copyto(into[: len(chunk)], chunk)
+            for _ in h.chunks(max(1, CHUNK_ELEMENTS // h.shape[-1])):
+                pass
     read = time.perf_counter() - start
-    del held
-    start = time.perf_counter()  # fresh maps, as a check reads them: the parse included
-    for path in paths:
-        for h in states(read_stored(path)):
+    start = time.perf_counter()
+    for data in held:
+        for h in states(data):
             token_norms(h)
     norms = time.perf_counter() - start
-    start = time.perf_counter()
-    for path in paths:
-        with open(path, "rb") as f:
-            for h in states(read_stored(path)):
-                _pread_norms(h, f.fileno())
-    pread = time.perf_counter() - start
+    del held
+    by_pread = fresh_norms()
+    opened = Stored._open
+    Stored._open = lambda self: None  # type: ignore[method-assign]  # the map's views
+    try:
+        mapped = fresh_norms()
+    finally:
+        Stored._open = opened  # type: ignore[method-assign]
     checks = in_process(root, paths, 1, "process")
     per_file = checks / len(paths)
     return [
         ("start-up (one file's command minus one file's checks)", whole_one - per_file),
         ("open, map, parse the zip and pickle", parse),
-        ("read the states (each chunk of the map copied into cache)", read),
-        ("widen and reduce (the norm kernel: the norms less parse and read)", norms - parse - read),
-        ("the rest of the checks (verdicts, quantiles)", checks - norms),
+        ("read the states (pread, cache-sized chunks)", read),
+        ("widen and reduce (the norm kernel)", norms - read),
+        ("the rest of the checks (verdicts, quantiles)", checks - parse - norms),
         ("all the checks, one core", checks),
-        ("  side by side: parse and norms over the map (now)", norms),
-        ("  side by side: parse and norms by pread into a buffer (before)", pread),
+        ("  side by side: parse and norms by pread (the tool's way)", by_pread),
+        ("  side by side: parse and norms over the map's pages", mapped),
     ]
-
-
-def _pread_norms(h: Any, fd: int) -> Any:
-    """The norms as 2026-12-03 to 12-05 read them: each chunk of rows copied from the file
-    with ``pread`` into one reused buffer that stays in cache, the kernel run there."""
-    import mmap
-
-    import numpy as np
-
-    from pytest_eagle_contract.shards.stats import CHUNK_ELEMENTS, _squares
-
-    owner = h.raw
-    while not isinstance(owner, mmap.mmap):  # the view's owner: the file's map
-        owner = owner.obj if isinstance(owner, memoryview) else owner.base
-    offset = h.raw.ctypes.data - np.frombuffer(owner, np.uint8).ctypes.data
-    rows, width = h.shape
-    step = max(1, CHUNK_ELEMENTS // width)
-    raw = np.empty((min(rows, step), width), h.raw.dtype)
-    squares = _squares(h, np.empty(raw.shape, np.float32))
-    out = np.empty(rows, np.float32)
-    for start in range(0, rows, step):
-        chunk = raw[: min(step, rows - start)]
-        os.preadv(fd, [chunk.data.cast("B")], offset + start * raw[:1].nbytes)
-        squares(chunk, out[start : start + len(chunk)])
-    return np.sqrt(out, out=out)
 
 
 def compiled() -> None:

@@ -291,11 +291,11 @@ def test_token_norms_match_float64(dtype: torch.dtype, width: int) -> None:
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("suffix", [".pt", ".safetensors"])
-def test_norms_read_the_map_in_chunks_and_match_float64(
+def test_norms_read_the_file_in_chunks_and_match_float64(
     tmp_path: Path, dtype: torch.dtype, suffix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A mapped state's norms read its bytes from the map, a chunk of rows at a time (rows
-    not a multiple of the chunk), each chunk a view (no copy), and equal float64's."""
+    """A mapped state's norms read its bytes from the file (pread, a chunk of rows at a
+    time, rows not a multiple of the chunk), and equal float64's."""
     x = _values(dtype, (301, 64), seed=3)
     path = tmp_path / f"x{suffix}"
     if suffix == ".pt":
@@ -305,25 +305,20 @@ def test_norms_read_the_map_in_chunks_and_match_float64(
     data = read_stored(path)
     assert data is not None
     h = data["h"][0] if suffix == ".pt" else data["h"]
-    seen = []
-    real = Stored.chunks
-
-    def chunks(self: Stored, rows: int):
-        for start, chunk in real(self, rows):
-            assert np.shares_memory(chunk, h.raw)  # the map itself, not a copy
-            seen.append((start, len(chunk)))
-            yield start, chunk
-
-    monkeypatch.setattr(Stored, "chunks", chunks)
+    assert h.place is not None and h.place.path == str(path)
+    reads = []
+    real = os.preadv
+    monkeypatch.setattr(os, "preadv", lambda fd, bufs, at: reads.append(at) or real(fd, bufs, at))
     monkeypatch.setattr("pytest_eagle_contract.shards.stats.CHUNK_ELEMENTS", 64 * 40)
     got = token_norms(h)
     np.testing.assert_allclose(got, x.double().norm(dim=-1).numpy(), rtol=2e-6)
-    assert seen == [(start, min(40, 301 - start)) for start in range(0, 301, 40)]
+    row = x.element_size() * 64
+    assert reads == [h.place.offset + start * row for start in range(0, 301, 40)]
 
 
 def test_a_file_replaced_after_mapping_is_not_read_again(tmp_path: Path) -> None:
     """The norms are those of the bytes mapped: a file put in the shard's place (another
-    inode, a FIFO that would block a plain open) is not read."""
+    inode, a FIFO that would block a plain open) is not read; the map's view is."""
     x = _values(torch.bfloat16, (50, 32), seed=1)
     path = tmp_path / "x.pt"
     torch.save({"h": [x]}, path)

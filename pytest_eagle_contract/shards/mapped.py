@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import mmap
+import os
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ def read_stored(path: Path) -> Any | None:
             if len(head) < 8:
                 return None
             buffer = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
-            mapping = Mapping(buffer)
+            mapping = Mapping(os.fspath(path), os.fstat(f.fileno()), buffer)
             if path.name.endswith(".safetensors"):
                 return read_safetensors(mapping)
             if head[:4] == b"PK\x03\x04":

@@ -52,7 +52,7 @@ def read_safetensors(mapping: Mapping) -> dict[str, Stored]:
         begin, end = int(offsets[0]), int(offsets[1])
         if end - begin != count * np.dtype(_NUMPY[dtype]).itemsize:
             raise NotUnderstood(key)
-        out[key] = Stored(dtype, mapping.view(dtype, base + begin, count).reshape(shape))
+        out[key] = mapping.stored(dtype, mapping.view(dtype, base + begin, count).reshape(shape))
         spans.append((begin, end))
     if not _tiled(spans, len(buffer) - base):
         raise NotUnderstood("offsets")  # overlapping or gapped: the library refuses it; let it

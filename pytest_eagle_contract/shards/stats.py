@@ -42,10 +42,10 @@ def token_norms(x: Array) -> np.ndarray[Any, np.dtype[np.float32]]:
     """L2 norm of every row of a [T, H] tensor (torch or stored), as float32 [T], a chunk
     of rows at a time.
 
-    Each chunk (:meth:`.stored.Stored.chunks`: a view of the file's map, no copy) is widened
-    into reused float32 buffers (:data:`CHUNK_ELEMENTS`, sized to stay in cache) and reduced
-    there: no float32 copy of the whole tensor exists. A row whose squares overflow float32
-    is summed again in float64."""
+    Each chunk is read (:meth:`.stored.Stored.chunks`: from the file into a buffer that
+    stays in cache, where the file is known), widened into reused float32 buffers
+    (:data:`CHUNK_ELEMENTS`, sized to stay in cache) and reduced there: no float32 copy of
+    the whole tensor exists. A row whose squares overflow float32 is summed again in float64."""
     import numpy as np
 
     from .stored import Stored

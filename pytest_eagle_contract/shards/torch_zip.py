@@ -181,7 +181,7 @@ def _strided(t: _Tensor, views: dict[str, Any], mapping: Mapping) -> Stored:
     shaped = np.lib.stride_tricks.as_strided(
         raw[offset:], shape=tuple(size), strides=tuple(s * raw.itemsize for s in stride)
     )
-    return Stored(storage.dtype, shaped)
+    return mapping.stored(storage.dtype, shaped)
 
 
 _GLOBALS: dict[tuple[str, str], Any] = {

@@ -128,6 +128,7 @@ KINDS: dict[str, tuple[str, ...]] = {
         "test_vllm_releases",
         "test_vllm_writer",
     ),
+    "live": ("test_sglang_live",),
 }
 KIND_OF = {module: kind for kind, modules in KINDS.items() for module in modules}
 

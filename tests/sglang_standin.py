@@ -1,7 +1,9 @@
 """A STAND-IN for an SGLang HTTP server, for tests. It is not SGLang.
 
-The real engine cannot run on CPU-only test machines, so this small server answers the few
-endpoints the capture client uses, in SGLang 0.5.23's wire format (read from its source):
+The real engine runs on CPU only in aux-capture mode (tests/test_sglang_live.py runs it:
+no draft, no GPU topology, a minute or two to start), so for everything else this small
+server answers the few endpoints the capture client uses, in SGLang 0.5.23's wire format
+(read from its source, and held against the real server where it runs):
 
 - ``POST /generate`` (``srt/entrypoints/http_server.py``): a JSON ``GenerateReqInput``;
   the answer is ``{"text", "output_ids", "meta_info"}`` where ``meta_info["hidden_states"]``
@@ -28,7 +30,9 @@ A radix cache is emulated (on unless ``disable_radix_cache``): a prompt sharing 
 with an earlier one of the same ``extra_key`` prefills only the rest (SGLang always
 recomputes the last token), its rows are only those, and ``meta_info["cached_tokens"]``
 says how many were cached. ``extra_key`` is part of the cache key from 0.5.3
-(``RadixKey(token_ids, extra_key)``); older releases ignore the field. ``/flush_cache``
+(``RadixKey(token_ids, extra_key)``); older releases ignore the field. (The real 0.5.23
+recomputes that last row over the cached keys, equal to the full prefill's to rounding;
+the stand-in returns the full prefill's row.) ``/flush_cache``
 (GET or POST, ``?timeout=``) empties the cache and answers ``Cache flushed...`` as text,
 or HTTP 400 ``Flush cache failed.`` while other requests run (``busy``).
 

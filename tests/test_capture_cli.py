@@ -1,5 +1,5 @@
 """Capture from outside: `eagle-contract record` / `check --captures` and the plugin options,
-against the SGLang stand-in (tests/sglang_standin.py; not SGLang, which needs a GPU)."""
+against the SGLang stand-in (tests/sglang_standin.py; the real engine: tests/test_sglang_live.py)."""
 
 from __future__ import annotations
 

@@ -43,6 +43,20 @@ class Rows:
     states: list[torch.Tensor] = field(default_factory=list)
     target_dropped: bool = False  # a SpecForge batch whose target is logits, not a state
     padding_rows: int = 0  # rows whose valid-token marks mark none: nothing to check
+    marks: list[torch.Tensor | None] = field(default_factory=list)  # per shard: its row's
+    # document_ids where the layout packs documents into a row (speculators), else None
+
+    def first_document(self, i: int) -> int | None:
+        """How many of shard ``i``'s tokens belong to its first document, where its row
+        packs more than one (a reference capture runs on one document); else None."""
+        doc = self.marks[i] if i < len(self.marks) else None
+        if doc is None or doc.dim() != 1:
+            return None
+        kept = doc[doc >= 0]  # the tokens the shard kept, in order
+        if not kept.numel():
+            return None
+        other = (kept != kept[0]).nonzero()
+        return int(other[0, 0]) if other.numel() else None
 
 
 def batch_tensors(batch: object) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
@@ -84,7 +98,12 @@ def split_batch(
         row = _row(tensors, fmt, None, to_cpu)
         shards = [] if row is None else [_shard(f"batch {index}", hidden, fmt, row)]
         return Rows(
-            fmt, shards, states=states, target_dropped=dropped, padding_rows=int(row is None)
+            fmt,
+            shards,
+            states=states,
+            target_dropped=dropped,
+            padding_rows=int(row is None),
+            marks=[_documents(tensors, fmt, None)] * len(shards),
         )
     if ids.dim() != 2:
         raise ValueError(
@@ -119,7 +138,7 @@ def split_batch(
             found=f"{fmt.ids_key} of shape {list(ids.shape)}",
         )
         return Rows(fmt, [], [problem], states, dropped)
-    shards, padding = [], 0
+    shards, padding, marks = [], 0, []
     for r in range(size):
         label = f"batch {index}" if size == 1 else f"batch {index} row {r}"
         row = _row(tensors, fmt, r, to_cpu)
@@ -127,13 +146,28 @@ def split_batch(
             padding += 1
             continue
         shards.append(_shard(label, hidden, fmt, row))
-    return Rows(fmt, shards, states=states, target_dropped=dropped, padding_rows=padding)
+        marks.append(_documents(tensors, fmt, r))
+    return Rows(
+        fmt, shards, states=states, target_dropped=dropped, padding_rows=padding, marks=marks
+    )
 
 
 def _detect(tensors: Mapping[str, Any], contract: Contract, dropped: bool) -> Format:
     fmt_name = contract.training.format if contract.training else "auto"
     keys = set(tensors) | ({"target"} if dropped else set())
     return detect_layout(keys, fmt_name)
+
+
+def _documents(tensors: Mapping[str, Any], fmt: Format, r: int | None) -> torch.Tensor | None:
+    """Row ``r``'s ``document_ids`` (a view, read only when asked) where the layout packs
+    documents into a row, else None."""
+    if getattr(fmt, "valid", "") != "document_ids":
+        return None
+    doc = tensors.get("document_ids")
+    if doc is None or doc.dim() < (1 if r is None else 2):
+        return None
+    row: torch.Tensor = doc if r is None else doc[r]
+    return row.detach()
 
 
 def _known(tensors: Mapping[str, Any], fmt: Format) -> list[tuple[str, Any]]:

@@ -15,7 +15,8 @@ def capture_canonical(model: Any, input_ids: torch.Tensor) -> dict[Layer, torch.
     """Every canonical layer for one sequence: embed, residual:1..L, final_norm, as [T, H].
 
     ``residual:k`` is HF's ``hidden_states[k]`` for k < L; ``residual:L`` (pre-norm) is the
-    input of the final norm, taken with a hook; ``final_norm`` is ``hidden_states[L]``.
+    input of the final norm, taken with a hook; ``final_norm`` is ``hidden_states[L]``. The
+    ids go to the model's device; the states are the model's, on its device, in its dtype.
     """
     import torch
 
@@ -26,7 +27,8 @@ def capture_canonical(model: Any, input_ids: torch.Tensor) -> dict[Layer, torch.
     )
     try:
         with torch.no_grad():
-            out = model(input_ids.unsqueeze(0), output_hidden_states=True)
+            device = model.get_input_embeddings().weight.device
+            out = model(input_ids.unsqueeze(0).to(device), output_hidden_states=True)
     finally:
         handle.remove()
     hidden = out.hidden_states

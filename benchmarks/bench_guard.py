@@ -99,7 +99,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--warmup", type=int, default=100)
     ap.add_argument("--every", type=int, default=100)
-    ap.add_argument("--identify-every", type=int, default=10)
+    ap.add_argument("--identify-every", type=int, default=20)
     ap.add_argument("--run-steps", type=int, default=10_000)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)

@@ -73,7 +73,7 @@ class Guard:
         logger: logging.Logger | None = None,
         start: int = 0,
         target_model: object = None,
-        identify_every: int = 10,
+        identify_every: int = 20,
     ) -> None:
         self.contract = contract if isinstance(contract, Contract) else load_contract(contract)
         if self.contract.training is None:
@@ -210,9 +210,12 @@ class Guard:
         declared = [s.layer for s in spec.slots]
         if ids is None or len(shard.slots) != len(declared):
             return []  # the structure family named it
+        at = {"contract": contract, "key": "target", "file": shard.label}
+        first = rows.first_position(0)
+        if first not in (None, 0):  # speculators' shift_batch: input_ids[1:] beside
+            return [not_run("slot identity", _shifted(first), **at)]  # hidden_states[:-1]
         n = min(int(ids.shape[0]), IDENTIFY_TOKENS, rows.first_document(0) or IDENTIFY_TOKENS)
         slots = [slot.tensor[:n] for slot in shard.slots]
-        at = {"contract": contract, "key": "target", "file": shard.label}
         bad = unfit(ids[:n], target, slots=slots, vocab=contract.target.vocab_size)
         if bad is not None:
             return [not_run("slot identity", bad, **at)]
@@ -288,6 +291,16 @@ def _finite(states: list[torch.Tensor]) -> bool:
         elif t.is_floating_point() or t.is_complex():
             return False  # float8 and the like: the exact check widens them
     return not sums or bool(torch.isfinite(torch.cat(sums)).all())
+
+
+def _shifted(first: int) -> str:
+    return (
+        f"the row's position_ids start at {first}, not 0: its input ids are not the tokens "
+        "its states were captured on from the first token (speculators' shift_batch drops "
+        "each sample's first token: input_ids[1:] beside hidden_states[:-1]), so no "
+        "reference capture reproduces them; check the stored files with `eagle-contract "
+        "check --target-model DIR`"
+    )
 
 
 def _target(model: object, contract: Contract) -> TargetModel:

@@ -153,7 +153,8 @@ def split_batch(
             found=f"{fmt.ids_key} of shape {list(ids.shape)}",
         )
         return Rows(fmt, [], [problem], states, dropped)
-    shards, padding, row_of = [], 0, []
+    shards, padding = [], 0
+    row_of: list[int | None] = []  # each shard's row
     for r in range(size):
         label = f"batch {index}" if size == 1 else f"batch {index} row {r}"
         row = _row(tensors, fmt, r, to_cpu)

@@ -5,6 +5,7 @@ stays offline: tests/test_guard.py builds the same layouts by hand)."""
 
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -106,6 +107,42 @@ def test_speculators_collate_fn_in_a_data_loader(target: Any, tmp_path: Path) ->
     assert (caught.value.code, caught.value.slot) == ("EC401", 3)
 
 
+def test_speculators_shifted_batches_say_the_slot_identity_cannot_run(
+    target: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """speculators' EAGLE-3 preprocess (``shift_batch``, train/cli.py) drops each sample's
+    first token (input_ids[1:] beside hidden_states[:-1]): no reference capture reproduces
+    such a row, so the guard with a target model says so (EC009, once), never a false EC604;
+    the same samples collated without the shift are identified and pass."""
+    data = pytest.importorskip("speculators.train.data")
+    shift_batch = pytest.importorskip("speculators.models.eagle3.data").shift_batch
+    contract = measured_contract(tmp_path, target, "speculators", SPECULATORS_LAYERS)
+
+    def item(seed: int) -> dict[str, torch.Tensor]:
+        ids, states = captured(target, 70 + seed, seed)
+        return {
+            "hidden_states": torch.cat([states[a] for a in AUX], -1),
+            "input_ids": ids,
+            "verifier_last_hidden_states": states[SPECULATORS_LAYERS[-1]],
+            "loss_mask": (torch.arange(len(ids)) >= 20).long(),
+            "lengths": torch.tensor([len(ids)]),
+            "position_ids": torch.arange(len(ids)),
+        }
+
+    samples = [item(1), item(2)]
+    plain = data.CollateFn(400, SPEC.hidden_size, num_target_layers=3, dtype=torch.bfloat16)
+    guard = Guard(contract, warmup=10, target_model=target, identify_every=1)
+    assert guard.check(plain(samples)) == [] and guard.identified == 1
+    shifted = data.CollateFn(
+        400, SPEC.hidden_size, num_target_layers=3, dtype=torch.bfloat16, preprocess=shift_batch
+    )
+    with caplog.at_level(logging.WARNING, logger="pytest_eagle_contract.guard"):
+        assert guard.check(shifted(samples)) == [] and guard.check(shifted(samples)) == []
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1 and "EC009" in said[0] and "shift_batch" in said[0], said
+    assert guard.identified == 1 and guard.violations == 0
+
+
 def test_specforge_feature_loader_with_the_guarded_collator(target: Any) -> None:
     """SpecForge's own ``FeatureDataLoader`` over its ``LocalFeatureStore`` (what its
     ``Trainer`` builds from the ``collate_fn`` it is given), in order and with prefetch
@@ -130,9 +167,9 @@ def test_specforge_feature_loader_with_the_guarded_collator(target: Any) -> None
             out.append(store.put(features, sample_id=f"s{i}", metadata=meta))
         return out
 
-    for workers in (0, 2):
+    for workers in (0, 2):  # the target runs in the loader's threads with 2
         store = data_plane.LocalFeatureStore()
-        guard = Guard(DEMO, warmup=10, every=10)
+        guard = Guard(DEMO, warmup=10, every=10, target_model=target, identify_every=1)
         loader = data_plane.FeatureDataLoader(
             store,
             refs=refs(store, None),
@@ -143,7 +180,7 @@ def test_specforge_feature_loader_with_the_guarded_collator(target: Any) -> None
         )
         batches = list(loader)
         assert [type(b).__name__ for b in batches] == ["TrainBatch"] * 3
-        assert (guard.checked, guard.violations) == (3, 0)
+        assert (guard.checked, guard.identified, guard.violations) == (3, 3, 0)
     store = data_plane.LocalFeatureStore()
     guard = Guard(DEMO, warmup=10, every=10)
     loader = data_plane.FeatureDataLoader(

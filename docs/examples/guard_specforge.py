@@ -25,7 +25,9 @@ def guarded_consumer(consumer_args: dict[str, Any]) -> Any:
     channel, draft_model, optimizer_factory, run_id, output_dir, batch_size, ...)."""
     # The contract: format specforge, slots = the aux layers SGLang captures (in order),
     # then final_norm; norm bounds measured by `eagle-contract infer` on a few offline
-    # shards of the same target and server.
+    # shards of the same target and server. The target runs in the SGLang server, not here:
+    # to name a one-layer shift the norms cannot see (EC604), add target_model= its folder
+    # (loaded in float32 on this process's CPU) or a copy loaded as you choose (docs/online.md).
     guard = Guard("contracts/run7.yaml", warmup=200, every=100)
     collate = specforge_collator(guard, build_server_collator(), target_repr="hidden_state")
     return build_disagg_online_consumer(**consumer_args, collate_fn=collate)

@@ -48,7 +48,9 @@ def train(args: Any, draft_model: Any, hidden_size: int, transfer: Any, dtype: A
     )
     # The contract: format speculators, slots = the three aux layers then the verifier's
     # last layer (pre-norm), with norm bounds from `eagle-contract infer` on a few files
-    # the same generator wrote.
+    # the same generator wrote. Its EAGLE-3 batches drop each sample's first token
+    # (shift_batch), so the guard cannot identify their slots with a target model: run
+    # `eagle-contract check --target-model DIR` on the stored files for that.
     guard = Guard("contracts/run7.yaml", warmup=200, every=100)
     config = TrainerConfig(
         lr=args.lr,

@@ -86,10 +86,14 @@ def identify(
     bad = unfit(input_ids, target, slots=slots)
     if bad is not None:  # callers check first and say so; nothing unfit reaches the model
         raise CodedError(bad.code, f"no reference capture: {bad.reason}")
-    states = capture_canonical(target.module, input_ids.long())
+    import torch
+
+    states = capture_canonical(target.module, input_ids.long())  # on the model's device
+    states = {layer: state.float() for layer, state in states.items()}
+    device = next(iter(states.values())).device
     out = []
     for index, slot in enumerate(slots):
-        x = slot.float()
+        x = slot.to(device=device, dtype=torch.float32)
         matches = []
         for layer, state in states.items():
             if state.shape != x.shape:
@@ -248,23 +252,46 @@ def check_evidence(
                 )
             )
     if reference:
-        for ident in identify([s.tensor for s in slots], ids, target):
-            declared = training.slots[ident.slot].layer
-            if ident.best.layer != declared:
-                out.append(
-                    at(
-                        "EC604",
-                        f"slot {ident.slot} is declared {declared} but is {ident.best.layer}",
-                        slot=ident.slot,
-                        expected=str(declared),
-                        found=f"{ident.best.layer} (cosine "
-                        f"{ident.best.cosine:.4f}, rel. error {ident.best.rel_error:.3g})",
-                        hint=f"runner-up {ident.runner_up.layer} (cosine "
-                        f"{ident.runner_up.cosine:.4f}, rel. error "
-                        f"{ident.runner_up.rel_error:.3g}); reference capture of the target "
-                        "on this shard's tokens",
-                    )
-                )
+        declared = [spec.layer for spec in training.slots]
+        out += slot_identity(
+            contract, shard.label, declared, [s.tensor for s in slots], ids, target
+        )
+    return out
+
+
+def slot_identity(
+    contract: Contract,
+    label: str,
+    declared: list[Layer],
+    slots: list[torch.Tensor],
+    ids: torch.Tensor,
+    target: TargetModel,
+    tokens: str = "this shard's tokens",
+) -> list[Finding]:
+    """EC604 for each of ``slots`` (``[T, H]``, declared ``declared``) that a reference
+    capture of ``target`` on ``ids`` names another layer (:func:`identify`): the slot
+    identity of the ``evidence`` family, and of the training-loop guard on one row."""
+    out = []
+    for ident in identify(slots, ids, target):
+        layer = declared[ident.slot]
+        if ident.best.layer == layer:
+            continue
+        out.append(
+            finding(
+                "EC604",
+                f"slot {ident.slot} is declared {layer} but is {ident.best.layer}",
+                contract=contract,
+                file=label,
+                slot=ident.slot,
+                expected=str(layer),
+                found=f"{ident.best.layer} (cosine "
+                f"{ident.best.cosine:.4f}, rel. error {ident.best.rel_error:.3g})",
+                hint=f"runner-up {ident.runner_up.layer} (cosine "
+                f"{ident.runner_up.cosine:.4f}, rel. error "
+                f"{ident.runner_up.rel_error:.3g}); reference capture of the target "
+                f"on {tokens}",
+            )
+        )
     return out
 
 

@@ -43,6 +43,34 @@ class Rows:
     states: list[torch.Tensor] = field(default_factory=list)
     target_dropped: bool = False  # a SpecForge batch whose target is logits, not a state
     padding_rows: int = 0  # rows whose valid-token marks mark none: nothing to check
+    source: Mapping[str, Any] = field(default_factory=dict, repr=False)  # the batch's tensors
+    row_of: list[int | None] = field(default_factory=list)  # per shard: its row (None: all)
+
+    def first_document(self, i: int) -> int | None:
+        """How many of shard ``i``'s tokens belong to its first document, where its row
+        packs more than one (``document_ids``: a reference capture runs on one); else None."""
+        if getattr(self.layout, "valid", "") != "document_ids":
+            return None
+        doc = _row_values(self.source, "document_ids", self.row_of[i])
+        if doc is None:
+            return None
+        kept = doc[doc >= 0]  # the tokens the shard kept, in order
+        if not kept.numel():
+            return None
+        other = (kept != kept[0]).nonzero()
+        return int(other[0, 0]) if other.numel() else None
+
+    def first_position(self, i: int) -> int | None:
+        """The ``position_ids`` entry of shard ``i``'s first token (0 where its states were
+        captured from its first token on), or None where the batch gives none."""
+        pos = _row_values(self.source, "position_ids", self.row_of[i])
+        if pos is None or pos.is_floating_point() or pos.is_complex() or not pos.numel():
+            return None
+        valid_key = getattr(self.layout, "valid", "")
+        marks = _row_values(self.source, valid_key, self.row_of[i]) if valid_key else None
+        if marks is not None and marks.shape == pos.shape:
+            pos = pos[_marks(marks, valid_key).to(pos.device)]
+        return int(pos[0]) if pos.numel() else None
 
 
 def batch_tensors(batch: object) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
@@ -84,7 +112,13 @@ def split_batch(
         row = _row(tensors, fmt, None, to_cpu)
         shards = [] if row is None else [_shard(f"batch {index}", hidden, fmt, row)]
         return Rows(
-            fmt, shards, states=states, target_dropped=dropped, padding_rows=int(row is None)
+            fmt,
+            shards,
+            states=states,
+            target_dropped=dropped,
+            padding_rows=int(row is None),
+            source=tensors,
+            row_of=[None] * len(shards),
         )
     if ids.dim() != 2:
         raise ValueError(
@@ -120,6 +154,7 @@ def split_batch(
         )
         return Rows(fmt, [], [problem], states, dropped)
     shards, padding = [], 0
+    row_of: list[int | None] = []  # each shard's row
     for r in range(size):
         label = f"batch {index}" if size == 1 else f"batch {index} row {r}"
         row = _row(tensors, fmt, r, to_cpu)
@@ -127,13 +162,35 @@ def split_batch(
             padding += 1
             continue
         shards.append(_shard(label, hidden, fmt, row))
-    return Rows(fmt, shards, states=states, target_dropped=dropped, padding_rows=padding)
+        row_of.append(r)
+    return Rows(
+        fmt,
+        shards,
+        states=states,
+        target_dropped=dropped,
+        padding_rows=padding,
+        source=tensors,
+        row_of=row_of,
+    )
 
 
 def _detect(tensors: Mapping[str, Any], contract: Contract, dropped: bool) -> Format:
     fmt_name = contract.training.format if contract.training else "auto"
     keys = set(tensors) | ({"target"} if dropped else set())
     return detect_layout(keys, fmt_name)
+
+
+def _row_values(tensors: Mapping[str, Any], key: str, r: int | None) -> torch.Tensor | None:
+    """Row ``r`` of the batch's ``key`` as a 1-D tensor (the whole of a 1-D one when ``r``
+    is None), or None where the batch holds no such tensor."""
+    import torch
+
+    value = tensors.get(key)
+    if not isinstance(value, torch.Tensor) or _unusable(value):
+        return None
+    if r is not None and value.dim() == 2 and r < int(value.shape[0]):
+        value = value[r]
+    return value.detach() if value.dim() == 1 else None
 
 
 def _known(tensors: Mapping[str, Any], fmt: Format) -> list[tuple[str, Any]]:

@@ -8,7 +8,10 @@ Each batch is split into rows (:mod:`.batch`) and checked by the shard families'
 functions: structure (keys, dtypes, widths, slot count, lengths: EC1xx, EC2xx) and ids and
 mask (EC301-EC303) on every batch; finiteness (EC304) on every batch, through one cheap
 screen that computes the per-token statistics only when it fails; the norm profile (EC401)
-on the schedule's batches (:mod:`.profile`), keeping each slot's running profile.
+on the schedule's batches (:mod:`.profile`), keeping each slot's running profile; with a
+target model, the slot identity (EC604: the ``evidence`` family's reference capture, on
+the first tokens of one row) on one profiled batch in ``identify_every``. Without one, a
+shift the norm bounds cannot resolve is invisible, and the guard says so when it starts.
 """
 
 from __future__ import annotations
@@ -35,12 +38,16 @@ if TYPE_CHECKING:
     import torch
 
     from ..findings import Finding
+    from ..models.target import TargetModel
     from ..shards.shard import Shard
 
 B = TypeVar("B")
 OnViolation = Literal["raise", "log", "skip"]
 LOGGER = logging.getLogger("pytest_eagle_contract.guard")
 _SCREENED = ("float32", "float16", "bfloat16", "float64")
+IDENTIFY_TOKENS = 64
+"""Tokens of one row the slot identity runs the target on: a causal model's state at a
+token depends only on the tokens before it, so a prefix is identified exactly."""
 
 
 class Guard:
@@ -50,7 +57,10 @@ class Guard:
     leave the batch out of :meth:`wrap`. ``layout``: how batches are read (``auto``: by
     their keys; see :data:`.layouts.LAYOUTS`). ``start``: the index of the first batch (a
     resumed run: violations name the run's batch numbers; the warmup counts from it, as the
-    running profiles start empty)."""
+    running profiles start empty). ``target_model``: the target the states come from, a
+    model folder or the causal LM the trainer holds (used as it is: its device, its dtype),
+    for the slot identity (EC604) on one profiled batch in ``identify_every``; without one
+    the guard warns when it starts that a shift the norm bounds cannot resolve is not seen."""
 
     def __init__(
         self,
@@ -62,11 +72,16 @@ class Guard:
         layout: str = "auto",
         logger: logging.Logger | None = None,
         start: int = 0,
+        target_model: object = None,
+        identify_every: int = 20,
     ) -> None:
         self.contract = contract if isinstance(contract, Contract) else load_contract(contract)
         if self.contract.training is None:
             raise ValueError(f"{self.contract.path}: the guard needs a 'training' section")
         self.schedule = Schedule(warmup, every)
+        if type(identify_every) is not int or identify_every < 1:
+            raise ValueError(f"identify_every is {identify_every!r}: a whole number >= 1")
+        self.identify_every = identify_every
         if on_violation not in ("raise", "log", "skip"):
             raise ValueError(f"on_violation is {on_violation!r}: raise, log or skip")
         if layout not in LAYOUT_NAMES:
@@ -80,12 +95,20 @@ class Guard:
         self.next_batch = start
         self.checked = 0  # batches checked
         self.profiled = 0  # of which the norm profile was measured on
+        self.identified = 0  # of which the slot identity ran on (one row each)
         self.violations = 0  # batches with a finding
         self.padding_rows = 0  # rows that held no real token (skipped)
         self.last: ContractViolation | None = None
         self.profiles: dict[int, RunningProfile] = {}
         self._lock = threading.Lock()  # a collator may run in several loader threads
         self._warned: set[str] = set()
+        self.target: TargetModel | None = None
+        if "EC604" in self._waived:
+            return  # the contract waives slot identity: no model is run, nothing to warn of
+        if target_model is None:
+            self.logger.warning("%s", unresolved_shift_warning(self.contract))
+        else:
+            self.target = _target(target_model, self.contract)
 
     # -- the two ways in -------------------------------------------------------------------
 
@@ -123,8 +146,9 @@ class Guard:
 
     def summary(self) -> str:
         """Batches checked, profiled and broken, and each slot's running profile."""
+        identified = f", {self.identified} identified" if self.target is not None else ""
         lines = [
-            f"{self.checked} batch(es) checked, {self.profiled} profiled, "
+            f"{self.checked} batch(es) checked, {self.profiled} profiled{identified}, "
             f"{self.violations} with findings"
         ]
         for slot, profile in sorted(self.profiles.items()):
@@ -139,6 +163,9 @@ class Guard:
 
     def _findings(self, batch: object, index: int) -> list[Finding]:
         profile = self.schedule.profiles(index - self.start)
+        identify = self.target is not None and self.schedule.identifies(
+            index - self.start, self.identify_every
+        )
         rows = split_batch(batch, self.contract, index, self.layout)
         self.padding_rows += rows.padding_rows
         if rows.problems:
@@ -163,7 +190,43 @@ class Guard:
             if profile:
                 out += self._profile(contract, shard)
         self.profiled += profile
+        if identify and rows.shards and not any(f.severity == "error" for f in out):
+            out += self._identify(contract, rows)
         return out
+
+    def _identify(self, contract: Contract, rows: Rows) -> list[Finding]:
+        """EC604 on the first :data:`IDENTIFY_TOKENS` tokens of the batch's first row (of
+        its first document, where the row packs several): the ``evidence`` family's slot
+        identity, a reference capture of the target on those tokens. A row the target
+        cannot run on, or a forward pass that fails, is a warning (EC009), not a verdict."""
+        from ..checks.evidence import slot_identity
+        from ..findings import not_run
+        from ..models.inputs import unfit
+
+        target, spec = self.target, contract.training
+        assert target is not None and spec is not None
+        shard = rows.shards[0]
+        ids = shard.input_ids
+        declared = [s.layer for s in spec.slots]
+        if ids is None or len(shard.slots) != len(declared):
+            return []  # the structure family named it
+        at = {"contract": contract, "key": "target", "file": shard.label}
+        first = rows.first_position(0)
+        if first not in (None, 0):  # speculators' shift_batch: input_ids[1:] beside
+            return [not_run("slot identity", _shifted(first), **at)]  # hidden_states[:-1]
+        n = min(int(ids.shape[0]), IDENTIFY_TOKENS, rows.first_document(0) or IDENTIFY_TOKENS)
+        slots = [slot.tensor[:n] for slot in shard.slots]
+        bad = unfit(ids[:n], target, slots=slots, vocab=contract.target.vocab_size)
+        if bad is not None:
+            return [not_run("slot identity", bad, **at)]
+        tokens = f"the first {n} tokens of {shard.label}"
+        try:
+            found = slot_identity(contract, shard.label, declared, slots, ids[:n], target, tokens)
+        except Exception as exc:  # any failure of the target's own forward pass
+            reason = f"the target's forward pass failed: {str(exc)[:200]}"
+            return [not_run("slot identity", reason, **at)]
+        self.identified += 1
+        return found
 
     def _profile(self, contract: Contract, shard: Shard) -> list[Finding]:
         """EC401 on the row, each finding's hint with the slot's running profile so far;
@@ -228,3 +291,68 @@ def _finite(states: list[torch.Tensor]) -> bool:
         elif t.is_floating_point() or t.is_complex():
             return False  # float8 and the like: the exact check widens them
     return not sums or bool(torch.isfinite(torch.cat(sums)).all())
+
+
+def _shifted(first: int) -> str:
+    return (
+        f"the row's position_ids start at {first}, not 0: its input ids are not the tokens "
+        "its states were captured on from the first token (speculators' shift_batch drops "
+        "each sample's first token: input_ids[1:] beside hidden_states[:-1]), so no "
+        "reference capture reproduces them; check the stored files with `eagle-contract "
+        "check --target-model DIR`"
+    )
+
+
+def _target(model: object, contract: Contract) -> TargetModel:
+    """``model`` (a folder, a :class:`~..models.target.TargetModel` or a loaded causal LM)
+    as the target, loaded now and checked against the contract's target section: a model
+    that is not the contract's target is a ``ValueError`` that says how."""
+    from ..checks.evidence import check_target_config
+    from ..errors import UsageError
+    from ..models.target import TargetModel
+
+    try:
+        if isinstance(model, TargetModel):
+            target = model
+        elif isinstance(model, (str, Path)):
+            target = TargetModel.open(model)
+        else:
+            target = TargetModel.live(model)
+        target.module  # noqa: B018 -- loaded (and checked) before the first batch
+        target.embedding  # noqa: B018
+    except UsageError as exc:
+        raise ValueError(f"target_model: {exc}") from None
+    problems = check_target_config(contract, target)
+    if problems:
+        raise ValueError(
+            f"target_model {target.path} is not the target of {contract.path}: "
+            + "; ".join(problems)
+        )
+    return target
+
+
+def unresolved_shift_warning(contract: Contract) -> str:
+    """What the norm profile cannot see without a target model: a layer whose median norm
+    falls inside a slot's bounds (the narrowest bounds say how close that is)."""
+    spec = contract.training
+    assert spec is not None
+    spans = [
+        ((s.norm.high - s.norm.low) / (s.norm.high + s.norm.low), s.index, s.layer, s.norm)
+        for s in spec.slots
+        if s.norm is not None and 0 < s.norm.low <= s.norm.high < float("inf")
+    ]
+    if spans:
+        half, index, layer, norm = min(spans, key=lambda t: t[0])
+        bounds = (
+            f"the narrowest, slot {index} ({layer}), accepts medians in {norm}, "
+            f"+-{half:.0%} of their centre"
+        )
+    else:
+        bounds = "no slot has finite norm bounds"
+    return (
+        f"{contract.path}: no target model, so the guard holds each slot to its norm bounds "
+        f"alone (EC401): {bounds}; a one-layer shift to a layer whose median norm lies inside "
+        "a slot's bounds cannot be seen. Pass Guard(..., target_model=DIR) or "
+        "target_model=<the target's nn.Module the trainer holds>: a reference capture names "
+        "each slot (EC604)"
+    )

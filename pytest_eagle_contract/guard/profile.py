@@ -2,8 +2,10 @@
 
 The profile (each slot's median per-token norm, held to the contract's bounds: EC401) is
 measured on every batch of the first ``warmup`` and then on one batch in ``every``; the
-cheap checks run on every batch. Each slot keeps a running profile of the medians
-measured, which a violation's hint quotes (what the slot was before it changed).
+cheap checks run on every batch; with a target model, one profiled batch in
+``identify_every`` also gets the slot identity (EC604). Each slot keeps a running profile
+of the medians measured, which a violation's hint quotes (what the slot was before it
+changed).
 """
 
 from __future__ import annotations
@@ -30,6 +32,16 @@ class Schedule:
     def profiles(self, batch: int) -> bool:
         """Whether batch number ``batch`` (from 0) gets the norm profile."""
         return batch < self.warmup or (batch - self.warmup) % self.every == 0
+
+    def identifies(self, batch: int, every_profiled: int) -> bool:
+        """Whether batch number ``batch`` gets the slot identity: the profiled batches
+        0, ``every_profiled``, 2 ``every_profiled``, ... (counted among profiled ones)."""
+        if not self.profiles(batch):
+            return False
+        ordinal = (
+            batch if batch < self.warmup else self.warmup + (batch - self.warmup) // self.every
+        )
+        return ordinal % every_profiled == 0
 
 
 @dataclass

@@ -15,8 +15,14 @@ def capture_canonical(model: Any, input_ids: torch.Tensor) -> dict[Layer, torch.
     """Every canonical layer for one sequence: embed, residual:1..L, final_norm, as [T, H].
 
     ``residual:k`` is HF's ``hidden_states[k]`` for k < L; ``residual:L`` (pre-norm) is the
-    input of the final norm, taken with a hook; ``final_norm`` is ``hidden_states[L]``.
+    input of the final norm, taken with a hook; ``final_norm`` is ``hidden_states[L]``. The
+    ids go to the model's device; the states are the model's, on its device, in its dtype.
+    The logits are computed for the last token only where the model allows it
+    (``logits_to_keep``): nothing here reads them, and for a real vocabulary they are the
+    largest tensor of the pass.
     """
+    import inspect
+
     import torch
 
     captured: dict[str, torch.Tensor] = {}
@@ -26,7 +32,13 @@ def capture_canonical(model: Any, input_ids: torch.Tensor) -> dict[Layer, torch.
     )
     try:
         with torch.no_grad():
-            out = model(input_ids.unsqueeze(0), output_hidden_states=True)
+            device = model.get_input_embeddings().weight.device
+            keep = "logits_to_keep" in inspect.signature(model.forward).parameters
+            out = model(
+                input_ids.unsqueeze(0).to(device),
+                output_hidden_states=True,
+                **({"logits_to_keep": 1} if keep else {}),
+            )
     finally:
         handle.remove()
     hidden = out.hidden_states

@@ -58,6 +58,31 @@ class TargetModel:
         _check_config(model)
         return model
 
+    @classmethod
+    def live(cls, module: Any) -> TargetModel:
+        """A target already loaded: the causal LM (transformers' ``*ForCausalLM``) an online
+        trainer holds, on its device and in its dtype, used as it is (never moved, cast
+        or switched between train and eval). Its config and embedding are its own; no file
+        is read. A module that is not such a model is a :class:`UsageError`."""
+        name = type(module).__name__
+        config = getattr(module, "config", None)
+        to_dict = getattr(config, "to_dict", None)
+        inner = getattr(module, "model", None)
+        embeddings = getattr(module, "get_input_embeddings", None)
+        if not callable(to_dict) or inner is None or not hasattr(inner, "norm"):
+            raise UsageError(
+                f"target model: a {name} is not a transformers causal LM (a module with "
+                "`.config` and `.model.norm`, as *ForCausalLM): pass a model folder or that model"
+            )
+        model = cls(Path(f"<{name} in memory>"), dict(to_dict()))
+        _check_config(model)
+        weight = getattr(embeddings() if callable(embeddings) else None, "weight", None)
+        if weight is None or weight.dim() != 2 or int(weight.shape[1]) != model.hidden_size:
+            raise model._error("its input embedding is not a [rows, hidden_size] weight")
+        model.__dict__["embedding"] = weight.detach()  # the cached properties, filled
+        model.__dict__["module"] = module
+        return model
+
     @property
     def text_config(self) -> dict[str, Any]:
         inner = self.config.get("text_config")

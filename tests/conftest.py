@@ -38,6 +38,7 @@ KINDS: dict[str, tuple[str, ...]] = {
         "test_evidence",
         "test_false_alarms",
         "test_guard",
+        "test_guard_identity",
         "test_guard_trainers",
         "test_import_cost",
         "test_layers",

@@ -94,7 +94,11 @@ class Block:
 
     @property
     def where(self) -> str:
-        return f"{self.page.relative_to(ROOT)}:{self.line}"
+        return f"{_name(self.page)}:{self.line}"
+
+
+def _name(page: Path) -> str:
+    return str(page.relative_to(ROOT)) if page.is_relative_to(ROOT) else str(page)
 
 
 class DocsRunError(Exception):
@@ -153,9 +157,10 @@ def blocks(page: Path) -> list[Block]:
         m = MARKER.match(line)
         if not m:
             continue
-        where = f"{page.relative_to(ROOT)}:{i + 1}"
+        where = f"{_name(page)}:{i + 1}"
         opts = (m.group("opts") or "").strip()
-        skip = opts.removeprefix("skip:").strip() if opts.startswith("skip") else None
+        kind, _, reason = opts.partition(":")
+        skip = reason.strip() if kind.strip() == "skip" else None
         if opts and skip is None:
             raise DocsRunError(f"{where}: unknown docs-run option {opts!r}")
         if skip is not None and not skip:

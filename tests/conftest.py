@@ -62,6 +62,7 @@ KINDS: dict[str, tuple[str, ...]] = {
         "test_capture_vllm",
         "test_compare_captures",
         "test_demo_probe",
+        "test_docs_run",
         "test_doctor",
         "test_first_contract",
         "test_infer_check_formats",

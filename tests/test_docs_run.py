@@ -34,7 +34,15 @@ regen = _regen()
 RUN = [p for p in regen.PAGES if any(b.skip is None for b in regen.blocks(p))]
 # The pages whose examples run on the demo's data today; a page leaving this list (its
 # markers lost) fails test_the_marked_pages_are_found rather than passing unchecked.
-COVERED = {"cli.md", "first-contract.md", "ci.md", "probe.md", "evidence.md", "sharpness.md"}
+COVERED = {
+    "cli.md",
+    "contract.md",
+    "first-contract.md",
+    "ci.md",
+    "probe.md",
+    "evidence.md",
+    "sharpness.md",
+}
 
 
 @pytest.fixture(scope="session")

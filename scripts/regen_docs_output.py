@@ -28,8 +28,8 @@ What is compared, and the only normalisation (both sides alike):
 
 Rewriting keeps each `$` line as written and puts the new output under it; a block whose
 output still matches is left alone (so durations do not churn). An excerpt's pieces are
-found again by their first line; where one cannot be found the block is left for a person
-(the script says which).
+found again by their first line (the same line, else the first with the same words and other
+numbers); where one cannot be found the block is left for a person (the script says which).
 """
 
 from __future__ import annotations
@@ -292,14 +292,28 @@ def refreshed(shown: list[str], printed: list[str]) -> list[str] | None:
         if n == 0:  # the head of the output: as many lines as the page showed
             start = 0
         else:
-            try:
-                start = keys.index(_key(piece[0]), pos)
-            except ValueError:
+            start = _find(piece[0], keys, pos)
+            if start is None:
                 return None
         stop = len(printed) if last else start + len(piece)
         out += printed[start:stop]
         pos = stop
     return out
+
+
+def _find(line: str, keys: list[str], pos: int) -> int | None:
+    """Where ``line`` is among the printed ``keys`` from ``pos`` on: the same line, else
+    the first with the same words (its numbers may have changed)."""
+    want = _key(line)
+    for same in (lambda k: k == want, lambda k: _digits(k) == _digits(want)):
+        found = next((i for i in range(pos, len(keys)) if same(keys[i])), None)
+        if found is not None:
+            return found
+    return None
+
+
+def _digits(line: str) -> str:
+    return re.sub(r"\d+", "#", line)
 
 
 @dataclasses.dataclass

@@ -471,11 +471,19 @@ def _pages(names: list[str]) -> Iterator[Path]:
     for name in names:
         path = Path(name).resolve()
         if path not in PAGES:
-            raise SystemExit(f"regen_docs_output: {name} is not README.md or docs/*.md")
+            raise DocsRunError(f"{name} is not README.md or docs/*.md")
         yield path
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except (RuntimeError, DocsRunError, subprocess.SubprocessError) as e:
+        print(f"regen_docs_output: {e}", file=sys.stderr)
+        return 2
+
+
+def _main(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("pages", nargs="*", help="pages to run (default: every marked page)")
     parser.add_argument("--check", action="store_true", help="report drift, write nothing")

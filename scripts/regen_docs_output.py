@@ -466,7 +466,7 @@ def screenshot(report: Path, out: Path) -> None:
 
 def _pages(names: list[str]) -> Iterator[Path]:
     if not names:
-        yield from (p for p in PAGES if blocks(p))
+        yield from (p for p in PAGES if any(b.skip is None for b in blocks(p)))
         return
     for name in names:
         path = Path(name).resolve()

@@ -6,7 +6,8 @@
   --force``, a baseline update, a capture of the same ids), where it is this tool's own
   earlier output (``ours``: bytes its first 4 KiB hold, as a previous report does) or empty;
 - never onto a folder, a device or a FIFO (``/dev/full``), through a link to nothing, or
-  onto a file named like a shard;
+  onto a file named like a shard; never into a folder this user cannot write (refused
+  before the work, not after it);
 - atomically: a temporary file beside the target, then ``os.replace``, so a full disk or an
   error leaves the old file as it was (or none), never half of one;
 - in a folder output, never through a link inside it (it could lead out of the folder).
@@ -67,7 +68,15 @@ def _not_input(flag: str, path: Path, reads: Iterable[Path]) -> Path:
 
 
 def checked_output(path: Path, flag: str, **rules: Unpack[Rules]) -> Path:
-    """The file ``path`` names (links resolved) once it passes the :class:`Rules`."""
+    """The file ``path`` names (links resolved) once it passes the :class:`Rules`; a path
+    that cannot even be looked at (under a folder of another user's) is refused too."""
+    try:
+        return _checked(path, flag, rules)
+    except OSError as exc:  # pathlib's is_dir() and exists() raise EACCES
+        raise _refuse(flag, path, f"cannot write: {exc.strerror or exc}") from None
+
+
+def _checked(path: Path, flag: str, rules: Rules) -> Path:
     if path.is_symlink() and not path.exists():
         raise _refuse(flag, path, "is a link to nothing; refusing to write through it")
     real = _not_input(flag, path, rules.get("reads", ()))
@@ -88,7 +97,25 @@ def checked_output(path: Path, flag: str, **rules: Unpack[Rules]) -> Path:
             raise _refuse(flag, path, f"{what}; remove it or choose another path{also}")
     if not (rules.get("parents") or real.parent.is_dir()):
         raise UsageError(f"{flag}: folder {path.parent} does not exist")
+    _writable(real.parent, flag, path)
     return real
+
+
+def _writable(folder: Path, flag: str, path: Path) -> None:
+    """Refuse now, before any work, a folder that cannot be written (read-only, or another
+    user's): the nearest one that exists, where :func:`write_text` would create the rest."""
+    while not folder.exists() and folder.parent != folder:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise _refuse(flag, path, f"cannot write: {folder} is a file, not a folder")
+    if os.access(folder, os.W_OK | os.X_OK):
+        return
+    try:
+        read_only = bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except OSError:
+        read_only = False
+    why = "on a read-only file system" if read_only else "not writable by this user"
+    raise _refuse(flag, path, f"cannot write: {folder} is {why}")
 
 
 def _head(path: Path) -> bytes:
@@ -153,14 +180,14 @@ def folder(
 ) -> Path:
     """Check a folder the tool writes files in and create it: not a file, not an input nor
     inside one, and no link at or under the entries ``within`` it that will be written."""
-    if path.exists() and not path.is_dir():
-        raise _refuse(flag, path, "is a file, not a folder")
-    real = _not_input(flag, path, reads)
-    for name in within:
-        _no_links(path, path / name, flag)
     try:
+        if path.exists() and not path.is_dir():
+            raise _refuse(flag, path, "is a file, not a folder")
+        real = _not_input(flag, path, reads)
+        for name in within:
+            _no_links(path, path / name, flag)
         real.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
+    except OSError as exc:  # pathlib's exists() raises EACCES
         raise _refuse(flag, path, f"cannot create: {exc.strerror or exc}") from None
     return real
 

@@ -98,6 +98,7 @@ KINDS: dict[str, tuple[str, ...]] = {
         "test_model_inputs",
         "test_no_silent_skips",
         "test_output_paths",
+        "test_read_only_home",
     ),
     "engines": (
         "test_ascend",

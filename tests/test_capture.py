@@ -252,7 +252,7 @@ def test_aux_for_shard_live_files_and_reason(contract, sets, recorded, tmp_path)
     with SGLangStandin(Launch(mode="aux", layer_ids=[1, 3, 4])) as url:
         live = aux_for_shard(contract, path, url=url)
     assert torch.equal(live, from_files)
-    with pytest.raises(NoCapture, match="no SGLang URL"):
+    with pytest.raises(NoCapture, match="no capture source: pass --eagle-captures DIR"):
         aux_for_shard(contract, path)
     with pytest.raises(NoCapture, match="no capture of"):
         aux_for_shard(contract, path, captures=tmp_path)

@@ -34,42 +34,92 @@ def identity(path: str) -> Identity:
 
 
 class Cache:
-    """The summaries of one contract's audits, and the file new ones are appended to."""
+    """The summaries of one contract's audits, and the file new ones are appended to.
 
-    def __init__(self, folder: Path, contract_text: bytes, roots: Sequence[Path]) -> None:
+    ``folder`` is the one ``--cache`` names, which must be usable (a usage error names it
+    when it cannot be read or written), or None for the default folder, which is
+    best-effort: where it cannot be named, made, read or written the audit reads every shard
+    and keeps nothing, with one note under ``-v``."""
 
-        real = Path(os.path.realpath(folder))
+    def __init__(self, folder: Path | None, contract_text: bytes, roots: Sequence[Path]) -> None:
+        self.asked = folder is not None
+        self.path: Path | None = None
+        self._known: dict[str, FileSummary] = {}
+        self._lines = 0
+        self._out: IO[str] | None = None
+        self.problem = ""  # why summaries stopped being kept (a full disk, say); "" if not
+        try:
+            where = folder if folder is not None else default_dir()
+        except OSError as exc:
+            self._give_up(str(exc))
+            return
+        real = Path(os.path.realpath(where))
         for root in roots:
             top = Path(os.path.realpath(root))
             if top.is_dir() and (real == top or real.is_relative_to(top)):
+                if folder is None:  # XDG_CACHE_HOME inside the shard folder
+                    self._give_up(f"{real} is inside the shard folder {root}")
+                    return
                 raise UsageError(
                     f"--cache {folder} is inside the shard folder {root}: the audit never "
                     "writes there; choose another folder"
                 )
         key = hashlib.sha256(contract_text + b"\0" + __version__.encode()).hexdigest()[:20]
         self.path = real / f"{key}.jsonl"
-        self._known: dict[str, FileSummary] = {}
-        self._lines = 0
-        self._out: IO[str] | None = None
-        self.problem = ""  # why summaries stopped being kept (a full disk, say); "" if not
         self._load()
+        self._open()
+
+    @property
+    def kept(self) -> bool:
+        """Whether the summaries of this audit are being kept."""
+        return self.path is not None and not self.problem
+
+    def _give_up(self, why: str) -> None:
+        """Keep nothing more (the default folder: one note under ``-v``)."""
+        self.problem = self.problem or why
+        if not self.asked:
+            from ..version import cache_skipped
+
+            cache_skipped("the audit cache", why)
 
     def _load(self) -> None:
+        assert self.path is not None
         try:
             f = open(self.path, encoding="utf-8")
         except FileNotFoundError:
             return
         except OSError as exc:
-            raise UsageError(f"--cache {self.path}: {exc.strerror or exc}") from None
+            if self.asked:
+                raise UsageError(f"--cache {self.path}: {exc.strerror or exc}") from None
+            self._give_up(f"cannot read {self.path}: {exc.strerror or exc}")
+            return
         with f:
-            while line := f.readline(MAX_LINE + 1):
-                self._lines += 1
-                try:
-                    summary = FileSummary.from_dict(json.loads(line))
-                    findings_of(summary)  # every finding rebuilds
-                except (ValueError, TypeError, RecursionError):
-                    continue  # a line cut short by an interruption, or not ours
-                self._known[summary.path] = summary
+            try:
+                while line := f.readline(MAX_LINE + 1):
+                    self._lines += 1
+                    try:
+                        summary = FileSummary.from_dict(json.loads(line))
+                        findings_of(summary)  # every finding rebuilds
+                    except (ValueError, TypeError, RecursionError):
+                        continue  # a line cut short by an interruption, or not ours
+                    self._known[summary.path] = summary
+            except OSError as exc:  # EISDIR, EIO: what was read so far stays
+                self._give_up(f"cannot read {self.path}: {exc.strerror or exc}")
+
+    def _open(self) -> None:
+        """Open the file for appending now: a folder that cannot be written is known before
+        any shard is read (``--cache``: a usage error)."""
+        assert self.path is not None
+        if self.problem:
+            return
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._out = open(self.path, "a", encoding="utf-8")
+        except OSError as exc:
+            if self.asked:
+                why = f"--cache {self.path.parent}: cannot write: {exc.strerror or exc}"
+                raise UsageError(why) from None
+            self._give_up(f"cannot write {self.path}: {exc.strerror or exc}")
 
     def get(self, path: str, label: str) -> FileSummary | None:
         """The kept summary of ``path`` (shown as ``label``) when the file is still the
@@ -81,23 +131,14 @@ class Cache:
         """Keep ``summary`` now (appended and flushed: it survives an interruption). A cache
         that cannot be written is given up (``problem`` says why); the audit goes on."""
         self._known[summary.path] = summary
-        if self.problem:
+        if self._out is None or self.problem:
             return
         try:
-            self._append(summary)
+            self._out.write(json.dumps(summary.to_dict()) + "\n")
+            self._out.flush()
+            self._lines += 1
         except OSError as exc:
-            self.problem = f"cannot write the audit cache {self.path}: {exc.strerror or exc}"
-
-    def _append(self, summary: FileSummary) -> None:
-        if self._out is None:
-            try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                self._out = open(self.path, "a", encoding="utf-8")
-            except OSError as exc:
-                raise UsageError(f"--cache {self.path}: {exc.strerror or exc}") from None
-        self._out.write(json.dumps(summary.to_dict()) + "\n")
-        self._out.flush()
-        self._lines += 1
+            self._give_up(f"cannot write the audit cache {self.path}: {exc.strerror or exc}")
 
     def close(self) -> None:
         """Close; compact the file when it holds lines of changed, gone or repeated files."""
@@ -105,10 +146,10 @@ class Cache:
             try:
                 self._out.close()
             except OSError as exc:
-                self.problem = self.problem or f"cannot write {self.path}: {exc.strerror or exc}"
+                self._give_up(f"cannot write {self.path}: {exc.strerror or exc}")
             self._out = None
         current = [s for p, s in self._known.items() if _same(s)]
-        if self.problem or self._lines <= len(current) or not self.path.exists():
+        if self.problem or self.path is None or self._lines <= len(current):
             return
         tmp = self.path.with_suffix(".tmp")
         try:  # compaction is tidiness: on failure the longer file stays, still valid

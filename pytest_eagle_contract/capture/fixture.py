@@ -10,6 +10,11 @@ from ..errors import NoCapture, ShardReadError
 from .files import CaptureIndex, load_captures
 from .record import aux_count, token_ids
 
+NO_SOURCE = (
+    "no capture source: pass --eagle-captures DIR (capture files, as `eagle-contract record` "
+    "writes them) or --eagle-sglang-url URL (a running server)"
+)
+
 if TYPE_CHECKING:
     import torch
 
@@ -32,6 +37,8 @@ def aux_for_shard(
     from ..shards.reading import read_sample
     from .sglang_client import capture
 
+    if not url and (captures is None or (isinstance(captures, list | tuple) and not captures)):
+        raise NoCapture(NO_SOURCE)  # said before the shard is read: nothing to compare with
     fmt = contract.training.format if contract.training else "auto"
     try:
         ids = read_sample(path, fmt).input_ids
@@ -42,10 +49,7 @@ def aux_for_shard(
         raise NoCapture(f"{path}: the shard has no usable input_ids")
     if url:
         return capture(url, sent, aux_count(contract), contract.target.hidden_size, timeout)
-    if captures is None or (isinstance(captures, (list, tuple)) and not captures):
-        raise NoCapture(
-            "no SGLang URL (--eagle-sglang-url) and no capture files (--eagle-captures) given"
-        )
+    assert captures is not None
     index = captures if isinstance(captures, CaptureIndex) else load_captures(captures)
     found = index.find(ids)
     if found is None:

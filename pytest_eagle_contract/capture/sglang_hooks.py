@@ -23,7 +23,8 @@ are skipped (launch with ``--disable-cuda-graph``), and so is every rank but 0.
 
 ``config`` keys: ``dir`` (required), ``max_files`` (default 256), ``min_rows`` (default 2:
 decode passes are not recorded), and, for the metadata, ``arch``, ``layer_ids``,
-``hidden_size``, ``n_aux``, ``version`` (default: the installed sglang's).
+``hidden_size``, ``n_aux``, ``version`` (default: the installed sglang's). A ``dir`` that
+cannot be written stops the recording with one logged warning; the server serves on.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..engines.sglang import installed_sglang
+from ..errors import EagleContractError
 
 if TYPE_CHECKING:
     import torch
@@ -100,7 +102,11 @@ class FcInputRecorder:
             )
             return
         self._ids.clear()
-        self.written.append(self._write(ids, aux))
+        try:
+            self.written.append(self._write(ids, aux))
+        except (OSError, EagleContractError) as exc:  # never the server's failure
+            self.max_files = len(self.written)  # write no more
+            logger.warning("eagle-capture: cannot write in %s: %s; no more captures", self.dir, exc)
 
     def _target_ids(self, rows: int) -> torch.Tensor | None:
         """The target's ids of this pass: those the draft's shifted ids follow, else None.

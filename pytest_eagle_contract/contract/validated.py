@@ -6,7 +6,8 @@ The schema's verdict is a pure function of what the key holds: the contract's co
 YAML data (every value, as the validator sees it), the schema's text and which jsonschema
 is installed. Only a pass is kept (a failure is reported with its lines, and its cost does
 not matter). One empty file per key in ``$XDG_CACHE_HOME/eagle-contract/valid``; a
-folder that cannot be read or written changes nothing but the time: the schema runs.
+folder that cannot be made, read or written changes nothing but the time: the schema runs,
+and one note says so under ``-v`` (:func:`..version.cache_skipped`).
 ``EAGLE_CONTRACT_SCHEMA_CACHE=off`` runs it every time.
 """
 
@@ -43,8 +44,13 @@ def key(data: Any, schema_text: str) -> str | None:
 
 
 def passed(k: str) -> bool:
-    """Whether the schema passed the data of key ``k`` before."""
-    return (_folder() / k).is_file()
+    """Whether the schema passed the data of key ``k`` before (False where the cache
+    cannot be read: a folder of another user's, say)."""
+    try:
+        return (_folder() / k).is_file()
+    except OSError as exc:  # pathlib raises EACCES (only ENOENT and the like mean False)
+        _skipped(exc)
+        return False
 
 
 def remember(k: str, contract: Path) -> None:
@@ -52,12 +58,19 @@ def remember(k: str, contract: Path) -> None:
     from ..outputs import inputs, write_text
     from ..version import prune
 
-    where = _folder() / k
     try:
-        write_text(where, "", "schema cache", reads=inputs(contract), replace=True, parents=True)
-    except (UsageError, OSError):  # a cache that cannot be written changes nothing
+        where = _folder() / k
+        write_text(where, "", "", reads=inputs(contract), replace=True, parents=True)
+    except (UsageError, OSError) as exc:  # a cache that cannot be written changes nothing
+        _skipped(exc)
         return
     prune(where.parent, MAX_ENTRIES)
+
+
+def _skipped(problem: Exception) -> None:
+    from ..version import cache_skipped
+
+    cache_skipped("the schema cache", problem)
 
 
 def _folder() -> Path:

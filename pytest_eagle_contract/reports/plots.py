@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 from collections.abc import Sequence
 from importlib.util import find_spec
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -19,13 +20,39 @@ def available() -> bool:
 
 
 def _pyplot() -> Any:
-    import matplotlib
+    import sys
 
-    matplotlib.use("Agg")
-    matplotlib.rcParams["svg.hashsalt"] = "eagle-contract"  # the same report, the same bytes
-    matplotlib.rcParams["svg.fonttype"] = "none"  # text as text: smaller, found by search
+    if "matplotlib.pyplot" not in sys.modules:
+        return _first_pyplot()
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def _first_pyplot() -> Any:
+    """matplotlib imported: where its config and font-cache folder (``~/.config/matplotlib``)
+    cannot be written it uses a temporary one and logs two warnings; that is one cache
+    skipped, noted as the package's own are (under ``-v``)."""
+    import logging
+    import tempfile
+
+    log = logging.getLogger("matplotlib")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    finally:
+        log.setLevel(level)
+    matplotlib.rcParams["svg.hashsalt"] = "eagle-contract"  # the same report, the same bytes
+    matplotlib.rcParams["svg.fonttype"] = "none"  # text as text: smaller, found by search
+    where = matplotlib.get_cachedir()
+    if where.startswith(str(Path(tempfile.gettempdir()) / "matplotlib-")):
+        from ..version import cache_skipped
+
+        cache_skipped("matplotlib's cache", f"its folder cannot be written ({where} instead)")
     return plt
 
 

@@ -11,8 +11,8 @@ fixed seeds and no Hypothesis.
 
 One JSON file per key in ``$XDG_CACHE_HOME/eagle-contract/sharpness`` (beside the audit's
 cache), written through :mod:`..outputs`. An entry that cannot be read or written changes
-nothing: the test runs, and one warning says so. ``EAGLE_CONTRACT_SHARPNESS_CACHE=off`` runs
-the test every time.
+nothing: the test runs, and one note says so under ``-v`` (:func:`..version.cache_skipped`).
+``EAGLE_CONTRACT_SHARPNESS_CACHE=off`` runs the test every time.
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ OFF = frozenset({"0", "off", "no", "false"})
 KIND = "eagle-contract sharpness verdict"
 MAX_ENTRY = 1 << 22  # bytes: a verdict is a few KiB; a longer file is not ours
 MAX_ENTRIES = 256  # entries kept; the oldest go first
-_warned = False
 
 
 def _folder() -> Path:
@@ -51,10 +50,10 @@ def cached_verdict(contract: Contract, run: Callable[[Contract], list[Finding]])
         return run(contract)
     try:
         key = _key(contract)
+        path = _folder() / f"{key}.json"
     except (OSError, TypeError, ValueError) as exc:
         _warn(f"cannot key the sharpness verdict of {contract.path}: {exc}")
         return run(contract)
-    path = _folder() / f"{key}.json"
     found = _read(path, key)
     if found is None:
         found = run(contract)
@@ -147,7 +146,7 @@ def _read(path: Path, key: str) -> list[Finding] | None:
     except FileNotFoundError:
         return None
     except OSError as exc:
-        _warn(f"cannot read the sharpness cache {path}: {exc.strerror or exc}")
+        _warn(f"cannot read {path}: {exc.strerror or exc}")
         return None
     try:
         data = json.loads(raw.decode("utf-8")) if len(raw) <= MAX_ENTRY else None
@@ -178,7 +177,7 @@ def _write(path: Path, key: str, contract: Contract, found: list[Finding]) -> No
         write_text(
             path,
             json.dumps(entry, indent=1) + "\n",
-            "sharpness cache",
+            "",
             reads=reads,
             replace=True,
             parents=True,
@@ -190,10 +189,7 @@ def _write(path: Path, key: str, contract: Contract, found: list[Finding]) -> No
 
 
 def _warn(message: str) -> None:
-    global _warned
-    if not _warned:
-        _warned = True
-        print(
-            f"eagle-contract: warning: {message}; the sharpness self-test runs without its cache",
-            file=sys.stderr,
-        )
+    """One note under ``-v``: the self-test runs without its cache."""
+    from ..version import cache_skipped
+
+    cache_skipped("the sharpness cache", message)

@@ -53,7 +53,8 @@ def add_parser(sub: Any) -> None:
         "--cache",
         type=Path,
         metavar="DIR",
-        help="keep per-file summaries here (default: $XDG_CACHE_HOME/eagle-contract/audit)",
+        help="keep per-file summaries here; it must be writable (default: "
+        "$XDG_CACHE_HOME/eagle-contract/audit, skipped where it cannot be written)",
     )
     aud.add_argument("--backend", choices=("local", "ray"), default="local")
     aud.add_argument(
@@ -65,7 +66,7 @@ def add_parser(sub: Any) -> None:
 def audit(args: argparse.Namespace) -> int:
     from .. import outputs
     from ..audit import local
-    from ..audit.cache import Cache, default_dir
+    from ..audit.cache import Cache
     from ..audit.report import build, findings_of, format_text, load_previous
     from ..contract.model import load_contract
     from ..pool import workers_option
@@ -86,7 +87,7 @@ def audit(args: argparse.Namespace) -> int:
     if args.json is not None:
         outputs.checked_output(args.json, "--json", reads=reads, ours=b'"schema_version"')
     previous = load_previous(args.against) if args.against is not None else None
-    cache = Cache(args.cache or default_dir(), args.contract.read_bytes(), roots)
+    cache = Cache(args.cache, args.contract.read_bytes(), roots)
     checks = local.shard_families(contract)
     done, todo = [], []
     for path, label in found:
@@ -112,7 +113,7 @@ def audit(args: argparse.Namespace) -> int:
     finally:
         summaries.close()
         cache.close()
-    if cache.problem:
+    if cache.problem and cache.asked:  # the default folder's: a note under -v
         print(f"warning: {cache.problem}; the next audit reads these shards again", file=sys.stderr)
     took = time.perf_counter() - start
     cost = {
@@ -141,9 +142,10 @@ def audit(args: argparse.Namespace) -> int:
     if args.json is not None:
         write(args.json, report, "--json", reads=reads)
     if not complete:
+        where = f"kept in {cache.path}" if cache.kept else "not kept"
         print(
-            f"interrupted: {len(fresh)} of {len(todo)} new shard(s) done and kept in "
-            f"{cache.path}; run the same command again to resume",
+            f"interrupted: {len(fresh)} of {len(todo)} new shard(s) done and {where}; run the "
+            "same command again to resume",
             file=sys.stderr,
         )
         return EXIT_INTERRUPTED

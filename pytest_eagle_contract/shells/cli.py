@@ -299,6 +299,14 @@ def _parser() -> argparse.ArgumentParser:
     val.add_argument(
         "--sample", default="5", metavar="N|all", help="with --check: shards per contract (5)"
     )
+    for command in sub.choices.values():
+        command.add_argument(
+            "-v",
+            "--verbose",
+            action="count",
+            default=0,
+            help="also print notes: a cache that could not be used and was skipped",
+        )
     return p
 
 
@@ -336,6 +344,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     if extra:
         _late_paths(parser, args, extra)
+    from ..version import set_verbosity
+
+    set_verbosity(args.verbose)
     stdout = sys.stdout
     sys.stdout = QuietPipe(stdout)
     try:

@@ -88,14 +88,15 @@ def infer(args: argparse.Namespace) -> int:
     if args.output is not None:
         if not args.no_schema_file:  # a copy beside the contract: a link that survives a commit
             schema_file = args.schema_file or args.output.parent / SCHEMA_FILE
-            outputs.checked_output(
-                schema_file,
-                "--schema-file",
-                reads=rules["reads"],
-                ours=SCHEMA_MARK,
-                kind="a copy of the contract schema",
-                parents=True,
-            )
+            if not _schema_current(schema_file):
+                outputs.checked_output(
+                    schema_file,
+                    "--schema-file",
+                    reads=rules["reads"],
+                    ours=SCHEMA_MARK,
+                    kind="a copy of the contract schema",
+                    parents=True,
+                )
             schema_ref = ref(schema_file)
         if len(args.paths) == 1:
             shards_ref = ref(args.paths[0])
@@ -132,10 +133,7 @@ def infer(args: argparse.Namespace) -> int:
         outputs.write_text(args.output, draft.text, "-o", **rules)
         print(f"wrote {args.output}", file=sys.stderr)
         if schema_file is not None:
-            write_schema(schema_file, "--schema-file", reads=rules["reads"])
-            print(
-                f"wrote {schema_file} (the schema its first line names: commit it)", file=sys.stderr
-            )
+            _copy_schema(schema_file, rules["reads"], asked=args.schema_file is not None)
     for note in draft.notes:
         print(f"eagle-contract infer: {note}", file=sys.stderr)
     if not draft.sharp:
@@ -349,12 +347,46 @@ def schema(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _copy_schema(path: Path, reads: Sequence[Path], *, asked: bool) -> None:
+    """infer -o's copy of the schema beside the contract, once the contract is written. The
+    default copy is best-effort: where it cannot be written, a note says so (the contract
+    is written and valid; only an editor's link to the schema is missing); a copy asked for
+    with ``--schema-file`` that cannot be written is a usage error."""
+    try:
+        write_schema(path, "--schema-file", reads=reads)
+    except UsageError as exc:
+        if asked:
+            raise
+        print(
+            f"eagle-contract infer: note: no schema copy: {exc}; `eagle-contract schema -o "
+            f"{path}` writes the one the contract's first line names",
+            file=sys.stderr,
+        )
+        return
+    print(f"wrote {path} (the schema its first line names: commit it)", file=sys.stderr)
+
+
+def _schema_current(path: Path) -> bool:
+    """Whether ``path`` is a file (not a link) that holds the contract schema as shipped."""
+    from ..contract.model import schema_path
+
+    try:
+        if path.is_symlink() or not path.is_file():
+            return False
+        return path.read_bytes() == schema_path().read_bytes()
+    except OSError:
+        return False  # unreadable: the write says why
+
+
 def write_schema(path: Path, flag: str, *, reads: Sequence[Path] = ()) -> Path:
     """A copy of the contract schema at ``path`` (an earlier copy is refreshed; any other
-    file there is refused), for editors to find beside committed contracts."""
+    file there is refused), for editors to find beside committed contracts. A copy that
+    already holds the schema is left as it is (a read-only one too)."""
     from .. import outputs
     from ..contract.model import SCHEMA_MARK, schema_path
 
+    if _schema_current(path):
+        return path  # nothing to write
     return outputs.write_text(
         path,
         schema_path().read_text("utf-8"),

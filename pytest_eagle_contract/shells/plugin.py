@@ -30,6 +30,8 @@ _REQUEST: pytest.StashKey[CheckRequest] = pytest.StashKey()
 _COLLECTED: pytest.StashKey[set[Path]] = pytest.StashKey()
 _CHANGES: pytest.StashKey[dict[str, list[str]]] = pytest.StashKey()
 _CHANGES_KEY = "eagle_contract_changes"  # in xdist's workerinput
+_NOTES: pytest.StashKey[list[str]] = pytest.StashKey()  # the xdist workers' cache notes
+_NOTES_KEY = "eagle_contract_notes"  # in xdist's workeroutput
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -107,6 +109,33 @@ def _rewrite_baselines(config: pytest.Config) -> dict[str, list[str]]:
 def pytest_configure_node(node: Any) -> None:
     """xdist: hand each worker the baseline changes the controller made."""
     node.workerinput[_CHANGES_KEY] = node.config.stash.get(_CHANGES, {})
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """xdist worker: hand the controller the notes of the caches this worker skipped."""
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:
+        from ..version import cache_notes
+
+        output[_NOTES_KEY] = cache_notes()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """xdist controller: keep a finished worker's cache notes."""
+    notes = getattr(node, "workeroutput", {}).get(_NOTES_KEY, [])
+    node.config.stash.setdefault(_NOTES, []).extend(notes)
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """Under ``-v``: one note per cache skipped (a home that cannot be written, say); the
+    run went on without it, with the same results."""
+    if config.get_verbosity() < 1:
+        return
+    from ..version import cache_notes
+
+    for note in dict.fromkeys([*cache_notes(), *config.stash.get(_NOTES, [])]):
+        terminalreporter.write_line(f"eagle-contract: note: {note}")
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:

@@ -16,7 +16,7 @@ import sys
 import tempfile
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,11 @@ class Case:
     covers: frozenset[str] = frozenset()
     watch: tuple[Path, ...] = ()
     timeout: float | None = None
+    # the matrix's fs class (issue 41): the run's environment (None: unset), whether it runs
+    # as an unprivileged user (tests/unprivileged.py) and the exit codes a normal run gives
+    env: dict[str, str | None] = field(default_factory=dict)
+    unprivileged: bool = False
+    expect: tuple[int, ...] = ()
 
 
 class _Payload:

@@ -2,7 +2,12 @@
 
 Every input class of benchmarks/hostile_sweep.py -- shards, speculators Arrow datasets,
 contracts, target model folders, draft folders, capture files, answers of the SGLang
-stand-in, output paths -- is run through every check family that reads it, in every shell:
+stand-in, output paths -- is run through every check family that reads it, in every shell.
+The ``fs`` class (issue 41) is the place a run writes rather than what it reads: a home of
+another user's, a read-only or a file home, an ``XDG_CACHE_HOME`` that is a file or
+read-only, a read-only checkout, each run by an unprivileged user (tests/unprivileged.py:
+``nobody``, else root without its capabilities), through check, infer -o, audit, validate,
+the pytest gate and a user's ``eagle_capture`` test with no capture source:
 
     cli           eagle-contract check ... --checks FAMILY (or the command: audit, identify,
                   inspect, infer, probe, record)
@@ -28,8 +33,10 @@ Each run ends in one class, the first that applies (benchmarks/hostile_sweep.py)
                   item that failed with a raw exception rather than a finding, a collection
                   error, an INTERNALERROR or a crashed xdist worker (benchmarks/
                   hostile_matrix_guard.py)
+    changed verdict  (fs) not the exit code a normal run of the cell gives
     no finding    a shard's default ``check`` has no finding for the bad file, or skipped
-                  the good one beside it
+                  the good one beside it; (fs) the cell's report lacks the bad shard's
+                  finding, or a skip of ``eagle_capture`` names no option to pass
     ok            none of the above
 
     python benchmarks/hostile_sweep.py --matrix [--quick] [--classes shards,drafts]
@@ -80,7 +87,17 @@ from hostile_inputs import (  # noqa: E402
 )
 
 SHELLS = ("cli", "pytest", "pytest -n 2")
-CLASSES = ("shards", "datasets", "contracts", "models", "drafts", "captures", "http", "outputs")
+CLASSES = (
+    "shards",
+    "datasets",
+    "contracts",
+    "models",
+    "drafts",
+    "captures",
+    "http",
+    "fs",
+    "outputs",
+)
 EXTRA_FAMILIES = ("audit",)  # not a registry family: eagle-contract audit
 T, H, V = 12, 64, 512  # test_hostile_shards.good(): the demo's widths
 GUARD = ["-p", "hostile_matrix_guard"]
@@ -280,6 +297,8 @@ class Cell:
     user_test: str = ""  # a user's test file using the plugin's fixtures (pytest)
     heavy: bool = False  # slow (xdist): the full form runs it on every --n2-every-th input
     timeout: float | None = None
+    expect: tuple[int, ...] = ()  # the exit codes a normal run gives (the fs class)
+    judge: Callable[[Path], str] | None = None  # what is missing afterwards ("" for nothing)
 
 
 def _families(
@@ -1428,6 +1447,151 @@ def http_cells() -> list[Cell]:
     ]
 
 
+# where CI runs (issue 41): a user who cannot write the home, the cache or the checkout -------
+
+FS_PLACES = {  # input -> (HOME, XDG_CACHE_HOME, checkout read-only); out/home is HOME
+    "HOME of another user (mode 000)": ("000", None, False),
+    "HOME read-only (mode 555), XDG_CACHE_HOME a file": ("555", "file", False),
+    "HOME a file, XDG_CACHE_HOME of another user (mode 000)": ("file", "000", False),
+    "checkout read-only (chmod -R a-w but out/), HOME of another user": ("000", None, True),
+}
+GOOD_SHARD = "shards/rows_0-2000/data_1.ckpt"
+
+
+def fs_inputs() -> list[tuple[str, Make]]:
+    """One shard with a finding (NaN states) beside a good one, the demo's contract: the
+    same folder in every place; :func:`fs_lock` takes the writes away after it is made."""
+
+    def make(folder: Path, world: World) -> None:
+        import test_hostile_shards as hs
+
+        bad = hs.good(aux_hidden_state=torch.full((1, T, 3 * H), float("nan")))
+        (folder / "shards" / CKPT).parent.mkdir(parents=True)
+        torch.save(bad, folder / "shards" / CKPT)
+        torch.save(hs.good(), folder / GOOD_SHARD)
+        (folder / "c-base.yaml").write_text(_base_text(), "utf-8")
+
+    return [(name, make) for name in FS_PLACES]
+
+
+def fs_lock(name: str, folder: Path) -> dict[str, str | None]:
+    """After the folder and its out/ are made: the modes of the input's place, and the run's
+    environment. Everything is readable by any user (the run may be nobody's); out/ is
+    writable by any user but for the home or cache folder the input takes away."""
+    import unprivileged
+
+    unprivileged.readable(folder)
+    for here, _, _ in os.walk(folder / "out"):
+        os.chmod(here, 0o777)
+    home, xdg = folder / "out" / "home", folder / "out" / "xdg"
+    env: dict[str, str | None] = {"HOME": str(home), "XDG_CACHE_HOME": None}
+    modes = {"000": 0, "555": 0o555}
+    home_is, xdg_is, checkout = FS_PLACES[name]
+    for path, what in ((home, home_is), (xdg, xdg_is)):
+        if what == "file":
+            path.write_text("not a folder\n")
+        elif what is not None:
+            path.mkdir()
+            os.chmod(path, modes[what])
+    if xdg_is is not None:
+        env["XDG_CACHE_HOME"] = str(xdg)
+    if checkout:
+        unprivileged.read_only(folder, keep=("out",))
+    return env
+
+
+def _fs_findings(report: str, bad: str = CKPT) -> Callable[[Path], str]:
+    """A JSON report of ``check`` or ``audit``: a finding for the bad shard, as a normal run
+    gives."""
+
+    def judge(folder: Path) -> str:
+        try:
+            data = json.loads((folder / "out" / report).read_text("utf-8"))
+        except (OSError, ValueError):
+            return f"no {report}"
+        runs = data.get("reports", [data])  # the plugin's report: one per contract
+        found = [f for r in runs for f in r.get("findings", [])]
+        if not any(str(f.get("file", "")).endswith(bad) for f in found):
+            return f"no finding for {bad} in {report}"
+        return ""
+
+    return judge
+
+
+def _fs_written(name: str) -> Callable[[Path], str]:
+    return lambda folder: "" if (folder / "out" / name).is_file() else f"no out/{name}"
+
+
+def _fs_skipped_naming_the_options(folder: Path) -> str:
+    """Every ``eagle_capture`` test skipped, its reason naming the options to pass."""
+    import xml.etree.ElementTree as ET
+
+    try:
+        tree = ET.parse(folder / "out" / "junit.xml")
+    except (OSError, ET.ParseError):
+        return "no out/junit.xml"
+    cases = [c for c in tree.iter("testcase") if c.get("name", "").startswith("test_user")]
+    reasons = [(c.find("skipped"), c) for c in cases]
+    if not cases or any(r is None for r, _ in reasons):
+        return f"{len(cases)} eagle_capture test(s), not all skipped"
+    bad = [r.get("message", "") for r, _ in reasons if r is not None]
+    bad = [m for m in bad if "--eagle-captures" not in m or "--eagle-sglang-url" not in m]
+    return f"a skip that names no option: {bad[0][:120]}" if bad else ""
+
+
+def fs_cells() -> list[Cell]:
+    """check, infer -o, audit (its default cache), validate, the pytest gate (under xdist
+    too) and a user's ``eagle_capture`` test with no capture source, each as an
+    unprivileged user (tests/unprivileged.py) and with the verdict a normal run gives."""
+    nosharp = "--eagle-no-sharpness"
+    gate = Cell(
+        "pytest gate",
+        "pytest",
+        lambda f, w: _pytest("c-base.yaml", ["shards"], nosharp, "--eagle-report", "out/r.json"),
+        _fam(no_sharpness=True),
+        expect=(1,),
+        judge=_fs_findings("r.json"),
+    )
+    return [
+        Cell(
+            "check",
+            "cli",
+            lambda f, w: _check("c-base.yaml", extra=["--no-sharpness"]),
+            _fam(no_sharpness=True),
+            expect=(1,),
+            judge=_fs_findings("r.json"),
+        ),
+        Cell(
+            "infer -o",
+            "cli",
+            lambda f, w: ["infer", GOOD_SHARD, "--num-layers", "8", "-o", "out/c.yaml"],
+            _only(),
+            expect=(0,),
+            judge=_fs_written("c.yaml"),
+        ),
+        Cell(
+            "audit",
+            "cli",
+            lambda f, w: ["audit", "c-base.yaml", "--json", "out/a.json"],
+            _only("audit"),
+            expect=(1,),
+            judge=_fs_findings("a.json"),
+        ),
+        Cell("validate", "cli", lambda f, w: ["validate", "c-base.yaml"], _only(), expect=(0,)),
+        gate,
+        Cell(
+            "fixtures eagle_capture, no capture source",
+            "pytest",
+            lambda f, w: _pytest("c-base.yaml", ["shards"], nosharp, "--junitxml", "out/junit.xml"),
+            _fam(no_sharpness=True),
+            user_test=USER_TEST,
+            expect=(1,),
+            judge=_fs_skipped_naming_the_options,
+        ),
+        _xdist(gate),
+    ]
+
+
 # -- the plan: every (class, input, cell) --------------------------------------------------
 
 
@@ -1484,6 +1648,9 @@ def plan_matrix(
         elif klass == "http":
             inputs = http_inputs()
             cells_of = lambda name: http_cells()  # noqa: E731
+        elif klass == "fs":
+            inputs = fs_inputs()
+            cells_of = lambda name: fs_cells()  # noqa: E731
         elif klass == "outputs":
             continue  # made by hostile_inputs.output_cases at run time
         else:
@@ -1512,15 +1679,21 @@ def covered(planned: Iterable[Planned]) -> dict[str, set[str]]:
 
 
 def materialize(planned: list[Planned], root: Path, world: World) -> list[Case]:
+    if any(p.klass == "fs" for p in planned):
+        import unprivileged
+
+        # asked once here (it starts an interpreter or two): the forked runs inherit it
+        print(f"the fs class runs unprivileged as: {unprivileged.how() or 'this user (no way)'}")
     cases = []
     for i, p in enumerate(planned):
         folder = root / p.klass / f"{i:04d}"
         folder.mkdir(parents=True)
         p.make(folder, world)
         _prepare(folder, p.cell.user_test)
+        env = fs_lock(p.name, folder) if p.klass == "fs" else {}
         argv = _with_captures(p.cell.argv(folder, world), world)
         judged = p.cell.verify and p.klass == "shards"  # a bad file beside a good one
-        verify = _each_shard_judged(*_bad_and_good(p)) if judged else None
+        verify = _each_shard_judged(*_bad_and_good(p)) if judged else p.cell.judge
         watch = world.watch + ((world.demo[1],) if world.demo else ())
         cases.append(
             Case(
@@ -1535,6 +1708,9 @@ def materialize(planned: list[Planned], root: Path, world: World) -> list[Case]:
                 covers=p.cell.covers(),
                 watch=tuple(x for x in watch if x.is_dir()),
                 timeout=p.cell.timeout,
+                env=env,
+                unprivileged=p.klass == "fs",
+                expect=p.cell.expect,
             )
         )
     return cases
@@ -1747,6 +1923,8 @@ def main(argv: list[str] | None = None) -> None:
     import pytest_eagle_contract.shells.plugin  # noqa: F401
 
     root = Path(tempfile.mkdtemp(prefix="eagle-matrix-"))
+    if "fs" in args.classes.split(","):
+        os.chmod(root, 0o755)  # the fs class's runs may be nobody's: they must reach inputs/
     logs = root / "logs"
     logs.mkdir()
     start = time.monotonic()

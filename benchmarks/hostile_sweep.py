@@ -14,6 +14,7 @@ an address-space limit and a timeout, and ends in one class, the first that appl
     hang          still running at the timeout (killed)
     >4GB          peak RSS over 4 GiB, or the run ran out of memory
     traceback     a Python traceback on stderr, or an exit code outside {0, 1, 2}
+    changed verdict  (the matrix's fs class) not the exit code a normal run gives
     no finding    a shard's ``check`` has no finding for the bad file, or skipped the good one
     ok            none of the above
 
@@ -69,7 +70,16 @@ GIB = 1 << 30
 ADDRESS_SPACE = 6 * GIB  # a child past this fails to allocate (and counts as >4GB)
 RSS_LIMIT = 4 * GIB
 MARKERS = ("PAYLOAD_RAN", "eagle-payload-ran")
-CLASSES = ("payload ran", "overwrote", "hang", ">4GB", "traceback", "no finding", "ok")
+CLASSES = (
+    "payload ran",
+    "overwrote",
+    "hang",
+    ">4GB",
+    "traceback",
+    "changed verdict",
+    "no finding",
+    "ok",
+)
 MEMORY_WORDS = ("MemoryError", "not enough memory", "Cannot allocate memory", "can't allocate")
 CRASH_WORDS = ("INTERNALERROR", "crashed while running", "node down:", "Segmentation fault")
 CLI_CODES = (0, 1, 2)  # passed, findings, usage error
@@ -115,10 +125,19 @@ def _digest(folder: Path) -> dict[str, str]:
     return out
 
 
-def _child(argv: list[str], folder: Path, log: Path, fresh: bool) -> None:
+def _child(
+    argv: list[str],
+    folder: Path,
+    log: Path,
+    fresh: bool,
+    env: dict[str, str | None] | None = None,
+    unprivileged: bool = False,
+) -> None:
     """In the forked child: run the CLI's main() as the eagle-contract script does, or with
     ``fresh`` exec a new interpreter on it. ``argv`` starting with ``pytest`` runs pytest
-    (``pytest.main``, or ``python -m pytest`` with ``fresh``) instead."""
+    (``pytest.main``, or ``python -m pytest`` with ``fresh``) instead. ``env``: variables
+    set (None: unset) first; ``unprivileged``: the run gives up root's power to write
+    anywhere (tests/unprivileged.py), after its log is open and it is in its folder."""
     code = 1
     try:
         os.setpgid(0, 0)  # a group of its own: a hang is killed with its xdist workers
@@ -131,6 +150,16 @@ def _child(argv: list[str], folder: Path, log: Path, fresh: bool) -> None:
         here = str(Path(__file__).resolve().parent)  # the guard plugin, for xdist workers too
         path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
         os.environ.update(PYTHONPATH=path, PYTHONWARNINGS="ignore")
+        for key, value in (env or {}).items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        if unprivileged:
+            import unprivileged as user
+
+            if user.how() is not None:
+                user.drop()
         is_pytest = bool(argv) and argv[0] == "pytest"
         if fresh:
             python = [sys.executable, "-m", "pytest" if is_pytest else "pytest_eagle_contract"]
@@ -174,7 +203,7 @@ def _start(case: Case, log: Path, fresh: bool) -> tuple[int, _Running]:
     sys.stderr.flush()
     pid = os.fork()
     if pid == 0:
-        _child(argv, case.folder, log, fresh)
+        _child(argv, case.folder, log, fresh, case.env, case.unprivileged)
     return pid, running
 
 
@@ -221,6 +250,9 @@ def _verdict(run: _Running, status: int, rss: int) -> Result:
         verdict = "traceback"
         if raw:
             text = f"{text}\n[guard] {raw}"
+    elif case.expect and code not in case.expect:
+        verdict = "changed verdict"
+        text = f"{text}\n[verdict] exit {code}; a normal run exits {case.expect}"
     elif case.verify is not None and (missing := case.verify(case.folder)):
         verdict, text = "no finding", f"{missing}\n{text}"
     else:

@@ -209,6 +209,9 @@ def test_every_command_runs_with_a_home_of_another_users(world, baseline):
     audit = run(world, "audit", "bad.yaml", "--json", out / "a.json", "-v", home=home)
     assert audit.returncode == 1 and "FAILED: audit of 3 shard(s)" in clean(audit)
     assert any("the audit cache is skipped" in n for n in notes_of(audit))
+    asked = run(world, "audit", "good.yaml", "--cache", home / "audit", home=home)
+    (line,) = clean(asked).strip().splitlines()  # a cache asked for: refused before the work
+    assert asked.returncode == 2 and line.startswith(f"eagle-contract: error: --cache {home}")
     gate = run(
         world,
         "-p",

@@ -178,6 +178,25 @@ def test_pass_without_paired_ids_is_not_written(tmp_path, caplog):
     assert "embed_tokens" in caplog.text
 
 
+def test_a_folder_that_cannot_be_written_stops_the_recording_not_the_server(
+    tmp_path, tiny_sequence, caplog
+):
+    """Issue 41: the capture folder is written beside what the server was asked to do; where
+    it cannot be made (here a file is in its way: a read-only mount is the same to the
+    hook), the pass goes on, one warning is logged and nothing more is tried."""
+    ids, aux, _ = tiny_sequence
+    (tmp_path / "file").write_text("in the way\n")
+    target, draft = models()
+    specs = doc_spec(tmp_path / "file" / "caps")
+    register(target, specs)
+    register(draft, specs)
+    serve_prefill(target, draft, ids, aux)  # raised NotADirectoryError out of fc before
+    serve_prefill(target, draft, ids, aux)
+    warnings = [r for r in caplog.records if "cannot write in" in r.getMessage()]
+    assert len(warnings) == 1 and "no more captures" in warnings[0].getMessage()
+    assert (tmp_path / "file").read_text() == "in the way\n"
+
+
 def test_factory_needs_a_directory():
     with pytest.raises(ValueError, match="dir"):
         capture_fc_input({})

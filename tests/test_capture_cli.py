@@ -1,5 +1,6 @@
 """Capture from outside: `eagle-contract record` / `check --captures` and the plugin options,
-against the SGLang stand-in (tests/sglang_standin.py; the real engine: tests/test_sglang_live.py)."""
+against the SGLang stand-in (tests/sglang_standin.py; the real engine runs in
+tests/test_sglang_live.py)."""
 
 from __future__ import annotations
 

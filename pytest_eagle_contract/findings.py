@@ -75,6 +75,7 @@ RuleCode = Literal[
     "EC622",
     "EC623",
     "EC624",
+    "EC625",
     "EC701",
     "EC702",
     "EC703",
@@ -192,12 +193,13 @@ EC602 norm-kind                  a slot is post-norm where pre-norm is declared,
 EC603 teacher-agreement          lm_head of the target slot predicts the next token too rarely
 EC604 slot-identity              a reference capture finds another layer than declared
 EC605 target-model               the target model does not match the contract's target
--- EC62x: the serving target against the training target
+-- EC62x: the serving target against the training target; the probe's target against the shards
 EC620 serving-target-unreadable  a target folder cannot be read or run
 EC621 serving-target-shape       the serving target has another shape
 EC622 serving-target-drift       the serving target's states drift (quantized twin)
 EC623 serving-target-basis       the serving target's states are in another basis
 EC624 scaled-embedding           an embed slot lacks the normalizer (Gemma: sqrt(H))
+EC625 probe-target-mismatch      the probe's target model is not the one the shards were made with
 -- EC7xx: serving capture (live SGLang, capture files)
 EC701 capture-mismatch           a shard's fc-input slot differs from the state the server feeds the
                                  draft at that position

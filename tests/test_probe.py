@@ -438,3 +438,51 @@ def test_probe_by_thinking_cli(
     bare = _write_contract(tmp_path / "bare", target, draft, "sglang", "")
     assert main(["probe", str(bare), str(plain), *args]) == 2
     assert "think_token_ids" in capsys.readouterr().err
+
+
+# -- issue 37 item 7: a target the shards were not made with is a finding --------------------
+
+
+@pytest.mark.slow
+def test_a_target_the_shards_do_not_fit_is_ec625_not_random_prompts(
+    pair: tuple[Path, Path, Any, EagleDraft], tmp_path: Path, cli: Any
+) -> None:
+    """Shards of a 512-token vocabulary (ids up to 508) against the 64-token target: the
+    probe and the gate's probe family name the mismatch (EC625) instead of probing random
+    prompts as if nothing were wrong."""
+    from pytest_eagle_contract.shards.writing import write_shard
+
+    target, draft, _, _ = pair
+    shards = tmp_path / "shards"
+    g = torch.Generator().manual_seed(3)
+    for i in range(2):
+        ids = torch.randint(0, 509, (40,), generator=g)
+        ids[5] = 508
+        slots = [torch.zeros(40, HIDDEN) for _ in range(4)]
+        write_shard(shards, "specforge", i, ids, torch.ones(40, dtype=torch.long), slots)
+    args = ["--draft", draft, "--target-model", target, "--sequences", "2", "--length", "24"]
+    args += ["--prompt", "8", "--steps", "2"]
+    res = cli("probe", shards, *args)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "EC625" in res.stdout and "508" in res.stdout, res.stdout
+    assert "accept" not in res.stdout.splitlines()[0]  # no estimate table on random prompts
+    res = cli("probe", shards, *args, "--json")
+    assert res.returncode == 1, res.stderr
+    out = json.loads(res.stdout)
+    assert [f["code"] for f in out["findings"]] == ["EC625"] and out["layouts"] == []
+    # the gate: the contract's vocabulary is the shards' (512), the target given is not
+    floors = "  min_accept_length: 1.0\n"
+    contract = _write_contract(tmp_path, target, draft, "sglang", floors)
+    contract.write_text(contract.read_text().replace(f"vocab_size: {VOCAB}", "vocab_size: 512"))
+    res = cli("check", contract, shards, "--checks", "probe", "--target-model", target)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "EC625" in res.stdout, res.stdout
+    # shards the target fits pass through to the estimates as before
+    fit = tmp_path / "fit"
+    for i in range(2):
+        ids = torch.randint(0, VOCAB, (40,), generator=g)
+        slots = [torch.zeros(40, HIDDEN) for _ in range(4)]
+        write_shard(fit, "specforge", i, ids, torch.ones(40, dtype=torch.long), slots)
+    res = cli("probe", fit, *args, "--json")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert json.loads(res.stdout)["layouts"]

@@ -606,3 +606,29 @@ def test_the_layout_items_junit_properties_say_what_was_proven(project, shards):
     props = {p.get("name"): p.get("value") for p in case.iter("property")}
     assert props["eagle_fc_layers"] == "residual:2,residual:4,residual:5"
     assert props["eagle_fc_layers_proven"] == "embed,residual:2,residual:4"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("draft", [False, True])
+def test_a_layout_mismatch_has_one_place_in_every_renderer(repo, shards, draft, cli):
+    """Issue 37 item 8: EC501 is placed where the user changes the served ids (the draft
+    config's key the engine reads, else the contract's aux_layer_ids), and the terminal,
+    the JSON report and the GitHub annotation all name that one line."""
+    contract = _mismatch(repo, draft)
+    res = cli(
+        "check", contract, shards / "good", "--checks", "layout", "--annotations", "github",
+        "--json", repo / "r.json", cwd=repo, env={"GITHUB_WORKSPACE": str(repo)},
+    )  # fmt: skip
+    assert res.returncode == 1, res.stdout + res.stderr
+    where = (
+        (repo / "draft" / "config.json", '"eagle_aux_hidden_state_layer_ids"')
+        if draft
+        else (contract, "aux_layer_ids")
+    )
+    line, col = _line_of(*where)
+    rel = where[0].relative_to(repo).as_posix()
+    assert f"  --> {rel}:{line}\n" in res.stdout, res.stdout  # the terminal
+    assert f"::error file={rel},line={line},col={col},title=EC501 " in res.stdout  # GitHub
+    found = [f for f in json.loads((repo / "r.json").read_text())["findings"]]
+    ec501 = next(f for f in found if f["code"] == "EC501")
+    assert (Path(ec501["contract"]).resolve(), ec501["line"]) == (where[0].resolve(), line)

@@ -520,3 +520,63 @@ def test_the_plugin_runs_the_token_families_as_items(tmp_path, llama, pytester):
     assert "EC334" in res.stdout.str() and "EC341" in res.stdout.str()
     res = pytester.runpytest_subprocess(*args, "tokens", "--eagle-render-url", "ftp://x")
     assert res.ret == pytest.ExitCode.USAGE_ERROR and "--eagle-render-url" in res.stderr.str()
+
+
+# -- issue 37 item 1: the shards the command names, and nothing compared is no pass --------
+
+
+def _other_template(tmp_path: Path) -> Path:
+    """The llama tokenizer with a template that renders one space more after each turn."""
+    return make_tokenizer(
+        tmp_path / "other",
+        LLAMA3,
+        template=LLAMA3.template.replace("| trim }}", "| trim }}{{ ' ' }}"),
+    )
+
+
+@pytest.mark.slow
+def test_token_parity_reads_the_shards_on_the_command_line(tmp_path, llama, cli):
+    """The contract's own shards match; the folder the command names was rendered with
+    another template: the run compares that folder (EC340), not the contract's."""
+    _, conv = shards_and_conversations(tmp_path, llama)
+    good = tmp_path / "good"  # the contract's set: every shard as the serving renderer makes it
+    for i, messages in enumerate(CONVERSATIONS):
+        write(good, i, *pipeline(llama, messages))
+    other = tmp_path / "other-shards"
+    retemplated = _other_template(tmp_path)
+    for i, messages in enumerate(CONVERSATIONS):
+        write(other, i, *pipeline(retemplated, messages))
+    contract = tmp_path / "c.yaml"
+    contract.write_text(contract_text(llama, good))
+    args = ["--checks", "token-parity", "--conversations", conv]
+    own = cli("check", contract, *args)
+    assert own.returncode == 0, own.stdout + own.stderr
+    assert "on 3 shard(s)" in own.stdout, own.stdout  # the shards it compared, counted
+    named = cli("check", contract, other, *args, "--json", tmp_path / "r.json")
+    assert named.returncode == 1, named.stdout + named.stderr
+    found = json.loads((tmp_path / "r.json").read_text())["findings"]
+    assert {f["code"] for f in found} == {"EC340", "EC348"}, found
+    assert all("other-shards" not in f["message"] for f in found)  # labels as the command's
+    assert "on 3 shard(s)" in named.stdout, named.stdout
+
+
+@pytest.mark.slow
+def test_token_parity_that_compared_nothing_does_not_pass(tmp_path, llama, cli, pytester):
+    """Every shard unreadable: the run says which (EC001/EC002), never 'ok ... 0 shard(s)'."""
+    _, conv = shards_and_conversations(tmp_path, llama)
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "data_0.ckpt").write_bytes(b"not a torch file")
+    contract = tmp_path / "c.yaml"
+    contract.write_text(contract_text(llama, broken))
+    res = cli("check", contract, "--checks", "token-parity", "--conversations", conv)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert not res.stdout.strip().splitlines()[-1].startswith("ok"), res.stdout
+    assert "EC001" in res.stdout or "EC002" in res.stdout, res.stdout
+    # the plugin alike: the item fails with the read error, it does not pass
+    (pytester.path / "c.yaml").write_text(contract_text(llama, broken))
+    run = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-q", "--eagle-contract", "c.yaml",
+        "--eagle-checks", "token-parity", "--eagle-conversations", str(conv),
+    )  # fmt: skip
+    assert run.parseoutcomes().get("passed", 0) == 0, run.stdout.str()

@@ -90,6 +90,7 @@ def check_layout(
         fc_width,
         id_order,
         lint_launch,
+        placed_at_ids,
         read_ids,
         served_dtype_check,
         target_norm,
@@ -128,7 +129,7 @@ def check_layout(
             for p in span.resolution.problems:
                 report.add(p.code, f"{engine}: {p.message}", "serving")
         lint_launch(report, serving, serving_args)
-        return report.findings
+        return placed_at_ids(report.findings, contract, serving, draft)
     fc_layers = [training.slots[i].layer for i in training.fc_input]
     evidence = "declared in the contract" + (
         ", norm profile of a sampled shard" if stats_of else ""
@@ -193,7 +194,7 @@ def check_layout(
             hint="regenerate d2t/t2d from the same token frequencies, with the target's vocab_size",
         )
     lint_launch(report, serving, serving_args)
-    return report.findings
+    return placed_at_ids(report.findings, contract, serving, draft)
 
 
 def _run(runner: Resources, unit: Unit) -> list[Finding]:

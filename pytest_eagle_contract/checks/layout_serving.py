@@ -41,6 +41,45 @@ def lint_launch(report: LayoutReport, serving: ServingSpec, serving_args: str | 
             report.add(problem.code, problem.message, "serving.launch", hint=problem.hint)
 
 
+IDS_CODES = frozenset({"EC501", "EC502", "EC506", "EC514"})
+"""Findings the served aux ids cause: each is placed where a user changes those ids
+(:func:`ids_place`), in every renderer alike (terminal, JSON, GitHub, HTML)."""
+
+
+def ids_place(
+    contract: Contract, serving: ServingSpec, draft: DraftConfig | None
+) -> tuple[str, int] | None:
+    """Where the ids the engine reads are written: the draft config's line of the key the
+    engine reads; else, with a draft config, the contract's ``serving.draft_config`` (the
+    file to add them to); else the contract's ``serving.aux_layer_ids``; else None."""
+    from ..engines.draft_config import key_line
+
+    if draft is not None:
+        for key in get_engine(serving.engine).id_keys:
+            line = key_line(draft.path, key) if key in draft.aux_ids else None
+            if line is not None:
+                return str(draft.path), line
+        return str(contract.path), contract.line_of("serving.draft_config")
+    if serving.aux_layer_ids is not None:
+        return str(contract.path), contract.line_of("serving.aux_layer_ids")
+    return None
+
+
+def placed_at_ids(
+    findings: list[Finding], contract: Contract, serving: ServingSpec, draft: DraftConfig | None
+) -> list[Finding]:
+    """``findings`` with each of :data:`IDS_CODES` moved to :func:`ids_place`."""
+    import dataclasses
+
+    place = ids_place(contract, serving, draft)
+    if place is None:
+        return findings
+    return [
+        dataclasses.replace(f, contract=place[0], line=place[1]) if f.code in IDS_CODES else f
+        for f in findings
+    ]
+
+
 def read_ids(
     report: LayoutReport, serving: ServingSpec, draft: DraftConfig | None
 ) -> tuple[int, ...] | None:

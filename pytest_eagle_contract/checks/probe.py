@@ -92,19 +92,36 @@ def _hint(served: Estimate, trainer: Estimate | None) -> str:
 
 
 def _run(runner: Resources, unit: Unit) -> list[Finding]:
-    return floor_findings(unit.contract, runner.estimates(unit.contract))
+    from ..models.acceptance import TargetMismatch
+
+    try:
+        estimates = runner.estimates(unit.contract, unit.roots)
+    except TargetMismatch as exc:  # not random prompts in place of the shards': a finding
+        return [
+            finding(
+                exc.code,
+                exc.message,
+                contract=unit.contract,
+                key="target.model",
+                file=str(exc.path),
+                expected=exc.expected,
+                found=exc.found,
+                hint=exc.hint,
+            )
+        ]
+    return floor_findings(unit.contract, estimates)
 
 
 def measured_estimates(runner: Resources, unit: Unit) -> dict[str, Any]:
     """The estimates the gate judged (the runner keeps them: not run again)."""
-    return {"estimates": [e.to_dict() for e in runner.estimates(unit.contract)]}
+    return {"estimates": [e.to_dict() for e in runner.estimates(unit.contract, unit.roots)]}
 
 
 FAMILY = CheckFamily(
     "probe",
     "contract",
     "the draft's estimated acceptance length under each served layout, against the floor",
-    codes=("EC906", "EC907"),
+    codes=("EC906", "EC907", "EC625"),
     keys=("serving.min_accept_length", "serving.max_accept_drop", "serving.draft_config"),
     run=_run,
     measure=measured_estimates,

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ..findings import Finding, finding, not_run
 from .family import CheckFamily
 from .tokens import leading, tokenizer_dir
+from .unit import COMPARED
 
 if TYPE_CHECKING:
     from ..contract.model import Contract, TokenizerSpec
@@ -237,10 +238,31 @@ def _think_texts(tok: TokenizerFolder, spec: TokenizerSpec | None) -> tuple[str,
 
 
 def run_parity(runner: Resources, unit: Unit) -> list[Finding]:
+    return _parity(runner, unit)[0]
+
+
+def compared(runner: Resources, unit: Unit) -> dict[str, Any]:
+    """The shard files whose ids were compared (the run's summary counts them)."""
+    return {COMPARED: _parity(runner, unit)[1]}
+
+
+Parity = tuple[list[Finding], list[str]]  # the findings, and the shard files compared
+
+
+def _parity(runner: Resources, unit: Unit) -> Parity:
+    """Once per run: the check and the summary's count share it."""
+    key = ("token-parity", unit.contract.path, unit.roots)
+    return runner.once(key, lambda: _compare(runner, unit))
+
+
+def _compare(runner: Resources, unit: Unit) -> Parity:
+    """The shards the command names (``unit.roots``: else the contract's), the first
+    :data:`PARITY_MAX_SHARDS` in natural order, against the serving renderer. A shard that
+    cannot be read is its read error; a run that compared no shard says so (EC009)."""
     from ..errors import CodedError, UsageError
     from ..models.conversations import read_rows, row_index
     from ..models.tokenizer import read_tokenizer
-    from ..shards.discovery import discover
+    from ..shards.discovery import labelled as labelled_shards
 
     contract = unit.contract
     spec = contract.tokenizer
@@ -250,26 +272,22 @@ def run_parity(runner: Resources, unit: Unit) -> list[Finding]:
     try:
         tok = read_tokenizer(folder)
     except CodedError as exc:
-        return [not_run("token-parity", exc.message, contract=contract, key="tokenizer")]
+        return [not_run("token-parity", exc.message, contract=contract, key="tokenizer")], []
     assert contract.training is not None
+    if not unit.roots:
+        why = "no shards: set training.shards or pass shard paths"
+        return [not_run("token-parity", why, contract=contract, key="training.shards")], []
     try:
-        if contract.training.shards is not None:
-            paths = discover(contract.training.shards, contract.training.format)
-            root = contract.training.shards
-            labelled = [
-                (p, p.relative_to(root).as_posix() if root.is_dir() else p.name) for p in paths
-            ]
-        elif unit.evidence is not None:
-            labelled = [(unit.evidence, unit.evidence_label)]
-        else:
-            labelled = []
+        labelled = labelled_shards(unit.roots, contract.training.format)
     except UsageError as exc:
-        return [not_run("token-parity", exc, contract=contract, key="training.shards")]
+        return [not_run("token-parity", exc, contract=contract, key="training.shards")], []
     labelled = labelled[:PARITY_MAX_SHARDS]
     shards = [(path, label, runner.shard(contract, path, label)) for path, label in labelled]
+    unread = [_unread(contract, label, s.error) for _, label, s in shards if s.error is not None]
+    shards = [(path, label, s) for path, label, s in shards if s.error is None]
     formats = [s.sample.format.name for _, _, s in shards if s.sample is not None]
     rows = [
-        (label, shard, n if (n := row_index(path.name.split(".")[0])) is not None else i)
+        (path, label, shard, n if (n := row_index(path.name.split(".")[0])) is not None else i)
         for i, (path, label, shard) in enumerate(shards)
     ]
     thinking = spec is not None and (
@@ -278,12 +296,13 @@ def run_parity(runner: Resources, unit: Unit) -> list[Finding]:
     try:
         found = read_rows(
             conversations,
-            [r for _, _, r in rows],
+            [r for *_, r in rows],
             format=formats[0] if formats else contract.training.format,
             thinking=thinking,
         )
     except CodedError as exc:
         return [
+            *unread,
             finding(
                 exc.code,
                 exc.message,
@@ -291,21 +310,48 @@ def run_parity(runner: Resources, unit: Unit) -> list[Finding]:
                 key="tokenizer.conversations",
                 file=str(conversations),
                 hint=exc.hint,
-            )
-        ]
+            ),
+        ], []
     pairs: list[tuple[str, Sequence[int] | None, Any]] = []
-    for label, shard, r in rows:
+    with_ids: list[str] = []
+    for path, label, shard, r in rows:
         ids = None if shard.sample is None or shard.sample.ids is None else shard.sample.ids
         messages = found.get(r, f"no conversation: row {r} is past the file's rows")
         if isinstance(messages, str) and r in found:
             messages = f"row {r}: {messages}"
         pairs.append((label, None if ids is None else _ints(ids), messages))
-    return check_parity(
+        if ids is not None and not isinstance(messages, str):
+            with_ids.append(str(path))
+    out = check_parity(
         contract,
         pairs,
         tok,
         render_url=runner.settings.render_url,
         timeout=runner.settings.timeout,
+    )
+    if not with_ids and not any(f.severity == "error" for f in [*unread, *out]):
+        out.append(
+            not_run(
+                "token-parity",
+                f"none of the {len(labelled)} shard(s) under "
+                f"{', '.join(map(str, unit.roots))} has input ids to compare",
+                contract=contract,
+                key="training.shards",
+            )
+        )
+    return [*unread, *out], with_ids
+
+
+def _unread(contract: Contract, label: str, error: Any) -> Finding:
+    """A shard token-parity could not read: its read error (EC001-EC003), as a shard
+    unit's."""
+    return finding(
+        error.code,
+        error.message,
+        contract=contract,
+        key="training.shards",
+        file=label,
+        hint=error.hint,
     )
 
 
@@ -322,5 +368,6 @@ FAMILY = CheckFamily(
     codes=("EC340", "EC341", "EC342", "EC343", "EC344", "EC345", "EC346", "EC347", "EC348"),
     keys=("tokenizer",),
     run=run_parity,
+    measure=compared,
     needs=frozenset({"training", "tokenizer-dir", "conversations"}),
 )

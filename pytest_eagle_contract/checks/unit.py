@@ -4,10 +4,10 @@ planner's ``Runner`` provides them: shards read once, the target opened once, ca
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from ..capture.files import CaptureIndex
@@ -28,6 +28,9 @@ class Unit:
     evidence: Path | None = None  # a sampled shard whose norms back the layout hints
     evidence_label: str = ""
     problem: str = ""  # why there are no shards (the ``shards`` unit)
+    # the shard files or folders the run reads (the command's, else training.shards): what a
+    # contract-level family that reads many shards reads (token-parity, vocabulary, probe)
+    roots: tuple[Path, ...] = ()
 
     @property
     def name(self) -> str:
@@ -53,6 +56,20 @@ class Settings:
     curve: bool = False  # measure the target's per-layer norm curve (an HTML report wants it)
 
 
+COMPARED = "compared_shards"
+"""The key of a contract-level family's measure listing the shard files it compared: the
+run's summary counts them with the shard units' (``ok: 1 checks on 3 shard(s)``)."""
+
+
+def shards_counted(paths: Iterable[Path | None], measured: Iterable[Mapping[str, Any]]) -> int:
+    """The distinct shard files a run's units read: the shard units' ``paths`` and the files
+    contract-level families list under :data:`COMPARED`."""
+    seen = {str(p) for p in paths if p is not None}
+    for m in measured:
+        seen.update(str(p) for p in m.get(COMPARED, ()))
+    return len(seen)
+
+
 T = TypeVar("T")
 
 
@@ -75,7 +92,7 @@ class Resources(Protocol):
 
     def unreported_capture_problems(self, index: CaptureIndex) -> list[str]: ...
 
-    def estimates(self, contract: Contract) -> list[Estimate]: ...
+    def estimates(self, contract: Contract, roots: Sequence[Path] = ()) -> list[Estimate]: ...
 
     def first_time(self, key: object) -> bool:
         """True the first time ``key`` is asked for in this run (a measure taken once)."""

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 KEY = "training.draft"
 UNRECORDED_WARNING = 0.95  # with no floor recorded: a warning below it
 UNRECORDED_ERROR = 0.5  # with no floor recorded: an error below it (no correct map holds so little)
-MAX_SHARDS = 256  # the family reads at most this many shard files of training.shards
+MAX_SHARDS = 256  # the family reads at most this many of the run's shard files
 _BYTE_TOKEN = re.compile(r"^<0x[0-9A-Fa-f]{2}>$")
 
 
@@ -182,10 +182,15 @@ def _masked_targets(
 
 
 def check_vocabulary(
-    draft_dir: Path, *, contract: Contract | None, shard_paths: Sequence[Path] = ()
+    draft_dir: Path,
+    *,
+    contract: Contract | None,
+    shard_paths: Sequence[Path] = (),
+    coverage: bool = False,
 ) -> list[Finding]:
     """Findings about the draft vocabulary map's provenance and its coverage of the
-    shards' loss-masked tokens."""
+    shards' loss-masked tokens (``coverage``: a map whose coverage could not be measured,
+    no shard or no loss-masked token, is said to be unchecked: EC009)."""
     import numpy as np
 
     from ..errors import EagleContractError
@@ -247,9 +252,14 @@ def check_vocabulary(
             )
         )
     if not shard_paths:
+        if coverage:
+            out.append(_uncovered(contract, "no shards: set training.shards or pass shard paths"))
         return out
     targets = _masked_targets(contract, shard_paths, out)
     if targets.size == 0:
+        if coverage:
+            why = f"no loss-masked token in the {len(shard_paths)} shard(s) read"
+            out.append(_uncovered(contract, why))
         return out
     hit = covered(d2t, t2d, targets)
     share = float(hit.mean())
@@ -317,8 +327,13 @@ def check_vocabulary(
     return out
 
 
+def _uncovered(contract: Contract | None, why: str) -> Finding:
+    return not_run("vocabulary's coverage", why, contract=contract, key=KEY)
+
+
 def _run(runner: Resources, unit: Unit) -> list[Finding]:
-    from ..shards.discovery import discover
+    from ..errors import UsageError
+    from ..shards.discovery import labelled
 
     contract = unit.contract
     serving, training = contract.serving, contract.training
@@ -333,9 +348,12 @@ def _run(runner: Resources, unit: Unit) -> list[Finding]:
         ]
     draft = serving.draft_config
     paths: list[Path] = []
-    if training is not None and training.shards is not None:
-        paths = discover(training.shards, training.format)[:MAX_SHARDS]
-    return check_vocabulary(draft, contract=contract, shard_paths=paths)
+    if training is not None and unit.roots:  # the shards the command names, else the contract's
+        try:
+            paths = [p for p, _ in labelled(unit.roots, training.format)][:MAX_SHARDS]
+        except UsageError as exc:
+            return [*check_vocabulary(draft, contract=contract), _uncovered(contract, str(exc))]
+    return check_vocabulary(draft, contract=contract, shard_paths=paths, coverage=True)
 
 
 FAMILY = CheckFamily(

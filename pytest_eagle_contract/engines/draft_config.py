@@ -60,6 +60,21 @@ def read_draft_json(path: Path) -> dict[str, Any]:
     return read_json_object(path, f"cannot read draft config {path}")
 
 
+def key_line(path: Path, key: str) -> int | None:
+    """The line (1-based) of ``key``'s last part, quoted, in the draft's config.json text
+    (``"eagle_aux_hidden_state_layer_ids"``): where a user edits the ids; None where the
+    text does not hold it (a GGUF draft, a file gone or past the JSON limit)."""
+    from ..limits import DEFAULT_JSON_MAX_BYTES, JSON_MAX_BYTES_ENV, env_bytes
+
+    word = f'"{key.rpartition(".")[2]}"'
+    try:
+        with path.open("rb") as f:
+            text = f.read(env_bytes(JSON_MAX_BYTES_ENV, DEFAULT_JSON_MAX_BYTES)).decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    return next((n for n, line in enumerate(text.splitlines(), 1) if word in line), None)
+
+
 def _size(data: dict[str, Any], key: str, path: Path, *inner: Any) -> int | None:
     """A size field: a whole number >= 0 at the top level or in ``inner`` objects, or None."""
     for where in (data, *(i for i in inner if isinstance(i, dict))):

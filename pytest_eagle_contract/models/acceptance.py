@@ -9,11 +9,12 @@ that equals its greedy tokens.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..errors import CodedError
 from ..layers import Layer
 
 if TYPE_CHECKING:
@@ -505,18 +506,17 @@ def prompts(
     contract: Contract | None, paths: list[Path], n: int, size: int, target: TargetModel
 ) -> list[torch.Tensor]:
     """``n`` prompts of ``size`` tokens from the shards' input_ids (those the target may run
-    on, :func:`..models.inputs.unfit`), else random ids of its vocabulary (seeded)."""
+    on, :func:`..models.inputs.unfit`), the rest random ids of its vocabulary (seeded): a
+    shard whose ids the target's embedding does not hold raises :class:`TargetMismatch`
+    (EC625): the target is another model than the shards were made with."""
     import torch
 
-    from ..shards.shard import Shard
     from ..shards.stored import to_torch
     from .inputs import unfit
 
     out = []
-    for path in _shard_files(contract, paths)[:n]:
-        sample = Shard.load(path, path.name, "auto", None).sample
-        ids = None if sample is None else sample.ids
-        if ids is None or ids.dim() != 1 or ids.shape[0] < size:
+    for ids in _readable_ids(contract, paths, n, target):
+        if ids.shape[0] < size:
             continue
         head = ids[:size]
         if unfit(head, target) is None:
@@ -526,6 +526,47 @@ def prompts(
     while len(out) < n:
         out.append(torch.randint(0, vocab, (size,), generator=g))
     return out
+
+
+class TargetMismatch(CodedError):
+    """EC625: the shards hold ids past the target model's embedding (another model's)."""
+
+    def __init__(self, path: Path, span: tuple[int, int], target: TargetModel) -> None:
+        rows = target.embedding_rows
+        super().__init__(
+            "EC625",
+            f"{path.name}: input ids span [{span[0]}, {span[1]}], the target model "
+            f"{target.path} has {rows} embedding rows: it is not the target these shards "
+            "were made with",
+            "give the target model the shards were captured from (--target-model), or "
+            "shards made with this one",
+        )
+        self.path = path
+        self.expected = f"ids in [0, {rows}) (the target's embedding rows)"
+        self.found = f"ids in [{span[0]}, {span[1]}]"
+
+
+def _readable_ids(
+    contract: Contract | None, paths: list[Path], n: int, target: TargetModel
+) -> Iterator[Any]:
+    """The ``[T]`` input ids of the first ``n`` shard files (as stored); ids the contract's
+    vocabulary holds and the target's embedding does not raise :class:`TargetMismatch`."""
+    from ..shards.reading import comparable
+    from ..shards.shard import Shard
+    from .inputs import unfit
+
+    vocab = contract.target.vocab_size if contract is not None else None
+    for path in _shard_files(contract, paths)[:n]:
+        sample = Shard.load(path, path.name, "auto", None).sample
+        ids = None if sample is None else sample.ids
+        if ids is None or ids.dim() != 1:
+            continue
+        bad = unfit(ids, target, vocab=vocab)
+        if bad is not None and bad.code == "EC605":
+            values = comparable(ids)
+            assert values is not None  # unfit read the ids as integers to say EC605
+            raise TargetMismatch(path, (int(values.min()), int(values.max())), target)
+        yield ids
 
 
 def _shard_files(contract: Contract | None, paths: list[Path]) -> list[Path]:
@@ -555,21 +596,19 @@ def shard_ids(
 ) -> list[torch.Tensor]:
     """The whole ``input_ids`` of the first ``n`` shards (as :func:`prompts` reads them)
     that the target may run on (:func:`..models.inputs.unfit`)."""
-    from ..shards.shard import Shard
     from ..shards.stored import to_torch
     from .inputs import unfit
 
-    out = []
-    for path in _shard_files(contract, paths)[:n]:
-        sample = Shard.load(path, path.name, "auto", None).sample
-        ids = None if sample is None else sample.ids
-        if ids is not None and ids.dim() == 1 and unfit(ids, target) is None:
-            out.append(to_torch(ids).long())
-    return out
+    return [
+        to_torch(ids).long()
+        for ids in _readable_ids(contract, paths, n, target)
+        if unfit(ids, target) is None
+    ]
 
 
-def probe_contract(contract: Contract, target: Any) -> list[Estimate]:
-    """The gate's estimates (trainer's layout first, then each served one)."""
+def probe_contract(contract: Contract, target: Any, roots: Sequence[Path] = ()) -> list[Estimate]:
+    """The gate's estimates (trainer's layout first, then each served one), on prompts from
+    the shards under ``roots`` (the run's: else the contract's own)."""
     from .draft_model import EagleDraft
 
     assert contract.serving is not None and contract.serving.draft_config is not None
@@ -579,6 +618,6 @@ def probe_contract(contract: Contract, target: Any) -> list[Estimate]:
     chains = Chains(draft, target.module, layouts, STEPS)
     chains.refuse_unfit(target.hidden_size)
     sequences = greedy_sequences(
-        target.module, prompts(contract, [], SEQUENCES, PROMPT, target), LENGTH
+        target.module, prompts(contract, list(roots), SEQUENCES, PROMPT, target), LENGTH
     )
     return chains.estimates(sequences, PROMPT - 2)

@@ -19,7 +19,7 @@ from ..checks.unit import Settings, Unit
 from ..contract.model import Contract
 from ..errors import EagleContractError, UsageError
 from ..findings import Finding, finding
-from ..shards.discovery import DEFAULT_SAMPLE, Sampling, shard_paths
+from ..shards.discovery import DEFAULT_SAMPLE, Sampling, roots_of, shard_paths
 
 T = TypeVar("T")
 
@@ -157,10 +157,11 @@ def plan(
             if per_shard:
                 problem.append(Unit(contract, "shards", problem=str(exc)))
     first = found[0] if found else (None, "")
+    roots = roots_of(contract, shards)
     units = [
-        Unit(contract, f.name, evidence=first[0], evidence_label=first[1])
+        Unit(contract, f.name, evidence=first[0], evidence_label=first[1], roots=roots)
         if f.name in with_evidence
-        else Unit(contract, f.name)
+        else Unit(contract, f.name, roots=roots)
         for f in per_contract
     ]
     units += problem
@@ -179,7 +180,7 @@ class Runner:
         self._keep = keep
         self._targets: dict[Path, TargetModel] = {}
         self._captures: CaptureIndex | None = None
-        self._estimates: dict[Path, list[Estimate]] = {}
+        self._estimates: dict[tuple[Path, tuple[Path, ...]], list[Estimate] | Exception] = {}
         self._asked: set[object] = set()
         self._once: dict[object, Any] = {}
 
@@ -246,15 +247,25 @@ class Runner:
         assert unit.shard is not None
         return self.shard(unit.contract, unit.shard, unit.label)
 
-    def estimates(self, contract: Contract) -> list[Estimate]:
-        """The acceptance probe's estimates for ``contract``, run once per run."""
-        if contract.path not in self._estimates:
+    def estimates(self, contract: Contract, roots: Sequence[Path] = ()) -> list[Estimate]:
+        """The acceptance probe's estimates for ``contract`` on prompts from the shards
+        under ``roots`` (else the contract's), run once per run; a coded refusal (EC625: the
+        target is not the shards') is raised again, not run again."""
+        key = (contract.path, tuple(roots))
+        if key not in self._estimates:
+            from ..errors import CodedError
             from ..models.acceptance import probe_contract
 
             target = self.target(contract)
             assert target is not None  # the planner runs the probe only with a target
-            self._estimates[contract.path] = probe_contract(contract, target)
-        return self._estimates[contract.path]
+            try:
+                self._estimates[key] = probe_contract(contract, target, roots)
+            except CodedError as exc:
+                self._estimates[key] = exc
+        found = self._estimates[key]
+        if isinstance(found, BaseException):
+            raise found
+        return found
 
     def once(self, key: object, make: Callable[[], T]) -> T:
         """``make()``, made once per run for ``key`` (what two steps of one family share)."""
@@ -330,7 +341,11 @@ class Outcome:
 
     @property
     def shards(self) -> int:
-        return len({u.shard for u in self.units if u.shard is not None})
+        """The shard files read: the shard units', and those a contract-level family
+        compared (:data:`..checks.unit.COMPARED`)."""
+        from ..checks.unit import shards_counted
+
+        return shards_counted((u.shard for u in self.units), self.measured)
 
 
 def run_units(units: list[Unit], runner: Runner | None = None, workers: int = 1) -> Outcome:

@@ -22,9 +22,6 @@ MAX_PER_JOB = 50
 """...and 50 of one job: the steps of a job count theirs in ``$RUNNER_TEMP`` (emptied per job)."""
 _COUNTER = "eagle-contract-annotations.count"
 
-_IDS_CODES = frozenset({"EC501", "EC502", "EC506", "EC508", "EC514", "EC515"})
-"""Findings caused by the aux ids the engine reads: annotated at those ids."""
-
 
 def enabled(mode: str) -> bool:
     """``auto``: on under GitHub Actions (``GITHUB_ACTIONS=true``); ``github``; ``none``."""
@@ -74,27 +71,11 @@ def _find(path: Path, line: int | None, word: str) -> tuple[int, int] | None:
     return None
 
 
-def locate(f: Finding, contract: Contract, root: Path | None = None) -> Location | None:
-    """The file, line and column in the repository that causes ``f``: for a layout mismatch
-    the ids the engine reads (the draft config's, else the contract's ``aux_layer_ids``),
-    else the contract key the finding names. None when outside the repository."""
+def locate(f: Finding, root: Path | None = None) -> Location | None:
+    """The file, line and column in the repository of ``f``'s one place: the file and line
+    the finding names (the check chose it: for a layout mismatch, where the served ids are
+    written), as the terminal and every report show it. None when outside the repository."""
     root = root or _root()
-    serving = contract.serving
-    if f.code in _IDS_CODES and serving is not None:
-        if serving.draft_config is not None:
-            from ..engines.resolve import get_engine
-
-            for key in get_engine(serving.engine).id_keys:
-                found = _find(serving.draft_config, None, f'"{key.rpartition(".")[2]}"')
-                rel = _in_root(serving.draft_config, root)
-                if found and rel:
-                    return Location(rel, *found)
-        if serving.aux_layer_ids is not None:
-            line = contract.line_of("serving.aux_layer_ids")
-            found = _find(contract.path, line, "aux_layer_ids")
-            rel = _in_root(contract.path, root)
-            if found and rel:
-                return Location(rel, *found)
     if not f.contract or not f.line:
         return None
     rel = _in_root(Path(f.contract), root)
@@ -112,7 +93,7 @@ def annotation_lines(
     where: dict[tuple[object, ...], Location | None] = {}
     for run in runs:
         for f in run.findings:
-            loc = locate(f, run.contract, root)
+            loc = locate(f, root)
             placed = loc is not None or f.line is not None
             key = (
                 (f.severity, f.code, loc, f.contract, f.line, f.slot)
@@ -165,7 +146,7 @@ def _places(same: Sequence[Finding], contract: Contract) -> str:
     lines: set[int] = set()
     others: set[str] = set()
     for f in same:
-        loc = locate(f, contract)
+        loc = locate(f)
         if loc is None:
             lines |= {f.line} if f.line else set()
         elif loc.file == mine:

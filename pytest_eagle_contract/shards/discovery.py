@@ -57,6 +57,30 @@ def parse_sample(text: str | int | None) -> Sampling:
     return value
 
 
+def roots_of(contract: Contract, shards: Iterable[Path] | None = None) -> tuple[Path, ...]:
+    """The shard files or folders a run reads: those the command names, else the contract's
+    own ``training.shards`` (none: empty)."""
+    training = contract.training
+    if shards:
+        return tuple(shards)
+    if training is None or training.shards is None:
+        return ()
+    return (training.shards,)
+
+
+def labelled(roots: Iterable[Path], format: str = "auto") -> list[tuple[Path, str]]:
+    """Every shard file under ``roots`` in natural order, each with its display label (its
+    path under its root, or its name); a root that holds none raises :class:`UsageError`."""
+    out: list[tuple[Path, str]] = []
+    for root in roots:
+        found = discover(root, format)
+        if not found:
+            raise UsageError(f"no shard files under {root} (format {format})")
+        for path in found:
+            out.append((path, path.relative_to(root).as_posix() if root.is_dir() else path.name))
+    return out
+
+
 def shard_paths(
     contract: Contract, shards: Iterable[Path] | None, sample: Sampling, seed: int
 ) -> list[tuple[Path, str]]:
@@ -64,19 +88,12 @@ def shard_paths(
     training = contract.training
     if training is None:
         return []
-    roots = list(shards) if shards else ([training.shards] if training.shards else [])
+    roots = roots_of(contract, shards)
     if not roots:
         raise UsageError(
             f"{contract.path}: no shards given: set training.shards in the contract "
             "or pass shard paths"
         )
-    labelled: list[tuple[Path, str]] = []
-    for root in roots:
-        found = discover(root, training.format)
-        if not found:
-            raise UsageError(f"no shard files under {root} (format {training.format})")
-        for path in found:
-            label = path.relative_to(root).as_posix() if root.is_dir() else path.name
-            labelled.append((path, label))
-    keep = set(choose([p for p, _ in labelled], sample, seed))
-    return [(p, label) for p, label in labelled if p in keep]
+    found = labelled(roots, training.format)
+    keep = set(choose([p for p, _ in found], sample, seed))
+    return [(p, label) for p, label in found if p in keep]

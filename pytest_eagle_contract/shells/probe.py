@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from .args import add_print_json, add_target_model
-from .exit_codes import EXIT_OK
+from .exit_codes import EXIT_FINDINGS, EXIT_OK
 
 if TYPE_CHECKING:
     from ..contract.model import Contract
-    from ..models.acceptance import Estimate, ThinkingSplit
+    from ..models.acceptance import Estimate, TargetMismatch, ThinkingSplit
 
 
 def render(estimates: list[Estimate]) -> str:
@@ -47,6 +47,7 @@ def probe(args: argparse.Namespace) -> int:
         CONVENTION,
         PAST,
         Chains,
+        TargetMismatch,
         draft_dir,
         greedy_sequences,
         layouts_of,
@@ -86,7 +87,10 @@ def probe(args: argparse.Namespace) -> int:
     )
     chains = Chains(draft, model, layouts, args.steps)
     chains.refuse_unfit(target.hidden_size)
-    starts = prompts(contract, paths, args.sequences, args.prompt, target)
+    try:
+        starts = prompts(contract, paths, args.sequences, args.prompt, target)
+    except TargetMismatch as exc:  # another model's shards: a finding, not random prompts
+        return _mismatch(exc, contract, args.json)
     sequences = greedy_sequences(model, starts, args.length)
     split = None
     if think is None:
@@ -121,6 +125,29 @@ def probe(args: argparse.Namespace) -> int:
         if split is not None:
             print(_thinking_line(split))
     return EXIT_OK
+
+
+def _mismatch(exc: TargetMismatch, contract: Contract | None, json: bool) -> int:
+    """EC625 printed as a finding (text or the JSON's ``findings``), no estimates: exit 1."""
+    from ..findings import finding
+    from ..models.acceptance import CONVENTION
+    from ..render import format_findings, to_json
+
+    found = finding(
+        exc.code,
+        exc.message,
+        contract=contract,
+        key="target.model" if contract is not None else "",
+        file=str(exc.path),
+        expected=exc.expected,
+        found=exc.found,
+        hint=exc.hint,
+    )
+    if json:
+        print(to_json({"convention": CONVENTION, "layouts": [], "findings": [found.to_dict()]}))
+    else:
+        print(format_findings([found]))
+    return EXIT_FINDINGS
 
 
 def _think_ids(contract: Contract | None) -> tuple[int, int]:

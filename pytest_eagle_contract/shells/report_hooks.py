@@ -186,6 +186,7 @@ def _is_contract_item(report: pytest.TestReport) -> bool:
 def _runs(seen: list[_Seen], interrupted: bool = False) -> list[Any]:
     """One CheckRun per contract, from the items' reports (xdist: in any order);
     ``interrupted``: the session stopped (Ctrl-C) before every item ran."""
+    from ..checks.unit import shards_counted
     from ..contract.model import load_contract
     from ..findings import Finding
     from ..render import summary, unique
@@ -208,7 +209,8 @@ def _runs(seen: list[_Seen], interrupted: bool = False) -> list[Any]:
         ]
         findings = unique(f for u in units for f in u.findings)
         shards = list(dict.fromkeys((u.path, u.shard) for u in units if u.path is not None))
-        line = summary(findings, len(units), len(shards))
+        measured = [u.measured for u in units]
+        line = summary(findings, len(units), shards_counted((u.path for u in units), measured))
         runs.append(
             CheckRun(
                 load_contract(Path(path)),

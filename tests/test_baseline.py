@@ -64,3 +64,36 @@ def test_pytest_update_fails_the_run_that_changed_them(pytester, shards):
         ]
     )
     pytester.runpytest("--eagle-contract", "--eagle-sample", "all").assert_outcomes(passed=14)
+
+
+@pytest.mark.slow
+def test_infer_update_on_a_layout_bug_warns_as_check_and_rewrites_the_comments(
+    tmp_path, shards, cli
+):
+    """Issue 37 item 6: the embed-in-front set given to --update. check says slot 0 looks
+    like the embedding and slots 1, 2 fit their neighbours' bounds; the update says the
+    same (the norms family's own findings), and the comments beside the rewritten bounds
+    describe the new numbers, not the old shards'."""
+    contract = tmp_path / "c.yaml"
+    drafted = cli("infer", shards / "good", "-o", contract, "--num-layers", "8", "--name", "c")
+    assert drafted.returncode in (0, 1) and contract.exists(), drafted.stderr
+    before = contract.read_text()
+    check = cli("check", contract, shards / "embed-in-front", "--sample", "all")
+    assert check.returncode == 1
+    said = [line.strip() for line in check.stdout.splitlines() if "hint:" in line]
+    assert any("looks like the embedding" in h for h in said), check.stdout
+    assert any("slots swapped or layers shifted" in h for h in said), check.stdout
+    res = cli("infer", "--update", contract, shards / "embed-in-front")
+    assert res.returncode == 1, res.stdout + res.stderr
+    out = res.stdout + res.stderr
+    for hint in said:  # every hint check gave, in the update's words too
+        assert hint in out, (hint, out)
+    assert "EC401" in out
+    after = contract.read_text()
+    old_slots = [line for line in before.splitlines() if "- {layer:" in line]
+    new_slots = [line for line in after.splitlines() if "- {layer:" in line]
+    for old, new in zip(old_slots, new_slots):
+        if old.split("#")[0] != new.split("#")[0]:  # a bound that moved: its comment too
+            assert old.split("#", 1)[1] not in new, (old, new)
+            assert "infer --update" in new.split("#", 1)[1], new
+    assert "looks like the embedding" in new_slots[0].split("#", 1)[1], new_slots[0]

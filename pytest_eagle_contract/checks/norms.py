@@ -28,6 +28,7 @@ def check_norms(contract: Contract, shard: Shard) -> list[Finding]:
         if slot_spec.norm is None or math.isnan(stats.median) or stats.median in slot_spec.norm:
             continue
         others = [v for k, v in measured.items() if k != slot.index]
+        hint, cause = _norm_hint(slot.index, stats, spec.slots, contract.target.hidden_size, others)
         out.append(
             finding(
                 "EC401",
@@ -37,30 +38,51 @@ def check_norms(contract: Contract, shard: Shard) -> list[Finding]:
                 slot=slot.index,
                 expected=f"{slot_spec.layer}: median in {slot_spec.norm}",
                 found=f"median {stats.median:.4g} (p5 {stats.p5:.4g}, p95 {stats.p95:.4g})",
-                hint=_norm_hint(slot.index, stats, spec.slots, contract.target.hidden_size, others),
+                hint=hint,
                 contract=contract,
                 file=shard.label,
+                extra={"cause": cause},
             )
         )
     return out
 
 
+EMBEDDING_LIKE, FITS_ANOTHER_SLOT, OUTSIDE = "embedding-like", "fits-another-slot", "outside"
+"""EC401's causes (its ``extra["cause"]``): the slot looks like the embedding, its median
+fits another slot's bounds (swapped or shifted), or it is only outside its own."""
+LAYOUT_CAUSES = frozenset({EMBEDDING_LIKE, FITS_ANOTHER_SLOT})
+"""The causes that say the slots' layout moved, not only their norms (``infer --update``
+warns with them: a baseline update must not take a layout bug in as new bounds)."""
+
+
+def layout_moved(f: Finding) -> bool:
+    """An EC401 whose cause is a layout one (:data:`LAYOUT_CAUSES`)."""
+    return f.code == "EC401" and f.extra.get("cause") in LAYOUT_CAUSES
+
+
 def _norm_hint(
     index: int, stats: NormStats, specs: tuple[SlotSpec, ...], hidden: int, others: list[NormStats]
-) -> str:
+) -> tuple[str, str]:
+    """EC401's hint and its cause."""
     looks = embedding_like(index, stats, hidden, others)
     if looks:
-        return f"{looks}, small and flat; an embedding slot in front of the fc input?"
+        return f"{looks}, small and flat; an embedding slot in front of the fc input?", (
+            EMBEDDING_LIKE
+        )
     fits = [s for s in specs if s.index != index and s.norm and stats.median in s.norm]
     if fits:
         names = ", ".join(f"slot {s.index} ({s.layer})" for s in fits)
-        return f"the value fits the bounds of {names}: slots swapped or layers shifted?"
+        return (
+            f"the value fits the bounds of {names}: slots swapped or layers shifted?",
+            FITS_ANOTHER_SLOT,
+        )
     bounds = specs[index].norm
     assert bounds is not None
     side = "above" if stats.median > bounds.high else "below"
     return (
         f"the norm is {side} the bounds: the capture took a deeper or shallower layer "
-        "(a one-layer shift), or the bounds need an update"
+        "(a one-layer shift), or the bounds need an update",
+        OUTSIDE,
     )
 
 

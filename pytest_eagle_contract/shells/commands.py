@@ -50,15 +50,27 @@ def infer(args: argparse.Namespace) -> int:
     if args.update is not None:
         from ..authoring.baseline import update_contract
 
-        changes = update_contract(
+        update = update_contract(
             args.update, args.paths or None, parse_sample(args.sample), args.seed
         )
+        changes = update.changes
+        if update.warnings:  # what check says of these shards: before the numbers it moved
+            from ..render import format_findings
+
+            slots = sorted({f.slot for f in update.warnings if f.slot is not None})
+            print(
+                "warning: check finds the layout of slot(s) "
+                f"{', '.join(map(str, slots))} moved in these shards, not only their norms; "
+                "the update takes it in as the new baseline: fix the pipeline instead, "
+                "unless the layout moved on purpose\n"
+            )
+            print(format_findings(update.warnings) + "\n")
         for change in changes:
             print(f"{args.update}: {change}")
         print(
             f"{len(changes)} bound(s) changed" if changes else "no bound changed: nothing written"
         )
-        return EXIT_FINDINGS if changes else EXIT_OK
+        return EXIT_FINDINGS if changes or update.warnings else EXIT_OK
     if not args.paths:
         raise UsageError("infer needs shard PATHs (or --update CONTRACT)")
 

@@ -37,6 +37,9 @@ Each run ends in one class, the first that applies (benchmarks/hostile_sweep.py)
     no finding    a shard's default ``check`` has no finding for the bad file, or skipped
                   the good one beside it; (fs) the cell's report lacks the bad shard's
                   finding, or a skip of ``eagle_capture`` names no option to pass
+    zero compared the run passed ("ok") on 0 shards while running a family that compares
+                  shards (every per-shard family, token-parity): its report (check's
+                  ``--json``, the plugin's ``--eagle-report``) says "ok ... on 0 shard(s)"
     ok            none of the above
 
     python benchmarks/hostile_sweep.py --matrix [--quick] [--classes shards,drafts]
@@ -56,6 +59,7 @@ import importlib.util
 import json
 import os
 import random
+import re
 import shutil
 import struct
 import subprocess
@@ -282,6 +286,10 @@ def write_variants(folder: Path, world: World, base: str, model: Path | None = N
     if world.tokenizer is not None:  # the token families beside the folder's shards
         tokens = variant(base, tokenizer=world.tokenizer)
         (folder / "c-tokens.yaml").write_text(tokens, "utf-8")
+        # the shards only on the command line: training.shards names a folder of no shard
+        named = re.sub(r"(?m)^  shards:.*$", f"  shards: {ELSEWHERE}", tokens, count=1)
+        (folder / "c-tokens-named.yaml").write_text(named, "utf-8")
+        (folder / ELSEWHERE).mkdir(exist_ok=True)
 
 
 # -- cells: a family in a shell, and the argv that runs it ---------------------------------
@@ -376,6 +384,7 @@ def _pytest(
     # a basetemp of its own: pytest's clean-up of old ones in /tmp/pytest-of-USER is not
     # the plugin's (a 1,100-level tree left there by a killed run crashes every session)
     argv += ["--basetemp", "out/basetemp", *GUARD, "-q", "-rfE", "--eagle-contract", contract]
+    argv += ["--eagle-report", "out/r.json"]  # its summary: no cell passes on 0 shards compared
     for s in shards:
         argv += ["--eagle-shards", s]
     argv += ["--eagle-sample", "all", *extra, "out/tests"]
@@ -450,6 +459,14 @@ IDENTITY_ON = {"model": True, "serving_model": True}
 PROBE_ON = {"model": True, "reference": True, "draft": True, "floor": True}
 TOKENS_ON = {"tokenizer": True}
 TOKEN_FAMILIES = ("tokenizer", "tokens", "token-parity")
+ELSEWHERE = "not-these-shards"  # c-tokens-named.yaml's training.shards: a folder, no shard
+
+
+def shards_of(base: str) -> str:
+    """The ``training.shards`` of a contract text (``shards``, ``shards/hidden_states``),
+    its comment left out."""
+    line = next(x for x in base.splitlines() if x.startswith("  shards:"))
+    return line.split(":", 1)[1].split("#", 1)[0].strip()
 
 
 def _seam_cells(
@@ -470,8 +487,28 @@ def _seam_cells(
 
 
 def token_cells(base: str = "") -> list[Cell]:
-    """The token families (c-tokens.yaml: the world's tokenizer folder and conversations)."""
-    return _seam_cells("token families", "c-tokens.yaml", TOKEN_FAMILIES, TOKENS_ON, base)
+    """The token families (c-tokens.yaml: the world's tokenizer folder and conversations),
+    and token-parity on the shards the command names (c-tokens-named.yaml's own
+    training.shards is a folder of no shard: a run that read the contract's shards instead
+    compares nothing and said "ok: 1 checks on 0 shard(s)", which the sweep's ``zero
+    compared`` rule fails)."""
+    shards = shards_of(base or _base_text())
+    named = [
+        Cell(
+            "token-parity (shards named)",
+            "cli",
+            lambda f, w: _check("c-tokens-named.yaml", shards, extra=["--checks", "token-parity"]),
+            _fam(["token-parity"], base=base, contract=TOKENS_ON),
+        ),
+        Cell(
+            "token-parity (shards named)",
+            "pytest",
+            lambda f, w: _pytest("c-tokens-named.yaml", [shards], "--eagle-checks", "token-parity"),
+            _fam(["token-parity"], base=base, contract=TOKENS_ON),
+        ),
+    ]
+    cells = _seam_cells("token families", "c-tokens.yaml", TOKEN_FAMILIES, TOKENS_ON, base)
+    return [*cells, *named]
 
 
 DRAFT_ON = {"draft": True}
@@ -1547,7 +1584,7 @@ def fs_cells() -> list[Cell]:
     gate = Cell(
         "pytest gate",
         "pytest",
-        lambda f, w: _pytest("c-base.yaml", ["shards"], nosharp, "--eagle-report", "out/r.json"),
+        lambda f, w: _pytest("c-base.yaml", ["shards"], nosharp),  # with out/r.json: _pytest's
         _fam(no_sharpness=True),
         expect=(1,),
         judge=_fs_findings("r.json"),

@@ -16,6 +16,8 @@ an address-space limit and a timeout, and ends in one class, the first that appl
     traceback     a Python traceback on stderr, or an exit code outside {0, 1, 2}
     changed verdict  (the matrix's fs class) not the exit code a normal run gives
     no finding    a shard's ``check`` has no finding for the bad file, or skipped the good one
+    zero compared the run passed ("ok", exit 0) on 0 shards while running a family that
+                  compares shards: a family that compared nothing must say so (EC009)
     ok            none of the above
 
     python benchmarks/hostile_sweep.py [--jobs 2] [--timeout 90] [--surfaces shards,http]
@@ -32,6 +34,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
+import json
 import os
 import random
 import resource
@@ -78,6 +81,7 @@ CLASSES = (
     "traceback",
     "changed verdict",
     "no finding",
+    "zero compared",
     "ok",
 )
 MEMORY_WORDS = ("MemoryError", "not enough memory", "Cannot allocate memory", "can't allocate")
@@ -216,6 +220,33 @@ def _out_of_memory(text: str, pytest_output: bool) -> bool:
     return any(w in x for x in lines if not x.startswith(">") for w in MEMORY_WORDS)
 
 
+def comparing() -> frozenset[str]:
+    """The families that compare shards: every per-shard family, and token-parity (a
+    contract-level family that reads the shards the command names)."""
+    from pytest_eagle_contract.plan.registry import FAMILIES
+
+    return frozenset({f.name for f in FAMILIES if f.scope == "shard"} | {"token-parity"})
+
+
+def compared_nothing(case: Case) -> str:
+    """Why a run that passed compared no shard, else "": it runs a family that compares
+    shards (:func:`comparing`), and its report (``out/r.json``: check's ``--json``, the
+    plugin's ``--eagle-report``) says "ok" on 0 shards. No cell passes on zero compared
+    items: a family that compared nothing says so (EC009: "passed, incomplete")."""
+    if not case.covers & comparing():
+        return ""
+    try:
+        data = json.loads((case.folder / "out" / "r.json").read_text("utf-8"))
+    except (OSError, ValueError):
+        return ""
+    reports = data.get("reports", [data]) if isinstance(data, dict) else []
+    for report in reports:
+        line = str(report.get("summary", "")) if isinstance(report, dict) else ""
+        if line.startswith("ok:") and " on 0 shard(s)" in line:
+            return f"passed having compared no shard: {line}"
+    return ""
+
+
 def _verdict(run: _Running, status: int, rss: int) -> Result:
     case = run.case
     code = os.waitstatus_to_exitcode(status)
@@ -255,6 +286,8 @@ def _verdict(run: _Running, status: int, rss: int) -> Result:
         text = f"{text}\n[verdict] exit {code}; a normal run exits {case.expect}"
     elif case.verify is not None and (missing := case.verify(case.folder)):
         verdict, text = "no finding", f"{missing}\n{text}"
+    elif code == 0 and (nothing := compared_nothing(case)):
+        verdict, text = "zero compared", f"{nothing}\n{text}"
     else:
         verdict = "ok"
     if changed:

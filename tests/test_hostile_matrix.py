@@ -7,6 +7,7 @@ the matrix a cell (a ``--checks`` run, or the contract variant that switches it 
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -62,3 +63,48 @@ def test_each_target_family_reads_every_shard_class(quick):
                 klass,
                 shell,
             )
+
+
+def test_token_parity_runs_on_shards_named_on_the_command_line(quick):
+    """Issue 37: token-parity cells whose shards come from the command line (CLI PATH,
+    pytest --eagle-shards), beside a contract whose own training.shards holds no shard."""
+    named = [p for p in quick if p.cell.family == "token-parity (shards named)"]
+    assert {(p.klass, p.cell.shell) for p in named} == {
+        (k, s) for k in ("shards", "datasets") for s in ("cli", "pytest")
+    }
+    world = Path("/world")
+    for p in named:
+        argv = p.cell.argv(Path("/case"), world)  # type: ignore[arg-type]
+        assert "c-tokens-named.yaml" in argv and "token-parity" in argv
+        own = "shards/hidden_states" if p.klass == "datasets" else "shards"
+        flag = "--eagle-shards" if p.cell.shell == "pytest" else "c-tokens-named.yaml"
+        assert argv[argv.index(flag) + 1] == own  # the shards, named on the command line
+        assert {"token-parity"} <= p.cell.covers()
+
+
+def test_the_sweep_fails_a_run_that_passed_having_compared_nothing(tmp_path):
+    """No cell passes on zero compared items: a run of a shard-comparing family whose report
+    says "ok ... on 0 shard(s)" is its own class of defect; "passed, incomplete" (EC009:
+    it said so) and a run of a family that compares no shard are not."""
+    import hostile_sweep as sweep
+    from hostile_inputs import Case
+
+    (tmp_path / "out").mkdir()
+    report = tmp_path / "out" / "r.json"
+
+    def verdict(summary: str, covers: set[str], session: bool = False) -> str:
+        data = {"summary": summary}
+        report.write_text(json.dumps({"reports": [data]} if session else data))
+        case = Case("shards", "x", tmp_path, [], covers=frozenset(covers))
+        return sweep.compared_nothing(case)
+
+    assert "zero compared" in sweep.CLASSES
+    assert verdict("ok: 1 checks on 0 shard(s) passed", {"token-parity"})
+    assert verdict("ok: 1 checks on 0 shard(s) passed", {"token-parity"}, session=True)
+    assert not verdict("ok: 1 checks on 3 shard(s) passed", {"token-parity"})
+    assert not verdict(
+        "passed, incomplete: 1 checks on 0 shard(s) passed; 1 check(s) did not run (EC009, "
+        "the reasons above)",
+        {"token-parity"},
+    )
+    assert not verdict("ok: 1 checks on 0 shard(s) passed", {"draft-config"})

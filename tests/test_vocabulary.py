@@ -249,3 +249,27 @@ def test_cli_checks_vocabulary(tmp_path):
     )
     assert res.returncode == 1, res.stderr
     assert "EC933" in res.stdout and "EC932" in res.stdout
+
+
+def test_coverage_is_of_the_shards_the_command_names(tmp_path):
+    """Issue 37 item 1: the map covers the contract's own shards; the folder the command
+    names holds other ids (EC933), and a folder of no shard is said, not passed (EC009)."""
+    setup(tmp_path, "    min_vocab_coverage: 0.9")  # the map: built from tmp_path/shards
+    g = torch.Generator().manual_seed(2)
+    shards(tmp_path / "other", [torch.randint(200, 300, (32,), generator=g).tolist()] * 2)
+    (tmp_path / "empty").mkdir()
+
+    def check(*paths: Path) -> subprocess.CompletedProcess[str]:
+        argv = ["check", str(tmp_path / "c.yaml"), *map(str, paths), "--checks", "vocabulary"]
+        return subprocess.run(
+            [sys.executable, "-m", "pytest_eagle_contract", *argv], capture_output=True, text=True
+        )
+
+    own = check()
+    assert own.returncode == 0 and "EC933" not in own.stdout, own.stdout + own.stderr
+    named = check(tmp_path / "other")
+    assert named.returncode == 1 and "EC933" in named.stdout, named.stdout + named.stderr
+    empty = check(tmp_path / "empty")
+    assert empty.returncode == 0, empty.stdout + empty.stderr
+    assert "EC009" in empty.stdout and "no shard files under" in empty.stdout, empty.stdout
+    assert empty.stdout.strip().splitlines()[-1].startswith("passed, incomplete")

@@ -219,7 +219,17 @@ def _llama(base: str, prompts: list[list[int]], n: int, timeout: float) -> Measu
             "launch llama-server with the draft: --spec-type draft-eagle3 -md DRAFT.gguf "
             "(--spec-draft-n-max K)",
         )
-    after = _metrics(base, timeout, "llamacpp:") if before is not None else None
+    after = None
+    if before is not None:  # llama-server counts a request as it answers; a proxy may lag
+        for _ in range(_SETTLE_TRIES):
+            after = _metrics(base, timeout, "llamacpp:")
+            moved = after is not None and (
+                after.get("drafted", 0) - before.get("drafted", 0),
+                after.get("accepted", 0) - before.get("accepted", 0),
+            ) == (drafted, accepted)
+            if moved or after is None:
+                break
+            time.sleep(_SETTLE_S)
     if before is None or after is None:
         return Measured(
             "llama.cpp",

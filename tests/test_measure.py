@@ -280,3 +280,31 @@ def test_gate_runs_the_item_by_default_once_an_engine_is_given(
             "no:randomly",
         )
     result.stdout.fnmatch_lines(["*measured-acceptance FAILED*", "*EC712*1.000*floor 2.0*"])
+
+
+@pytest.mark.slow
+def test_the_probe_runs_on_the_same_prompts_beside_the_measurement(
+    tmp_path: Path, cli: Any
+) -> None:
+    """A random tiny target and a random draft: the probe's rows, at the engine's draft
+    length, beside what the (stand-in) engine measured; the hint quotes the probe."""
+    from safetensors.torch import save_file
+
+    from pytest_eagle_contract.models.tiny import TinySpec, tiny_target
+    from pytest_eagle_contract.models.trained import random_draft
+
+    tiny_target(TinySpec()).save_pretrained(tmp_path / "target", safe_serialization=True)
+    config, weights = random_draft(64, 512, [2, 4, 6], torch.Generator().manual_seed(1))
+    project(tmp_path, "sglang", floor=2.0)
+    (tmp_path / "draft" / "config.json").write_text(json.dumps(config))
+    save_file(weights, str(tmp_path / "draft" / "model.safetensors"))
+    with EngineStandin(Engine("sglang", accepts=(0, 1), k=3)) as url:
+        res = measure(cli, tmp_path, "sglang", url, "--target-model", "target", "--json")
+    assert res.returncode == 1, res.stderr
+    out = json.loads(res.stdout)
+    names = [e["name"] for e in out["probe"]]
+    assert names[0] == "trainer" and len(names) == 2  # SGLang feeds residual:3, 5, 7
+    assert all(len(e["per_step"]) == 3 for e in out["probe"])  # the engine's k: 9 / 3 rounds
+    assert all(e["chains"] > 0 for e in out["probe"])
+    [ec712] = out["findings"]
+    assert "the probe" in ec712["hint"] and "estimate" in ec712["details"]

@@ -147,6 +147,22 @@ def _answer(status: int, body: bytes) -> Any:
         ("vllm", 200, b'vllm:spec_decode_num_drafts_total{engine="0"} -3\n', "EC715"),
         ("vllm", 200, b"\xff\xfe not text", "EC715"),
         ("vllm", 200, b"vllm:num_requests_running 0\n", "EC713"),
+        ("vllm", 200, b"# HELP x\n" * (1 << 20), "EC715"),  # 9 MiB: over the cap, unread
+        (
+            "vllm",
+            200,
+            b'vllm:spec_decode_num_accepted_tokens_per_pos_total{position="-1"} 1\n',
+            "EC715",
+        ),
+        ("vllm", 200, b'vllm:spec_decode_num_drafts_total{engine="0"} 1e400\n', "EC715"),
+        ("sglang", 200, b'{"meta_info": {"spec_verify_ct": true}}', "EC715"),
+        (
+            "sglang",
+            200,
+            b'{"meta_info": {"spec_verify_ct": 2, "spec_num_correct_drafts": 1.5}}',
+            "EC715",
+        ),
+        ("sglang", 200, b"[" * 100000, "EC715"),
         ("sglang", 500, b'{"error": {"message": "boom"}}', "EC715"),
         ("sglang", 200, b"[1, 2]", "EC715"),
         (

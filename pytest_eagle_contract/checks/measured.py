@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     from .unit import MeasureSettings, Resources, Unit
 
 KEY = "serving.min_accept_length"
-GAP = 0.10  # a measured length this far under the served layout's estimate gets a note
 
 
 @dataclass(frozen=True)

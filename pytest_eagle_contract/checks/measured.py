@@ -147,7 +147,8 @@ def findings_of(
     else:
         hint = (
             "check the served layout (eagle-contract check, EC501) and compare with the "
-            "probe's estimate (--draft DIR --target-model DIR)"
+            "probe's estimate on the same prompts (eagle-contract measure ... --draft DIR "
+            "--target-model DIR)"
         )
     return [
         finding(

@@ -54,6 +54,10 @@ def _why_not() -> str | None:
     converter = live.cache() / "converter" / "convert_hf_to_gguf.py"
     if not converter.exists():
         return f"no converter at {converter}: run `{BUILD}`"
+    import importlib.util
+
+    if importlib.util.find_spec("sentencepiece") is None:
+        return "the vendored converter imports sentencepiece: pip install sentencepiece"
     return None
 
 

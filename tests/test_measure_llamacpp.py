@@ -15,6 +15,7 @@ import json
 import os
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -38,7 +39,8 @@ SERVER = (
     / "llama-server"
 )
 SHIFTED_IDS = [3, 5, 6]
-PROMPT, NEW, SHARDS = 16, 48, 8
+PROMPT, SHARDS = 16, 8
+NEW = 46  # 1 from the prefill, then 9 full rounds of 4 drafted + 1: no round cut by the budget
 
 try:
     import llamacpp_live as live
@@ -46,19 +48,44 @@ except ImportError:  # the llamacpp-live helpers are not in this checkout
     live = None
 
 
+def _converter() -> Path | None:
+    """The vendored convert_hf_to_gguf.py the build keeps (``<version>/converter/``), else
+    the one in the unpacked sdist, with its ``conversion`` and ``gguf-py`` beside it."""
+    version = SERVER.parent.parent
+    vendored = version / "src" / "llama_cpp_python-0.3.36" / "vendor" / "llama.cpp"
+    for folder in (version / "converter", vendored):
+        if all(
+            (folder / name).exists() for name in ("convert_hf_to_gguf.py", "conversion", "gguf-py")
+        ):
+            return folder / "convert_hf_to_gguf.py"
+    return None
+
+
 def _why_not() -> str | None:
     if not SERVER.exists():
         return f"no llama-server at {SERVER}: run `{BUILD}`"
     if live is None:
-        return "tests/llamacpp_live.py (the tiny target and draft GGUFs) is not in this checkout"
-    converter = live.cache() / "converter" / "convert_hf_to_gguf.py"
-    if not converter.exists():
-        return f"no converter at {converter}: run `{BUILD}`"
+        return "tests/llamacpp_live.py (the tiny target and draft) is not in this checkout"
+    if _converter() is None:
+        return f"no vendored converter beside {SERVER.parent}: run `{BUILD}`"
     import importlib.util
 
     if importlib.util.find_spec("sentencepiece") is None:
         return "the vendored converter imports sentencepiece: pip install sentencepiece"
     return None
+
+
+def _convert(src: Path, out: Path, target: Path | None = None) -> Path:
+    """``src`` (an HF folder) to an f32 GGUF by the vendored converter."""
+    converter = _converter()
+    assert converter is not None
+    cmd = [sys.executable, str(converter), str(src), "--outtype", "f32", "--outfile", str(out)]
+    if target is not None:
+        cmd += ["--target-model-dir", str(target)]
+    env = {**os.environ, "PYTHONPATH": str(converter.parent / "gguf-py"), "NO_LOCAL_GGUF": "1"}
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert res.returncode == 0 and out.is_file(), res.stdout[-2000:] + res.stderr[-3000:]
+    return out
 
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(_why_not() is not None, reason=str(_why_not()))]
@@ -71,14 +98,14 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     model = live.make_target(root / "target")
     draft = live.make_draft(model, root / "draft")
     shifted = live.draft_with_ids(draft, SHIFTED_IDS, root / "draft-shifted")
-    target_gguf = live.convert(root / "target", root / "target.gguf")
+    target_gguf = _convert(root / "target", root / "target.gguf")
     return {
         "root": root,
         "target": root / "target",
         "draft": draft,
         "target.gguf": target_gguf,
-        "trained.gguf": live.convert(draft, root / "draft.gguf", root / "target"),
-        "shifted.gguf": live.convert(shifted, root / "draft-shifted.gguf", root / "target"),
+        "trained.gguf": _convert(draft, root / "draft.gguf", root / "target"),
+        "shifted.gguf": _convert(shifted, root / "draft-shifted.gguf", root / "target"),
     }
 
 

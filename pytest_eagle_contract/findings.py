@@ -87,6 +87,11 @@ RuleCode = Literal[
     "EC709",
     "EC710",
     "EC711",
+    "EC712",
+    "EC713",
+    "EC714",
+    "EC715",
+    "EC716",
     "EC801",
     "EC802",
     "EC901",
@@ -219,6 +224,13 @@ EC709 topology-shape             a production capture holds another number of st
 EC710 topology-unpaired          a prompt was captured on one layout only
 EC711 token-order                a production capture holds the reference's rows or ids in another
                                  token order
+-- measured acceptance (measure): a running engine's own counters, the draft loaded
+EC712 measured-below-floor       the engine's measured accept length is below the contract's floor
+EC713 measure-no-counters        the engine reports no speculative counters: no draft loaded, or its
+                                 metrics off
+EC714 measure-counters-invalid   the engine's counters contradict each other
+EC715 measure-unreachable        the engine cannot be reached or gave no usable answer
+EC716 measure-no-prompts         no sampled shard gives a prompt (no loss mask marks a reply)
 -- EC8xx: contract sharpness (mutations)
 EC801 not-sharp                  a class of pipeline bug passes the contract
 EC802 baseline-fails             a shard built to the contract's own description fails it

@@ -71,6 +71,8 @@ KINDS: dict[str, tuple[str, ...]] = {
         "test_inspect",
         "test_inspect_many",
         "test_journey",
+        "test_measure",
+        "test_measure_llamacpp",
         "test_pre_commit",
         "test_report_browser",
         "test_reports",

@@ -32,10 +32,11 @@ Need = Literal[
     "tokenizer",
     "tokenizer-dir",
     "conversations",
+    "measure",
 ]
 """What a family needs to run: a contract section, a target model (``--target-model`` or
 ``target.model``), serving captures (``--captures`` / ``--sglang-url``), or an acceptance
-floor in the contract (the probe)."""
+floor in the contract (the probe), or a running engine to measure acceptance on."""
 
 NEED_HOW: dict[str, str] = {
     "training": "a training section in the contract",
@@ -47,6 +48,8 @@ NEED_HOW: dict[str, str] = {
     "tokenizer": "a tokenizer section in the contract, or --tokenizer DIR",
     "tokenizer-dir": "--tokenizer DIR (or tokenizer.path in the contract)",
     "conversations": "--conversations FILE (or tokenizer.conversations in the contract)",
+    "measure": "a running engine with the draft loaded (measure --llama-server-url, "
+    "--sglang-url or --vllm-url; pytest --eagle-measure-*-url)",
 }
 
 

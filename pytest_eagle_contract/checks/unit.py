@@ -38,6 +38,21 @@ class Unit:
 
 
 @dataclass(frozen=True)
+class MeasureSettings:
+    """A running engine with the draft loaded, to measure acceptance on (``measure``,
+    ``--eagle-measure-*``): its engine and URL, the request bounds, and the shards whose
+    prompts it is sent (``()``: the contract's own, sampled ``sample`` with ``seed``)."""
+
+    engine: str
+    url: str
+    timeout: float = 120.0
+    new_tokens: int = 64
+    shards: tuple[Path, ...] = ()
+    sample: int | None = 10
+    seed: int = 0
+
+
+@dataclass(frozen=True)
 class Settings:
     """What the run's options ask of every unit (a worker builds its runner from them):
     the engine's launch line, a target model and reference capture overriding the
@@ -54,6 +69,7 @@ class Settings:
     sglang_url: str | None = None
     timeout: float = 60.0
     curve: bool = False  # measure the target's per-layer norm curve (an HTML report wants it)
+    measure: MeasureSettings | None = None  # a running engine's own acceptance counters
 
 
 COMPARED = "compared_shards"

@@ -211,6 +211,11 @@ class Chains:
         counts = self.counts(sequences, [first] * len(sequences), batch)
         return self._rows(counts, len(sequences))
 
+    def estimates_from(self, sequences: list[torch.Tensor], firsts: list[int]) -> list[Estimate]:
+        """Acceptance under each layout, sequence ``i``'s chains starting at ``firsts[i]``
+        (prompts of their own lengths: ``measure`` compares an engine's rounds with them)."""
+        return self._rows(self.counts(sequences, firsts), len(sequences))
+
     def _rows(self, counts: dict[str, list[torch.Tensor]], sequences: int) -> list[Estimate]:
         """A row per layout from the counts of the first ``sequences`` sequences."""
         import torch

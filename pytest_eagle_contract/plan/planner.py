@@ -39,6 +39,7 @@ def _available(
     serving_target: Path | None = None,
     tokenizer: Path | None = None,
     conversations: Path | None = None,
+    measure: bool = False,
 ) -> set[Need]:
     have: set[Need] = set()
     if contract.training is not None:
@@ -60,6 +61,8 @@ def _available(
         have.add("tokenizer-dir")
     if conversations is not None or (tk is not None and tk.conversations is not None):
         have.add("conversations")
+    if measure:
+        have.add("measure")
     return have
 
 
@@ -74,6 +77,7 @@ def families(
     serving_target: Path | None = None,
     tokenizer: Path | None = None,
     conversations: Path | None = None,
+    measure: bool = False,
 ) -> list[CheckFamily]:
     """The families to run, in registry order.
 
@@ -84,7 +88,9 @@ def families(
     from ..checks.family import NEED_HOW
     from .registry import BY_NAME, FAMILIES, SELECTABLE
 
-    have = _available(contract, target_model, capture, serving_target, tokenizer, conversations)
+    have = _available(
+        contract, target_model, capture, serving_target, tokenizer, conversations, measure
+    )
     if reference and "target" not in have:
         raise UsageError("--reference-capture needs " + NEED_HOW["target"])
     named = list(checks) if checks is not None else None
@@ -120,6 +126,7 @@ def plan(
     serving_target: Path | None = None,
     tokenizer: Path | None = None,
     conversations: Path | None = None,
+    measure: bool = False,
 ) -> list[Unit]:
     """All units of a contract: contract-level families first, then the shard families
     grouped by shard so each shard is read once.
@@ -138,6 +145,7 @@ def plan(
         serving_target=serving_target,
         tokenizer=tokenizer,
         conversations=conversations,
+        measure=measure,
     )
     per_contract = [f for f in chosen if f.scope == "contract"]
     per_shard = [f for f in chosen if f.scope == "shard"]

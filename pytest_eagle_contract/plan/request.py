@@ -6,11 +6,11 @@ and run from it alone."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..checks.unit import Settings
+from ..checks.unit import MeasureSettings, Settings
 from ..shards.discovery import DEFAULT_SAMPLE
 
 if TYPE_CHECKING:
@@ -51,6 +51,7 @@ class CheckRequest:
         tokenizer: Path | None = None,
         conversations: Path | None = None,
         render_url: str | None = None,
+        measure: MeasureSettings | None = None,
     ) -> CheckRequest:
         """The one mapping from the shells' options to a request."""
         settings = Settings(
@@ -64,6 +65,11 @@ class CheckRequest:
             tokenizer=tokenizer,
             conversations=conversations,
             render_url=render_url,
+            measure=(
+                None
+                if measure is None
+                else replace(measure, shards=tuple(shards or ()), sample=sample, seed=seed)
+            ),
         )
         return cls(
             shards=tuple(shards or ()),
@@ -92,4 +98,5 @@ class CheckRequest:
             serving_target=s.serving_target_model,
             tokenizer=s.tokenizer,
             conversations=s.conversations,
+            measure=s.measure is not None,
         )

@@ -143,3 +143,71 @@ def add_checks(add: Add, prefix: str = "") -> None:
 def check_names(text: str | None) -> list[str] | None:
     """``--checks a,b`` as names; None when not given (every default family)."""
     return None if text is None else [c.strip() for c in text.split(",") if c.strip()]
+
+
+MEASURE_URLS = (  # (option suffix, engine): a running engine with the draft loaded
+    ("llama-server-url", "llama.cpp"),
+    ("sglang-url", "sglang"),
+    ("vllm-url", "vllm"),
+)
+
+
+def add_measure(add: Add, prefix: str = "", url_add: Add | None = None) -> None:
+    """The engine to measure acceptance on (one URL per engine, ``url_add`` may be a
+    mutually exclusive group's) and the requests' bounds: ``measure``'s options, and the
+    plugin's ``--eagle-measure-*``."""
+    urls = url_add or add
+    for suffix, engine in MEASURE_URLS:
+        urls(
+            f"--{prefix}{suffix}",
+            metavar="URL",
+            help=f"a running {engine} with the draft loaded (http://host:port)",
+        )
+    add(
+        f"--{prefix}timeout",
+        type=float,
+        default=120.0,
+        metavar="S",
+        help="seconds per request to the engine (default: 120)",
+    )
+    add(
+        f"--{prefix}max-new-tokens",
+        type=int,
+        default=64,
+        metavar="N",
+        help="new tokens per prompt, greedy, end-of-sequence ignored (default: 64)",
+    )
+
+
+def measure_settings(
+    values: dict[str, object], prefix: str = ""
+) -> tuple[str, str, float, int] | None:
+    """(engine, URL, timeout, new tokens) from the options :func:`add_measure` added (their
+    dests under ``prefix``), None when no URL is given; UsageError for two URLs or a bad
+    value."""
+    from ..capture.acceptance import MAX_NEW_TOKENS
+    from ..capture.transport import check_timeout, check_url
+    from ..errors import UsageError
+
+    dest = prefix.replace("-", "_")
+    given = [
+        (f"--{prefix}{suffix}", engine, values.get(dest + suffix.replace("-", "_")))
+        for suffix, engine in MEASURE_URLS
+    ]
+    given = [g for g in given if g[2] is not None]
+    if not given:
+        return None
+    if len(given) > 1:
+        raise UsageError(f"give one engine to measure: {given[0][0]} or {given[1][0]}")
+    flag, engine, url = given[0]
+    try:
+        base = check_url(url)
+    except UsageError:
+        raise UsageError(f"{flag} {url!r}: give the engine's http:// or https:// address") from None
+    timeout = values.get(dest + "timeout")
+    check_timeout(timeout)
+    new = values.get(dest + "max_new_tokens")
+    if type(new) is not int or not 1 <= new <= MAX_NEW_TOKENS:
+        raise UsageError(f"--{prefix}max-new-tokens {new!r}: 1 to {MAX_NEW_TOKENS}")
+    assert isinstance(timeout, (int, float))
+    return engine, base, float(timeout), new

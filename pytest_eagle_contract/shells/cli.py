@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..contract.model import SCHEMA_FILE
 from ..errors import EagleContractError
-from . import audit, captures, check, commands, doctor, matrix, probe, vllm_record
+from . import audit, captures, check, commands, doctor, matrix, measure, probe, vllm_record
 from .args import (
     add_annotations,
     add_checks,
@@ -271,6 +271,7 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     probe.add_parser(sub)
+    measure.add_parser(sub)
     audit.add_parser(sub)
     matrix.add_parser(sub)
     captures.add_parser(sub)
@@ -321,6 +322,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "schema": commands.schema,
     "validate": commands.validate,
     "probe": probe.probe,
+    "measure": measure.measure,
     "audit": audit.audit,
     "matrix": matrix.matrix,
     "compare-captures": captures.compare_captures,

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .args import add_annotations, add_checks, add_sglang
+from .args import MEASURE_URLS, add_annotations, add_checks, add_measure, add_sglang
 
 if TYPE_CHECKING:
     from ..shards.discovery import Sampling
@@ -98,6 +98,20 @@ def target_model(config: pytest.Config) -> Path | None:
 def serving_target_model(config: pytest.Config) -> Path | None:
     given = config.getoption("eagle_serving_target_model")
     return Path(given).resolve() if given else None
+
+
+MEASURE_PREFIX = "eagle-measure-"
+
+
+def measure_settings(config: pytest.Config) -> tuple[str, str, float, int] | None:
+    """(engine, URL, timeout, new tokens) from ``--eagle-measure-*``; None without a URL.
+    UsageError for two URLs or a bad value."""
+    from .args import measure_settings as settings
+
+    dest = MEASURE_PREFIX.replace("-", "_")
+    names = [dest + s.replace("-", "_") for s, _ in MEASURE_URLS]
+    names += [dest + "timeout", dest + "max_new_tokens"]
+    return settings({n: config.getoption(n) for n in names}, MEASURE_PREFIX)
 
 
 def path_option(config: pytest.Config, name: str) -> Path | None:
@@ -217,6 +231,7 @@ def add_options(parser: pytest.Parser) -> None:
         dest="eagle_sglang_skip",
         help="skip (with the reason), instead of fail, when the server is down",
     )
+    add_measure(group.addoption, MEASURE_PREFIX)
     add_checks(group.addoption, "eagle-")
     group.addoption(
         "--eagle-no-sharpness",

@@ -67,6 +67,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
         try:
             options.sampling(config)
+            options.measure_settings(config)
             options.batch_size(config, 0)
             options.option_contracts(config)
             for shards in options.shards_override(config):
@@ -357,6 +358,12 @@ def _request(config: pytest.Config) -> CheckRequest:
                 message = str(exc).replace("--render-url", "--eagle-render-url")
                 raise pytest.UsageError(message) from None
         sample, seed = options.sampling(config)
+        chosen = options.measure_settings(config)
+        measure = None
+        if chosen is not None:
+            from ..checks.unit import MeasureSettings
+
+            measure = MeasureSettings(*chosen)
         config.stash[_REQUEST] = CheckRequest.of(
             shards=options.shards_override(config),
             sample=sample,
@@ -373,6 +380,7 @@ def _request(config: pytest.Config) -> CheckRequest:
             sglang_url=config.getoption("eagle_sglang_url"),
             timeout=config.getoption("eagle_sglang_timeout"),
             serving_args=config.getoption("eagle_serving_args"),
+            measure=measure,
         )
     return config.stash[_REQUEST]
 

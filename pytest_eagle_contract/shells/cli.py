@@ -243,6 +243,13 @@ def _parser() -> argparse.ArgumentParser:
         "launch of --arch (VLLM_USE_V2_MODEL_RUNNER unset, CUDA), said in the output",
     )
     res.add_argument(
+        "--draft-model-impl",
+        choices=("auto", "flax_nnx", "vllm"),
+        default=None,
+        help="tpu-inference's DRAFT_MODEL_IMPL_TYPE (default: unset, auto): vllm runs the "
+        "draft through vLLM's code, which a target tpu-inference prefers vLLM's code for needs",
+    )
+    res.add_argument(
         "--want",
         nargs="+",
         metavar="LAYER",

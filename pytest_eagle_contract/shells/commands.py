@@ -272,7 +272,7 @@ def resolve(args: argparse.Namespace) -> int:
 
         return want(args)
     from ..engines.resolve import get_engine
-    from ..errors import Unservable
+    from ..errors import SilentlyWrong, Unservable
     from ..render import to_json
     from ..tables import table
 
@@ -303,11 +303,17 @@ def resolve(args: argparse.Namespace) -> int:
                         "version": args.version,
                         "arch": args.arch,
                         "refused": str(exc),
+                        "silent": isinstance(exc, SilentlyWrong),
                         "layers": None,
                     }
                 )
             )
-        print(f"eagle-contract resolve: {args.engine} would not serve this: {exc}", file=sys.stderr)
+        how = (
+            "runs this with a wrong draft input, silently (no abort)"
+            if isinstance(exc, SilentlyWrong)
+            else "would not serve this"
+        )
+        print(f"eagle-contract resolve: {args.engine} {how}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if args.json:
         print(to_json(res.to_dict()))

@@ -109,6 +109,10 @@ class LlamaCpp(Engine):
     def versions(self, spec: str | None) -> list[str | None]:
         return [None] if spec is None else list(releases_for(spec, releases(), "llama-cpp-python"))
 
+    def known_archs(self) -> frozenset[str]:
+        data = _data()
+        return frozenset(data["hf"]) | {a for r in data["archs"] for a in r["archs"]}
+
     def draft_ids(self, draft: DraftConfig) -> tuple[int, ...] | None:
         gguf = {k: v for k, v in draft.aux_ids.items() if k.startswith(GGUF_PREFIX)}
         if gguf or str(draft.path).endswith(".gguf"):

@@ -62,6 +62,11 @@ class TPUInference(Engine):
     def versions(self, spec: str | None) -> list[str | None]:
         return [None] if spec is None else list(releases_for(spec, releases(), "tpu-inference"))
 
+    def known_archs(self) -> frozenset[str]:
+        data = _data()
+        own = {a for r in data["rows"] for key in ("preferred", "jax") for a in r[key]}
+        return VLLM().known_archs() | own | {a for r in data["archs"] for a in r["archs"]}
+
     def draft_ids(self, draft: DraftConfig) -> tuple[int, ...] | None:
         return read_draft_ids(draft.path)
 

@@ -124,3 +124,14 @@ def test_target_config_with_arch_or_without_layers_is_a_usage_error(cli, tmp_pat
     assert res.returncode == 2 and "needs --num-layers" in res.stderr
     res = cli("resolve", "--engine", "vllm", "--target-config", tmp_path / "missing.json")
     assert res.returncode == 2 and "cannot read target config" in res.stderr
+
+
+def test_the_name_as_spelled_wins_over_one_that_differs_only_in_case(cli):
+    """vLLM's registry holds both LlamaForCausalLM and LLaMAForCausalLM; tpu-inference's JAX
+    registry only the first: the exact name must reach the engine, or Llama leaves the JAX
+    path."""
+    for arch in ("LlamaForCausalLM", "llama"):
+        res, out = resolve_json(cli, "--engine", "tpu-inference", "--version", "0.32.0",
+                                "--arch", arch, "--num-layers", 32, "--ids", 1, 3, 4)  # fmt: skip
+        assert out["arch"] == "LlamaForCausalLM" and "JAX path" in out["source"], out
+        assert res.returncode == 1 and [p["code"] for p in out["problems"]] == ["EC508"]

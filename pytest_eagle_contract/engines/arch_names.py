@@ -59,12 +59,18 @@ def pick(name: str, known: Collection[str]) -> tuple[str, str | None]:
     """The name of ``known`` (an engine's own spellings) that ``name`` stands for (``name``
     itself where nothing matches, for the engine to refuse in its own words), and a note
     where it stands for several (the first is taken)."""
-    lower = {k.lower(): k for k in known}
+    if name in known:  # as spelled: vLLM knows both LlamaForCausalLM and LLaMAForCausalLM
+        return name, None
+    lower = {k.lower(): k for k in sorted(known, reverse=True)}  # the same name each run
     if name.lower() in lower:
         return lower[name.lower()], None
     given = (name, *getattr(name, "also", ()))
     candidates = [s for g in given for s in spellings(g)]
-    matched = list(dict.fromkeys(lower[c.lower()] for c in candidates if c.lower() in lower))
+    matched = list(
+        dict.fromkeys(
+            c if c in known else lower[c.lower()] for c in candidates if c.lower() in lower
+        )
+    )
     if len(matched) < 2:
         return (matched[0] if matched else name), None
     return matched[0], (

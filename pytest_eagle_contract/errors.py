@@ -122,6 +122,12 @@ class Unservable(_OneCode):
     rule = "EC510"
 
 
+class SilentlyWrong(Unservable):
+    """The engine runs this case but feeds the draft something no layer is (zeros, other
+    tokens' rows), with no abort and no error: refused like an unservable case (EC510), and
+    said to be silent, which is worse than an abort."""
+
+
 class CaptureFileError(_OneCode):
     """A capture file is unreadable or inconsistent (EC707)."""
 

@@ -13,12 +13,22 @@ on (``pip download --no-deps --no-binary :all:``, about 75 MB each). Each
   the converter's rule (``conversion/llama.py`` or ``convert_hf_to_gguf.py``): which draft
   ``config.json`` key it bakes into that GGUF key, and the default it bakes without one;
 - the target side (``common/speculative.cpp``): id k < L asks for the input of layer k, id L
-  for the hidden state before the output norm (``nextn``) or layer L's input (``layer_inp``),
+  for the graph's ``t_h_nextn`` (``nextn``, from 0.3.35) or layer L's input (``layer_inp``),
   ids past L abort; the states are copied in the draft's list order;
 - per GGUF architecture (``llama-arch.cpp`` names, ``llama-model.cpp``'s class per
   architecture, that class's graph file under ``src/models/``): whether its graph records
   each layer's input (``res->t_layer_inp[il] = inpL``: id k is ``residual:k``, id 0 the
-  embedding) and whether it records the state id L asks for.
+  embedding), and what id L feeds (``last``), read in the target's own graph (the class's
+  ``graph::graph`` constructor, not its MTP graph): ``residual`` (``t_h_nextn`` is the layer
+  loop's output, before the output norm: ``residual:L``), ``final_norm`` (it is taken after
+  ``build_norm(..., model.output_norm, ...)``), ``streams`` (the graph widens its output
+  to several hyper-connection streams, ``n_embd_out_impl``, and ``t_h_nextn`` is them
+  unreduced: speculative.cpp copies ``n_embd`` floats per token from rows ``n_embd_out`` wide,
+  so the draft gets other tokens' streams, silently), ``zeros`` (the graph never sets
+  ``t_h_nextn``: nothing is copied into the nextn buffer, which llama_context clears when it
+  allocates it, and speculative.cpp's null check passes, so the draft gets zeros, silently),
+  or ``abort`` (``layer_inp`` releases: ``llama_context::set_embeddings_layer_inp`` asserts
+  ``lid < n_layer`` at start-up).
 
 A structure the script does not recognise makes it exit 1: a new release needs a look.
 ``--check`` compares with the committed file and exits 1 on any difference.
@@ -164,8 +174,62 @@ def _records_input(text: str) -> bool:
     return not re.search(r"\b(ggml_\w+|build_(?!hc_mean)\w+)\(", before)
 
 
+def _block(text: str, start: int) -> tuple[int, int]:
+    """The span of the brace block opening at or after ``start``."""
+    depth = 0
+    begin = text.index("{", start)
+    for n in range(begin, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[n], 0)
+        if depth == 0:
+            return begin, n + 1
+    raise SystemExit("unbalanced braces")
+
+
+def _main_graph(text: str, cls: str, version: str) -> str:
+    """The body of ``cls``'s own graph constructor (``cls::graph[<T>]::graph(``), the graph a
+    target runs (its MTP graph, ``graph_mtp``, is the draft side's)."""
+    found = re.search(rf"{cls}::graph(?:<\w+>)?::graph\(", text)
+    if found is None:
+        raise SystemExit(f"{version}: {cls}: no graph constructor found")
+    begin, end = _block(text, found.end())
+    return text[begin:end]
+
+
+def _id_l(sdist: Sdist, text: str, cls: str, last: str) -> str:
+    """What id L feeds on this graph (the module docstring's kinds)."""
+    version = sdist.version
+    if last == "layer_inp":
+        context = sdist.need("src/llama-context.cpp")
+        setter = context[context.find("::set_embeddings_layer_inp(") :][:600]
+        if re.search(r"GGML_ASSERT\(lid < model\.hparams\.n_layer\(\)\)", setter):
+            return "abort"
+        if re.search(r"t_layer_inp\[n_layer\]\s*=", text):
+            return "residual"
+        return "abort"  # llm_graph_result::set_outputs: "layer input tensor is null"
+    body = _main_graph(text, cls, version)
+    put = list(re.finditer(r"res->t_h_nextn\s*=\s*(\w+)\s*;", body))
+    if not put:
+        return "zeros"
+    if len(put) > 1:
+        raise SystemExit(f"{version}: {cls}: {len(put)} t_h_nextn assignments in its graph")
+    loop = re.search(r"for \(int il = 0; il < n_layer; \+\+il\) \{", body)
+    if loop is None:
+        raise SystemExit(f"{version}: {cls}: no layer loop in its graph")
+    _, loop_end = _block(body, loop.start())
+    if put[0].start() < loop_end:
+        raise SystemExit(f"{version}: {cls}: t_h_nextn set inside the layer loop")
+    after = body[loop_end : put[0].start()]
+    if re.search(r"n_embd_out_impl\s*=", text):
+        return "streams"
+    if re.search(r"build_norm\([^;]*model\.output_norm", after):
+        return "final_norm"
+    if re.search(r"build_norm\(", after):
+        raise SystemExit(f"{version}: {cls}: a norm other than the output norm before t_h_nextn")
+    return "residual"
+
+
 def _archs(sdist: Sdist, last: str) -> dict[str, dict[str, Any]]:
-    """Per GGUF architecture whose graph records layer inputs: whether id L is reachable."""
+    """Per GGUF architecture whose graph records layer inputs: what id L feeds."""
     graphs = _graphs(sdist)
     out = {}
     for arch, cls in sorted(_arch_classes(sdist).items()):
@@ -174,8 +238,7 @@ def _archs(sdist: Sdist, last: str) -> dict[str, dict[str, Any]]:
             continue
         if not _records_input(text):
             raise SystemExit(f"{sdist.version}: {arch} records layer inputs in an unknown way")
-        top = "t_h_nextn" if last == "nextn" else "t_layer_inp[n_layer]"
-        out[arch] = {"last": bool(re.search(rf"{re.escape(top)}\s*=", text))}
+        out[arch] = {"last": _id_l(sdist, text, cls, last)}
     return out
 
 

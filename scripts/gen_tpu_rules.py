@@ -12,7 +12,19 @@ engines/tpu_rules.json.
   vLLM's own model code through torchax);
 - per JAX model class with EAGLE-3: its ``get_eagle3_aux_hidden_state_layers``, compiled alone
   and *run* on stub models (which ids, whether it reads any config at all), and where its
-  ``__call__`` loop captures (before layer i: ``residual:i``).
+  ``__call__`` loop captures (before layer i: ``residual:i``);
+- per release, what decides every other case: the JAX registry (``jax``: an architecture in
+  it, not preferred, runs its JAX model, which without EAGLE-3 returns no aux states; one not
+  in it falls back to vLLM's code after resolving to ``flax_nnx``), the EAGLE-3 draft classes
+  in it (``drafts``: a draft resolves to ``flax_nnx``), whether
+  ``spec_decode/jax/eagle3.py`` asserts aux states at the first request (``asserts``: "EAGLE3
+  requires auxiliary hidden states from the target model."), whether ``DRAFT_MODEL_IMPL_TYPE``
+  exists (``envs.py``) and ``Eagle3Proposer.load_model`` raises ValueError when the draft's
+  and the target's resolved implementations differ (``impl_check``), and how the vLLM-path
+  wrapper (``models/vllm/vllm_model_wrapper.py``) feeds aux states (``vllm_aux``: ``none``,
+  its step returns ``[]``; ``v2_helper``: it calls vLLM's
+  ``v1/worker/gpu/spec_decode/eagle/eagle3_utils.set_eagle3_aux_hidden_state_layers`` on the
+  target, the V2 model runner's reader).
 
 A structure the script does not recognise makes it exit 1. ``--check`` compares with the
 committed file and exits 1 on any difference.
@@ -143,7 +155,48 @@ def derive(path: Path) -> dict[str, Any] | None:
         }
     if not archs:
         return None
-    return {"archs": archs, "preferred": sorted(preferred)}
+    registry = sorted(_registry(loader))
+    return {
+        "archs": archs,
+        "preferred": sorted(preferred),
+        "jax": [a for a in registry if not a.startswith("Eagle3")],
+        "drafts": [a for a in registry if a.startswith("Eagle3")],
+        **_paths(wheel),
+    }
+
+
+_ASSERTS = "EAGLE3 requires auxiliary hidden states from the target model."
+_IMPL = "The implementation of the draft model must be the same as the target model."
+_HELPER = "vllm.v1.worker.gpu.spec_decode.eagle.eagle3_utils"
+
+
+def _paths(wheel: Wheel) -> dict[str, Any]:
+    """What the drafter asserts, the draft/target implementation check, and how the vLLM-path
+    wrapper feeds aux states (the module docstring)."""
+    name = f"tpu-inference {wheel.version}"
+    drafter = wheel.text("tpu_inference/spec_decode/jax/eagle3.py") or ""
+    envs = wheel.text("tpu_inference/envs.py") or ""
+    wrapper = wheel.text("tpu_inference/models/vllm/vllm_model_wrapper.py") or ""
+    asserts = bool(
+        re.search(rf"assert aux_hidden_states[^\n]*\n?[^\n]*{re.escape(_ASSERTS)}", drafter)
+    )
+    check = bool(re.search(rf"raise ValueError\(\s*\"{re.escape(_IMPL)}\"", drafter))
+    draft_env = "DRAFT_MODEL_IMPL_TYPE" in envs
+    if check != draft_env:
+        raise SystemExit(f"{name}: the implementation check and DRAFT_MODEL_IMPL_TYPE disagree")
+    if _HELPER in wrapper and re.search(
+        r"not self\.is_draft_model:\s*\n\s*set_eagle3_aux_hidden_state_layers\(", wrapper
+    ):
+        aux = "v2_helper"
+    elif "aux_hidden_state" not in wrapper and re.search(
+        r"return new_kv_caches, \w+, \[\]", wrapper
+    ):
+        aux = "none"
+    else:
+        raise SystemExit(f"{name}: how the vLLM-path wrapper feeds aux states is not understood")
+    if not asserts:
+        raise SystemExit(f"{name}: the drafter's aux-states assertion not found")
+    return {"asserts": asserts, "impl_check": check, "vllm_aux": aux}
 
 
 def tables(releases: dict[str, dict[str, Any]]) -> dict[str, Any]:

@@ -6,7 +6,9 @@ For every registry architecture whose class defines or inherits
 a base class's, or an imported module's) is classified: ``plus`` (id k captures
 residual:k+plus), ``id0`` (``embed``: the embedding output, or with the residual None
 handled; ``crash``: ``hidden_states + residual`` with residual None; ``layer``/``never``)
-and ``last`` (the largest id reached is L - 1 + last).
+and ``last`` (the largest id reached is L - 1 + last: the loop's own captures, or a capture after
+the loop at ``self.end_layer``, id L, before the final norm, as DeepSeek-V2's loop has from
+0.25.0).
 """
 
 from __future__ import annotations
@@ -319,10 +321,59 @@ def _calls_layer(stmt: ast.stmt) -> bool:
     )
 
 
+def _capture_test(stmt: ast.stmt) -> ast.expr | None:
+    """The index a capture in ``stmt`` is taken at (``X`` of ``if X in
+    self.aux_hidden_state_layers`` or of ``_maybe_add_hidden_state(states, X, ...)``), if any."""
+    for node in ast.walk(stmt):
+        if (
+            isinstance(node, ast.If)
+            and isinstance(node.test, ast.Compare)
+            and isinstance(node.test.ops[0], ast.In)
+            and getattr(node.test.comparators[0], "attr", "") == "aux_hidden_state_layers"
+        ):
+            return node.test.left
+        if (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "attr", "") == "_maybe_add_hidden_state"
+        ):
+            return node.args[1]
+    return None
+
+
+def _calls_norm(stmt: ast.stmt) -> bool:
+    return any(
+        isinstance(n, ast.Call) and getattr(n.func, "attr", "") in {"norm", "final_layernorm"}
+        for n in ast.walk(stmt)
+    )
+
+
+def _after_loop(rest: list[ast.stmt]) -> int | None:
+    """What the statements after the layer loop add to the largest id reached: 1 where one
+    captures at ``self.end_layer`` (id L, the last layer's output) the un-normalised
+    ``hidden_states + residual`` before the final norm runs (``residual:L``), 0 where none
+    captures; None (printed) for a capture after the loop of any other kind."""
+    normed = False
+    for stmt in rest:
+        at = _capture_test(stmt)
+        if at is None:
+            normed = normed or _calls_norm(stmt)
+            continue
+        text = ast.unparse(stmt)
+        if (
+            ast.unparse(at) == "self.end_layer"
+            and not normed
+            and ("hidden_states + residual" in text or "_maybe_add_hidden_state" in text)
+        ):
+            return 1
+        print(f"  a capture after the layer loop not understood: {text[:120]!r}", file=sys.stderr)
+        return None
+    return 0
+
+
 def _capture_rule(release: Release, fn: ast.FunctionDef) -> dict[str, Any] | None:
     """plus (id k captures residual:k+plus), id0 and the largest id reached (L-1+last)."""
     embed_first = False
-    for stmt in fn.body:
+    for n, stmt in enumerate(fn.body):
         if isinstance(stmt, ast.For):
             at = [i for i, s in enumerate(stmt.body) if _calls_layer(s)]
             caps = [(i, c) for i, s in enumerate(stmt.body) if (c := _capture_in(s))]
@@ -341,7 +392,13 @@ def _capture_rule(release: Release, fn: ast.FunctionDef) -> dict[str, Any] | Non
                 id0 = "embed" if none_ok else "crash"
             else:
                 id0 = "never" if offset > 0 else "layer"
-            return {"plus": plus, "id0": id0, "last": offset}
+            after = _after_loop(fn.body[n + 1 :])
+            if after is None:
+                return None
+            if after and plus != 0:
+                print(f"  {fn.name}: a capture after a loop with plus {plus}", file=sys.stderr)
+                return None
+            return {"plus": plus, "id0": id0, "last": max(offset, after)}
         if _capture_in(stmt) and "_maybe_add" in ast.unparse(stmt):
             embed_first = _mixin_handles_none(release)
     return None

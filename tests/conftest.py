@@ -105,6 +105,7 @@ KINDS: dict[str, tuple[str, ...]] = {
     "engines": (
         "test_ascend",
         "test_ascend_releases",
+        "test_arch_spellings",
         "test_atom",
         "test_atom_source",
         "test_autodeploy",

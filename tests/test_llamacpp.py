@@ -70,19 +70,48 @@ def test_ids_are_layer_inputs_in_list_order_and_id_0_is_the_embedding(cli):
 
 
 @pytest.mark.parametrize(
-    ("arch", "version", "served"),
+    ("arch", "version", "last", "says"),
     [
-        ("gemma4", "0.3.36", True),  # records the state before the output norm
-        ("gemma4", "0.3.34", False),  # id L asked for layer L's input, which it never records
-        ("llama", "0.3.36", False),
+        # from 0.3.35 id L is the graph's t_h_nextn: before the output norm on gpt-oss ...
+        ("gpt-oss", "0.3.36", "residual:32", None),
+        # ... after it on gemma4, qwen3.5, qwen3-next, nemotron-h (their MTP heads want it so)
+        ("gemma4", "0.3.36", "final_norm", None),
+        ("qwen35", "0.3.35", "final_norm", None),
+        # up to 0.3.34 id L asks for layer L's input: llama_context asserts lid < n_layer
+        ("gemma4", "0.3.34", None, "GGML_ASSERT aborts at start-up"),
+        ("llama", "0.3.34", None, "GGML_ASSERT aborts at start-up"),
     ],
 )
-def test_id_l_is_the_pre_norm_last_state_where_the_graph_records_it(cli, arch, version, served):
+def test_what_id_l_feeds_depends_on_the_graph(cli, arch, version, last, says):
     res, out = _resolve(cli, "--arch", arch, "--ids", "2", "16", "32", version=version)
-    if served:
-        assert res.returncode == 0 and out["layers"] == layer_inputs(2, 16, 32)
+    if last:
+        assert res.returncode == 0 and out["layers"] == ["residual:2", "residual:16", last]
+        assert last != "final_norm" or any("feeds final_norm" in n for n in out["notes"])
     else:
-        assert res.returncode == 2 and "aborts" in out["refused"]
+        assert res.returncode == 2 and says in out["refused"] and out["silent"] is False
+
+
+@pytest.mark.parametrize(
+    ("arch", "says"),
+    [
+        # the llama graph never sets t_h_nextn: the nextn buffer stays as allocated (zeros)
+        ("llama", "silently receives zeros in that slot (no abort)"),
+        ("LlamaForCausalLM", "silently receives zeros in that slot (no abort)"),
+        ("qwen3", "silently receives zeros"),
+        # DeepSeek-V4's t_h_nextn is its hyper-connection streams, n_embd_out = 4 x n_embd
+        ("deepseek4", "silently receives other tokens' streams (no abort)"),
+    ],
+)
+def test_id_l_runs_with_a_silent_wrong_input_where_the_graph_never_fills_it(cli, arch, says):
+    """Seen on a real build of the 0.3.36 sdist (the llama target runs, the draft reads zeros):
+    not an abort, and the answer says which."""
+    res, out = _resolve(cli, "--arch", arch, "--ids", "2", "16", "32")
+    assert res.returncode == 2 and out["layers"] is None
+    assert says in out["refused"] and out["silent"] is True
+    assert "common/speculative.cpp aborts" not in out["refused"]
+    text = cli("resolve", "--engine", "llama.cpp", "--version", "0.3.36", "--arch", arch,
+               "--num-layers", "32", "--ids", "2", "16", "32")  # fmt: skip
+    assert "runs this with a wrong draft input, silently (no abort)" in text.stderr
 
 
 @pytest.mark.parametrize(
@@ -90,8 +119,8 @@ def test_id_l_is_the_pre_norm_last_state_where_the_graph_records_it(cli, arch, v
     [
         (("--ids", "2", "16"), "requires exactly 3 ids"),
         (("--ids", "2", "16", "20", "29"), "requires exactly 3 ids"),
-        (("--ids", "-1", "16", "29"), "aborts on any other"),
-        (("--ids", "2", "16", "33"), "aborts on any other"),
+        (("--ids", "-1", "16", "29"), "any other aborts at start-up"),
+        (("--ids", "2", "16", "33"), "any other aborts at start-up"),
         (("--arch", "deepseek2", "--ids", "2", "16", "29"), "does not record layer inputs"),
         (("--arch", "qwen3next", "--ids", "2", "16", "29"), "served in"),
     ],
@@ -224,3 +253,14 @@ def test_pinned_snapshot_of_the_rules_from_the_releases():
     assert data["hf"]["Qwen3ForCausalLM"] == "qwen3" and "deepseek2" not in {
         a for r in data["archs"] for a in r["archs"]
     }
+    last = {
+        (a, v): r["last"]
+        for r in data["archs"]
+        for a in r["archs"]
+        for v in ("0.3.34", "0.3.36")
+        if llamacpp._covers(r, v)
+    }
+    assert {last[a, "0.3.34"] for a in ("llama", "gemma4", "qwen35")} == {"abort"}
+    assert [last[a, "0.3.36"] for a in ("llama", "gpt-oss", "gemma4", "deepseek4")] == [
+        "zeros", "residual", "final_norm", "streams"
+    ]  # fmt: skip

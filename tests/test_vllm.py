@@ -90,6 +90,32 @@ def test_id_l_is_the_last_layers_output_only_where_the_loop_reaches_it(
         assert "[61] lie outside [0, 60]" in out["refused"]
 
 
+@pytest.mark.parametrize(
+    ("arch", "version", "served"),
+    [
+        ("DeepseekV3ForCausalLM", "0.24.0", False),
+        ("DeepseekV3ForCausalLM", "0.25.0", True),
+        ("DeepseekV3ForCausalLM", "0.26.0", True),
+        ("DeepseekV3ForCausalLM", "0.33.0", True),
+        ("KimiK25ForConditionalGeneration", "0.24.0", False),
+        ("KimiK25ForConditionalGeneration", "0.34.0", True),
+    ],
+)
+def test_deepseek_captures_id_l_after_its_loop_from_0_25(cli, arch, version, served):
+    """deepseek_v2.py's DeepseekV2Model.forward appends hidden_states + residual after the
+    layer loop when self.end_layer is among the aux layers (0.25.0 on): id L = residual:L,
+    the last layer's output before the final norm. The generator read only the loop."""
+    res = cli("resolve", "--engine", "vllm", "--version", version, "--arch", arch,
+              "--num-layers", "32", "--ids", "1", "15", "32", "--json")  # fmt: skip
+    out = json.loads(res.stdout)
+    if served:
+        assert res.returncode == 0, out
+        assert out["layers"] == ["residual:1", "residual:15", "residual:32"]
+        assert "ids up to L" in out["source"] and "deepseek_v2.py" in out["source"]
+    else:
+        assert res.returncode == 2 and "[32] lie outside [0, 31]" in out["refused"]
+
+
 def test_unsorted_ids_feed_in_layer_order_and_duplicates_are_refused(cli, tmp_path):
     _, out = _resolve(cli, tmp_path, "0.14.0", {TOP: [57, 1, 29]})
     assert out["layers"] == _layers(1, 29, 57)
@@ -230,6 +256,8 @@ def test_pinned_snapshot_of_the_rules_from_the_releases():
     kimi = vllm_rules.capture("KimiK25ForConditionalGeneration", "0.33.0")
     assert kimi is not None and kimi.via == "DeepseekV2ForCausalLM" and kimi.id0 == "crash"
     assert {vllm_rules.release(v).default_ids for v in vllm_rules.releases()} == {"2,L//2,L-3"}
+    deepseek = [vllm_rules.capture("DeepseekV3ForCausalLM", v) for v in ("0.24.0", "0.25.0")]
+    assert [(c.plus, c.id0, c.last) for c in deepseek if c] == [(0, "crash", 0), (0, "crash", 1)]
     llama = [vllm_rules.capture("LlamaForCausalLM", v) for v in ("0.17.1", "0.18.0")]
     assert [(c.plus, c.id0, c.last) for c in llama if c] == [(0, "crash", 0), (0, "embed", 1)]
 

@@ -38,6 +38,13 @@ class VLLMAscend(Engine):
     title = "vllm-ascend"
     id_keys = VLLM.id_keys
 
+    def known_archs(self) -> frozenset[str]:
+        rows = _TABLE.data()["rows"]
+        own = {p["arch"] for r in rows for p in r["patched"]} | {
+            a for r in rows for a in r["replaced"]
+        }
+        return VLLM().known_archs() | own
+
     def versions(self, spec: str | None) -> list[str | None]:
         return [None] if spec is None else list(releases_for(spec, releases(), "vllm-ascend"))
 

@@ -66,6 +66,9 @@ class ATOM(Engine):
     title = "ROCm ATOM"
     id_keys = (NESTED,)
 
+    def known_archs(self) -> frozenset[str]:
+        return frozenset(a for r in _data()["rows"] for a in r["archs"])
+
     def default_ids(self, num_layers: int) -> list[int] | None:
         return eagle3_default_ids(num_layers)
 

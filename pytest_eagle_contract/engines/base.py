@@ -190,6 +190,12 @@ class Engine(ABC):
         """The releases a version or specifier names; an unversioned side takes it as given."""
         return [spec]
 
+    def known_archs(self) -> frozenset[str]:
+        """The architecture names this side's rules use (empty: it takes no architecture);
+        ``resolve`` maps what a config.json holds (``architectures[0]`` or ``model_type``)
+        onto them (``arch_names.pick``)."""
+        return frozenset()
+
     def default_ids(self, num_layers: int) -> list[int] | None:
         """The ids this side uses when none are given (None: it needs them)."""
         return eagle3_default_ids(num_layers)
@@ -216,7 +222,14 @@ class Engine(ABC):
 
         ``use_installed``: where the installed package can answer for itself (SGLang), let it.
         """
-        return self._resolve(Query(self.name, num_layers, ids, arch, version, use_installed))
+        q = Query(self.name, num_layers, ids, arch, version, use_installed)
+        if arch:
+            from .arch_names import pick
+
+            q.arch, how = pick(arch, self.known_archs())
+            if how:
+                q.notes.append(how)
+        return self._resolve(q)
 
     @abstractmethod
     def _resolve(self, q: Query) -> Resolution:

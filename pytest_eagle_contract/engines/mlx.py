@@ -94,6 +94,9 @@ class MLX(Engine):
     title = "MLX (mlx-vlm)"
     id_keys = ("target_layer_ids", "eagle_aux_hidden_state_layer_ids")
 
+    def known_archs(self) -> frozenset[str]:
+        return frozenset(m for r in _data()["models"] for m in r["models"])
+
     def versions(self, spec: str | None) -> list[str | None]:
         return [None] if spec is None else list(releases_for(spec, releases(), "mlx-vlm"))
 

@@ -126,6 +126,9 @@ class SGLang(Engine):
     title = "SGLang"
     id_keys = ("eagle_config.eagle_aux_hidden_state_layer_ids",)
 
+    def known_archs(self) -> frozenset[str]:
+        return table.KNOWN_ARCHS
+
     def versions(self, spec: str | None) -> list[str | None]:
         return list(sglang_versions(spec))
 

@@ -59,6 +59,11 @@ class SGLangJax(Engine):
     title = "sglang-jax"
     id_keys = ()  # the target's config is read, never the draft's
 
+    def known_archs(self) -> frozenset[str]:
+        return frozenset(
+            a for r in _data()["rows"] for m in r.get("models", ()) for a in m["archs"]
+        )
+
     def draft_ids(self, draft: DraftConfig) -> tuple[int, ...] | None:
         """What the draft's config says (SGLang's keys), which sglang-jax does not read."""
         found = [draft.aux_ids.get(key) for key in DRAFT_KEYS]

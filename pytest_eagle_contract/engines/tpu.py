@@ -1,24 +1,46 @@
 """vLLM tpu-inference: its EAGLE-3 rules per release (``tpu_rules.json``, written by
 ``scripts/gen_tpu_rules.py`` from each wheel's own code).
 
-A default launch (``MODEL_IMPL_TYPE=auto``) runs an architecture on the JAX path when
-tpu-inference registers a JAX model for it and does not prefer vLLM's code for it; there the
-target's ``get_eagle3_aux_hidden_state_layers`` takes no config at all: whatever the draft
-says, it captures ``(2, L//2, L-3)``, each as the residual stream entering that layer, in
-layer order. The other architectures run vLLM's own model code (torchax): the vLLM rules of
-the vLLM release installed beside it apply.
+With ``MODEL_IMPL_TYPE=auto`` an architecture resolves to ``vllm`` when tpu-inference prefers
+vLLM's code for it (``_VLLM_PREFERRED_ARCHITECTURES``), else to ``flax_nnx``. A ``flax_nnx``
+target in the JAX registry runs its JAX model: with EAGLE-3 (Llama) its
+``get_eagle3_aux_hidden_state_layers`` takes no config at all, whatever the draft says it
+captures ``(2, L//2, L-3)``, each as the residual stream entering that layer, in layer order;
+without EAGLE-3 (Qwen2/3, DeepSeek-V3, ...) it returns no aux states and the drafter's assertion
+"EAGLE3 requires auxiliary hidden states from the target model." fails at the first request. A
+``flax_nnx`` target not in the registry falls back to vLLM's model code.
+
+From 0.18.0 the draft resolves on its own (``DRAFT_MODEL_IMPL_TYPE``, default ``auto``: the
+EAGLE-3 draft class is in the JAX registry, so ``flax_nnx``), ``Eagle3Proposer.load_model``
+raises ValueError at start-up when the draft's and the target's resolved implementations
+differ, and the vLLM-path wrapper sets the target's aux layers with vLLM's V2-runner helper
+(``eagle3_utils.set_eagle3_aux_hidden_state_layers``): those targets get the vLLM rules of the
+release beside it with the V2 runner's keys. Before 0.18.0 that wrapper returns no aux states.
 """
 
 from __future__ import annotations
 
-from ..errors import Problem, Unservable
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..errors import EagleContractError, Problem, Unservable
 from ..layers import Layer
 from .base import Engine, Position, Query, Resolution, eagle3_default_ids, releases_for
 from .rule_table import RuleTable, span
+from .vllm import VLLM, read_draft_ids
+
+if TYPE_CHECKING:
+    from .draft_config import DraftConfig
 
 _TABLE = RuleTable("tpu_rules.json", "tpu-inference", "0.32.0")
 _data, releases, _v, _covers = _TABLE.data, _TABLE.releases, _TABLE.version, _TABLE.covers
 _span = span
+
+DRAFT_IMPLS = ("auto", "flax_nnx", "vllm")  # DRAFT_MODEL_IMPL_TYPE's choices (envs.py)
+_ASSERTION = (
+    "the drafter's assertion 'EAGLE3 requires auxiliary hidden states from the target model.' "
+    "fails at the first request (spec_decode/jax/eagle3.py)"
+)
 
 
 def _check(version: str) -> None:
@@ -28,10 +50,25 @@ def _check(version: str) -> None:
 class TPUInference(Engine):
     name = "tpu-inference"
     title = "tpu-inference"
-    id_keys = ()  # the JAX path reads no ids from the draft
+    id_keys = VLLM.id_keys  # read only where the target runs vLLM's code (from 0.18.0)
+
+    def __init__(self, draft_impl: str | None = None) -> None:
+        if draft_impl is not None and draft_impl not in DRAFT_IMPLS:
+            raise EagleContractError(
+                f"unknown DRAFT_MODEL_IMPL_TYPE {draft_impl!r}: one of {', '.join(DRAFT_IMPLS)}"
+            )
+        self.draft_impl = draft_impl or "auto"
 
     def versions(self, spec: str | None) -> list[str | None]:
         return [None] if spec is None else list(releases_for(spec, releases(), "tpu-inference"))
+
+    def known_archs(self) -> frozenset[str]:
+        data = _data()
+        own = {a for r in data["rows"] for key in ("preferred", "jax") for a in r[key]}
+        return VLLM().known_archs() | own | {a for r in data["archs"] for a in r["archs"]}
+
+    def draft_ids(self, draft: DraftConfig) -> tuple[int, ...] | None:
+        return read_draft_ids(draft.path)
 
     def _resolve(self, q: Query) -> Resolution:
         version = q.assume(releases()[-1], "tpu-inference")
@@ -40,21 +77,68 @@ class TPUInference(Engine):
         if not q.arch:
             q.notes.append(f"no --arch: {arch}")
         q.arch = arch
-        prefer = next(r for r in _data()["rows"] if _covers(r, version))["preferred"]
-        row = next(
-            (r for r in _data()["archs"] if arch in r["archs"] and _covers(r, version)), None
+        rel: dict[str, Any] = next(r for r in _data()["rows"] if _covers(r, version))
+        target = "vllm" if arch in rel["preferred"] else "flax_nnx"
+        if rel["impl_check"]:
+            draft = "flax_nnx" if self.draft_impl == "auto" else self.draft_impl
+            q.assumed.append(("DRAFT_MODEL_IMPL_TYPE", self.draft_impl, self._draft_why(rel)))
+            if draft != target:
+                raise Unservable(
+                    f"tpu-inference {version}: MODEL_IMPL_TYPE=auto resolves {arch[:60]} to "
+                    f"{target}"
+                    + (" (preferred: vLLM's code)" if target == "vllm" else "")
+                    + f", the draft to {draft}: Eagle3Proposer.load_model raises ValueError at "
+                    "start-up (the implementation of the draft model must be the same as the "
+                    "target model)"
+                    + (
+                        "; DRAFT_MODEL_IMPL_TYPE=vllm runs the draft on vLLM's code too "
+                        "(resolve --draft-model-impl vllm)"
+                        if target == "vllm"
+                        else ""
+                    ),
+                    "--draft-model-impl vllm (DRAFT_MODEL_IMPL_TYPE=vllm)"
+                    if target == "vllm"
+                    else "leave DRAFT_MODEL_IMPL_TYPE unset (auto)",
+                )
+        elif self.draft_impl != "auto":
+            q.notes.append(
+                f"tpu-inference {version} has no DRAFT_MODEL_IMPL_TYPE (first in 0.18.0): "
+                f"{self.draft_impl} not read"
+            )
+        if target == "flax_nnx" and arch in rel["jax"]:
+            row = next(
+                (r for r in _data()["archs"] if arch in r["archs"] and _covers(r, version)), None
+            )
+            if row is None:
+                raise Unservable(
+                    f"tpu-inference {version}: {arch[:60]} runs its JAX model (flax_nnx), which "
+                    f"has no EAGLE-3 capture and returns no aux states: {_ASSERTION}"
+                )
+            return self._jax(q, row)
+        # vLLM's own model code (torchax): preferred, or not in the JAX registry (the flax_nnx
+        # load raises UnsupportedArchitectureError and falls back to it)
+        how = (
+            "prefers vLLM's code for it"
+            if target == "vllm"
+            else "has no JAX model for it (flax_nnx falls back to vLLM's model code)"
         )
-        if row is None or arch in prefer:
-            why = (
-                "prefers vLLM's code for it"
-                if arch in prefer
-                else "has no JAX model with EAGLE-3 for it"
-            )
+        if rel["vllm_aux"] == "none":
             raise Unservable(
-                f"tpu-inference {version} {why}: MODEL_IMPL_TYPE=auto runs vLLM's own model "
-                f"code (torchax) for {arch[:60]}; resolve --engine vllm at the vLLM release "
-                "installed beside it"
+                f"tpu-inference {version} {how}: its vLLM-path wrapper "
+                "(models/vllm/vllm_model_wrapper.py) returns no aux states in this release: "
+                f"{_ASSERTION}"
             )
+        return self._via_vllm(q, version, how)
+
+    @staticmethod
+    def _draft_why(rel: dict[str, Any]) -> str:
+        drafts = ", ".join(rel["drafts"]) or "the EAGLE-3 draft"
+        return (
+            f"auto resolves the draft ({drafts}, in the JAX registry) to flax_nnx; "
+            "--draft-model-impl vllm for DRAFT_MODEL_IMPL_TYPE=vllm"
+        )
+
+    def _jax(self, q: Query, row: dict[str, Any]) -> Resolution:
         L = q.num_layers
         default = eagle3_default_ids(L)
         if q.ids is not None and list(q.ids) != default:
@@ -74,4 +158,24 @@ class TPUInference(Engine):
             f"MODEL_IMPL_TYPE=auto): get_eagle3_aux_hidden_state_layers() = ({row['default']}) "
             "whatever the draft says; captured before layer i (residual:i), in layer order",
             default,
+        )
+
+    def _via_vllm(self, q: Query, version: str, how: str) -> Resolution:
+        """The target runs vLLM's model code; its aux layers are set by vLLM's V2-runner
+        helper of the vLLM release beside it (taken as the same number)."""
+        q.assumed.append(("vllm", version, f"tpu-inference {version} runs beside vLLM {version}"))
+        ids: Sequence[int] | None = q.ids
+        try:
+            res = VLLM("v2").resolve(q.num_layers, ids, q.arch, version, q.use_installed)
+        except EagleContractError as exc:
+            raise Unservable(f"tpu-inference {version} {how}, on vLLM {version}: {exc}") from None
+        q.notes.extend(res.notes)
+        q.problems.extend(res.problems)
+        return q.answer(
+            res.positions,
+            f"built-in rules: tpu-inference {version} {how}; models/vllm/vllm_model_wrapper.py "
+            "sets the target's aux layers with vLLM's eagle3_utils."
+            "set_eagle3_aux_hidden_state_layers (the V2 runner's reader); capture: "
+            + res.source.removeprefix("built-in rules: "),
+            res.ids,
         )

@@ -24,6 +24,9 @@ class SpecForge(Engine):
     name = "specforge"
     title = "SpecForge"
 
+    def known_archs(self) -> frozenset[str]:
+        return SGLang().known_archs()
+
     def default_ids(self, num_layers: int) -> list[int]:
         return [1, num_layers // 2 - 1, num_layers - 4]
 

@@ -138,6 +138,9 @@ class VLLM(Engine):
     def versions(self, spec: str | None) -> list[str | None]:
         return [None] if spec is None else list(releases_for(spec, rules.releases(), "vLLM"))
 
+    def known_archs(self) -> frozenset[str]:
+        return rules.known_archs()
+
     def draft_ids(self, draft: DraftConfig) -> tuple[int, ...] | None:
         return read_draft_ids(draft.path)
 

@@ -108,8 +108,19 @@ def capture(arch: str, version: str) -> Capture | None:
 
 
 def spans_of(arch: str) -> list[str]:
-    """The release ranges in which ``arch`` is served."""
-    return [span(r) for r in _data()["archs"] if arch in r["archs"]]
+    """The release ranges in which ``arch`` is served, adjacent rows joined (a rule that
+    changes at a release still serves the architecture on both sides)."""
+    order = {v: n for n, v in enumerate(releases())}
+    rows = sorted(
+        (r for r in _data()["archs"] if arch in r["archs"]), key=lambda r: order[r["since"]]
+    )
+    joined: list[dict[str, Any]] = []
+    for row in rows:
+        if joined and joined[-1]["until"] == row["since"]:
+            joined[-1]["until"] = row["until"]
+        else:
+            joined.append({"since": row["since"], "until": row["until"]})
+    return [span(r) for r in joined]
 
 
 @functools.cache

@@ -218,9 +218,21 @@ def _parser() -> argparse.ArgumentParser:
     )
     res.add_argument(
         "--arch",
-        help="target architecture: HF class (DeepseekV3ForCausalLM) or model_type (deepseek_v3)",
+        help="target architecture as its config.json says it, for every engine: "
+        "architectures[0] (Qwen3_5ForConditionalGeneration) or model_type (qwen3_5)",
     )
-    res.add_argument("--num-layers", type=int, required=True, help="target num_hidden_layers")
+    res.add_argument(
+        "--target-config",
+        type=Path,
+        metavar="FILE",
+        help="the target's config.json (or its folder): its architectures[0] and model_type "
+        "as --arch, its num_hidden_layers (text_config's where it has one) as --num-layers",
+    )
+    res.add_argument(
+        "--num-layers",
+        type=int,
+        help="target num_hidden_layers (required without --target-config)",
+    )
     res.add_argument(
         "--ids",
         type=int,
@@ -241,6 +253,13 @@ def _parser() -> argparse.ArgumentParser:
         default="auto",
         help="vLLM model runner; auto (default): the one that release starts for an EAGLE-3 "
         "launch of --arch (VLLM_USE_V2_MODEL_RUNNER unset, CUDA), said in the output",
+    )
+    res.add_argument(
+        "--draft-model-impl",
+        choices=("auto", "flax_nnx", "vllm"),
+        default=None,
+        help="tpu-inference's DRAFT_MODEL_IMPL_TYPE (default: unset, auto): vllm runs the "
+        "draft through vLLM's code, which a target tpu-inference prefers vLLM's code for needs",
     )
     res.add_argument(
         "--want",

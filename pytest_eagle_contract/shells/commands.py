@@ -278,13 +278,54 @@ def identify(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _target_config(args: argparse.Namespace) -> None:
+    """``--target-config``: the architecture (``architectures[0]``, with ``model_type`` beside
+    it) and ``--num-layers`` where not given, from a target's config.json. Raises
+    UsageError for an unreadable file or one without them."""
+    path = args.target_config
+    if path is None:
+        if args.num_layers is None:
+            raise UsageError("resolve needs --num-layers (or --target-config)")
+        return
+    if args.arch is not None:
+        raise UsageError("give --arch or --target-config, not both")
+    from ..engines.arch_names import Arch
+    from ..limits import read_json_object
+
+    if path.is_dir():
+        path = path / "config.json"
+    config = read_json_object(path, f"cannot read target config {path}")
+    archs, model_type = config.get("architectures"), config.get("model_type")
+    if archs is not None and not (
+        isinstance(archs, list) and archs and all(isinstance(a, str) and a for a in archs)
+    ):
+        raise UsageError(f"{path}: architectures must be a list of names, not {archs!r:.80}")
+    if model_type is not None and not (isinstance(model_type, str) and model_type):
+        raise UsageError(f"{path}: model_type must be a name, not {model_type!r:.80}")
+    if not archs and not model_type:
+        raise UsageError(f"{path}: neither architectures nor model_type: not a model config")
+    args.arch = (
+        Arch(archs[0], (model_type,)) if archs and model_type else archs[0] if archs else model_type
+    )
+    if args.num_layers is None:
+        text = config.get("text_config")
+        holder = text if isinstance(text, dict) and "num_hidden_layers" in text else config
+        n = holder.get("num_hidden_layers")
+        if type(n) is not int:
+            raise UsageError(
+                f"{path}: no integer num_hidden_layers (nor in text_config): give --num-layers"
+            )
+        args.num_layers = n
+
+
 def resolve(args: argparse.Namespace) -> int:
+    _target_config(args)
     if args.want is not None:
         from .matrix import want
 
         return want(args)
     from ..engines.resolve import get_engine
-    from ..errors import Unservable
+    from ..errors import SilentlyWrong, Unservable
     from ..render import to_json
     from ..tables import table
 
@@ -315,11 +356,17 @@ def resolve(args: argparse.Namespace) -> int:
                         "version": args.version,
                         "arch": args.arch,
                         "refused": str(exc),
+                        "silent": isinstance(exc, SilentlyWrong),
                         "layers": None,
                     }
                 )
             )
-        print(f"eagle-contract resolve: {args.engine} would not serve this: {exc}", file=sys.stderr)
+        how = (
+            "runs this with a wrong draft input, silently (no abort)"
+            if isinstance(exc, SilentlyWrong)
+            else "would not serve this"
+        )
+        print(f"eagle-contract resolve: {args.engine} {how}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if args.json:
         print(to_json(res.to_dict()))

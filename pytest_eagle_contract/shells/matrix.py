@@ -79,9 +79,17 @@ def matrix(args: argparse.Namespace) -> int:
 
 
 def resolve_engine(args: argparse.Namespace) -> Engine:
-    """The engine ``resolve`` asks: ``--engine``, with vLLM's ``--runner`` when one is given."""
+    """The engine ``resolve`` asks: ``--engine``, with vLLM's ``--runner`` or tpu-inference's
+    ``--draft-model-impl`` when one is given."""
     from ..engines.resolve import get_engine
 
+    draft_impl = getattr(args, "draft_model_impl", None)
+    if draft_impl is not None:
+        if args.engine != "tpu-inference":
+            raise UsageError("--draft-model-impl is for --engine tpu-inference")
+        from ..engines.tpu import TPUInference
+
+        return TPUInference(draft_impl)
     runner = getattr(args, "runner", "auto")
     if runner == "auto":
         return get_engine(args.engine)

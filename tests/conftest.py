@@ -59,6 +59,8 @@ KINDS: dict[str, tuple[str, ...]] = {
         "test_baseline",
         "test_capture_cli",
         "test_cli_args",
+        "test_cli_grammar",
+        "test_explain",
         "test_capture_vllm",
         "test_compare_captures",
         "test_demo_probe",

@@ -28,6 +28,7 @@ KINDS: dict[str, tuple[str, ...]] = {
         "test_architecture",
         "test_arrow_rows",
         "test_capture",
+        "test_ci_snippets",
         "test_contract_loading",
         "test_dependency_floors",
         "test_docs",

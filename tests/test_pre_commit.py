@@ -22,13 +22,15 @@ ROOT = Path(__file__).resolve().parent.parent
 PRE_COMMIT = shutil.which("pre-commit")
 
 
-def _installed(home: Path) -> set[str]:
-    """The distributions in every environment pre-commit made under ``home``, by their
-    normalized names (``*.dist-info`` folders)."""
+def _installed(log: Path) -> set[str]:
+    """What pip installed, by the normalized names its log's "Successfully installed" lines
+    give (try-repo's environments live in a folder it removes; pip's log stays)."""
     names = set()
-    for info in home.rglob("site-packages/*.dist-info"):
-        name = info.name.removesuffix(".dist-info").rsplit("-", 1)[0]
-        names.add(re.sub(r"[-_.]+", "-", name).lower())
+    for line in log.read_text().splitlines():
+        if "Successfully installed " in line:
+            for spec in line.split("Successfully installed ", 1)[1].split():
+                name = spec.rsplit("-", 1)[0]
+                names.add(re.sub(r"[-_.]+", "-", name).lower())
     return names
 
 
@@ -52,10 +54,11 @@ def test_try_repo_validates_and_checks_the_changed_contracts(tmp_path: Path) -> 
     _git(repo, "init", "-q")
     _git(repo, "add", "-A")
     _git(repo, "commit", "-qm", "a contract and its shards")
-    home = tmp_path / "pre-commit-home"
+    pip_log = tmp_path / "pip.log"
     env = {
         **os.environ,
-        "PRE_COMMIT_HOME": str(home),
+        "PRE_COMMIT_HOME": str(tmp_path / "pre-commit-home"),
+        "PIP_LOG": str(pip_log),  # every pip the hooks' installs run appends here
         # the check hook runs the eagle-contract beside this interpreter, as a user's venv
         "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
     }
@@ -75,7 +78,7 @@ def test_try_repo_validates_and_checks_the_changed_contracts(tmp_path: Path) -> 
     assert green.returncode == 0, green.stdout[-3000:] + green.stderr[-2000:]
     assert "eagle-contract validate" in green.stdout and "eagle-contract check" in green.stdout
     assert green.stdout.count("Passed") == 2
-    installed = _installed(home)
+    installed = _installed(pip_log)
     assert "pytest-eagle-contract" in installed and {"pyyaml", "jsonschema"} <= installed
     heavy = {p for p in installed if p in ("torch", "triton", "numpy") or p.startswith("nvidia")}
     assert heavy == set(), f"the hook environment pulled {sorted(heavy)}"

@@ -385,7 +385,7 @@ def _parser() -> argparse.ArgumentParser:
             help="also print notes: a cache that could not be used and was skipped",
         )
     for parser in sub.choices.values():  # last: after every option
-        parser.epilog = epilog()
+        parser.epilog = (parser.epilog.rstrip() + "\n\n" if parser.epilog else "") + epilog()
         parser.formatter_class = argparse.RawDescriptionHelpFormatter
     return p
 

@@ -126,6 +126,13 @@ class Rule:
     name: str
     summary: str
 
+    @property
+    def url(self) -> str:
+        """The rule's section of docs/rules.md (``eagle-contract explain CODE`` prints it)."""
+        from .version import RULES_URL
+
+        return f"{RULES_URL}#{self.code.lower()}-{self.name}"
+
 
 _TABLE = """
 EC001 unreadable-file            the shard cannot be opened or is not in a known format
@@ -285,6 +292,10 @@ def codes(series: str, *, but: tuple[RuleCode, ...] = ()) -> tuple[RuleCode, ...
     return tuple(code for code in RULES if code.startswith(series) and code not in but)
 
 
+UNREACHABLE = "server_unreachable"
+"""The ``extra`` key of an EC705 finding whose server nothing answered at (refused, timed out,
+no such host): a run with only these says nothing about the data (exit 69)."""
+
 _TEXT_FIELDS = ("code", "message", "expected", "found", "file", "contract", "hint", "details")
 
 
@@ -316,6 +327,7 @@ class Finding:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["rule"] = self.rule.name
+        data["url"] = self.rule.url
         return data
 
     @classmethod
@@ -324,7 +336,7 @@ class Finding:
         cache, a worker's report): TypeError or ValueError when it is not one."""
         if not isinstance(data, dict):
             raise TypeError("a finding is an object")
-        fields = {k: v for k, v in data.items() if k != "rule"}
+        fields = {k: v for k, v in data.items() if k not in ("rule", "url")}
         if not all(isinstance(fields.get(k, ""), str) for k in _TEXT_FIELDS):
             raise TypeError("a finding's text is a string")
         if not all(fields.get(k) is None or type(fields[k]) is int for k in ("slot", "line")):

@@ -14,6 +14,17 @@ from pathlib import Path
 
 __version__ = "0.1.0"
 
+REPOSITORY = "pytest-eagle-contract/pytest-eagle-contract"
+"""Where the project lives (GitHub owner/name): the one place it is spelled. The docs links
+of findings, the JSON Schemas' ``$id`` and the install lines in docs/ci.md, README.md,
+action.yml and .pre-commit-hooks.yaml are tested against it (tests/test_onramp.py)."""
+HOME = f"https://github.com/{REPOSITORY}"
+RAW = f"https://raw.githubusercontent.com/{REPOSITORY}/main"
+"""Files as served raw (JSON as JSON, not a page): what an editor fetches a schema from."""
+RULES_URL = f"{HOME}/blob/main/docs/rules.md"
+"""The rules' page, the one base of every finding's docs link (``#ec401-norm-out-of-bounds``
+is its heading's anchor, on GitHub and on the docs site alike)."""
+
 
 def cache_root() -> Path:
     """``$XDG_CACHE_HOME/eagle-contract`` (else ``~/.cache/eagle-contract``): the audit's

@@ -15,6 +15,7 @@ import yaml
 from action_runner import run_action
 
 from pytest_eagle_contract.shells import demo
+from pytest_eagle_contract.version import REPOSITORY
 
 ROOT = Path(__file__).resolve().parent.parent
 CONTRACT = "pytest_eagle_contract/shells/data/demo-tiny-llama-eagle3.yaml"
@@ -34,7 +35,8 @@ def test_the_action_declares_what_docs_ci_md_promises() -> None:
     workflow = yaml.safe_load((ROOT / ".github/workflows/eagle-contract-action.yml").read_text())
     (job,) = workflow["jobs"].values()
     assert sum(s.get("uses") == "./" for s in job["steps"]) == 2
-    assert "uses: OWNER/pytest-eagle-contract" in (ROOT / "docs/ci.md").read_text()
+    # the repository by name (tests/test_ci_snippets.py: every snippet names it alike)
+    assert f"uses: {REPOSITORY}@" in (ROOT / "docs/ci.md").read_text()
 
 
 @pytest.fixture(scope="module")

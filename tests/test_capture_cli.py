@@ -73,7 +73,32 @@ def test_record_from_a_server_that_is_down(sets, cli, tmp_path):
         "--timeout",
         "2",
     )
-    assert res.returncode == 1 and "EC705" in res.stderr
+    # 69 (engine unreachable), not 1 (findings): nothing was recorded, the data not judged
+    assert res.returncode == 69 and "EC705" in res.stderr and "cannot be reached" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def _dead_url() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}"
+
+
+@pytest.mark.slow
+def test_check_against_a_server_that_is_down(sets, cli):
+    """Not one shard compared: 69, whichever families ran beside the capture (on good
+    shards they find nothing); a shard set with findings of its own exits 1 for them."""
+    url = _dead_url()
+    for extra in (("--checks", "capture"), ("--no-sharpness",)):
+        args = ("check", shipped_contract(), sets / "good", "--sample", "all", *extra)
+        res = cli(*args, "--sglang-url", url, "--sglang-timeout", "2")
+        assert res.returncode == 69, res.stdout + res.stderr
+        assert "EC705 server-unreachable" in res.stdout and "Traceback" not in res.stderr
+    shifted = cli(
+        "check", shipped_contract(), sets / "shifted", "--sample", "all", "--no-sharpness",
+        "--sglang-url", url, "--sglang-timeout", "2",
+    )  # fmt: skip
+    assert shifted.returncode == 1 and "EC705" in shifted.stdout
 
 
 def test_plugin_items_and_fixture_from_recorded_files(pytester, sets, captures):

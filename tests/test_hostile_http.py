@@ -341,7 +341,7 @@ def _cli(*args: object) -> subprocess.CompletedProcess[str]:
     res = run_cli(*args, memory=MEMORY, timeout=240)
     out = res.stdout + res.stderr
     assert "Traceback" not in out and "MemoryError" not in out, out[-3000:]
-    assert res.returncode in (1, 2), out[-3000:]
+    assert res.returncode in (1, 2, 69), out[-3000:]  # 69: the server never reached
     return res
 
 
@@ -412,7 +412,8 @@ def test_a_dead_server_costs_one_timeout_per_run(shards: Path, tmp_path: Path) -
     standin = SGLangStandin(Launch(fault=_hang))
     with standin as url:
         res = _check_capture(url, tmp_path / "r.json", *discover(shards)[:4], timeout="1")
-    assert res.returncode == 1 and "did not answer within 1 s" in res.stdout
+    # no shard compared: the engine unreachable (69), not findings in the data (1)
+    assert res.returncode == 69 and "did not answer within 1 s" in res.stdout
     assert _codes(tmp_path / "r.json") == [["EC705"]] * 4
     assert standin.state.requests == 1  # not one per shard
 

@@ -1,13 +1,17 @@
 """The pre-commit hooks (.pre-commit-hooks.yaml) as users adopt them: `pre-commit try-repo`
-of this checkout on a scratch repository, which installs the package into pre-commit's own
-environment and runs the hooks on the contracts. The hook environment's torch is pinned to
-the CPU build with PIP_CONSTRAINT (docs/ci.md says so for users too)."""
+of this checkout on a scratch repository, with no pip settings of ours: the validate hook's
+environment is installed from the hook's own definition, and must hold no torch and no CUDA
+package (the hook imports PyYAML and jsonschema only); the check hook is `language: system`,
+the eagle-contract of the environment the user set up (here the suite's own), and installs
+nothing. The index pip reads is the only network this needs."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +20,18 @@ from pytest_eagle_contract.shells import demo
 
 ROOT = Path(__file__).resolve().parent.parent
 PRE_COMMIT = shutil.which("pre-commit")
+
+
+def _installed(log: Path) -> set[str]:
+    """What pip installed, by the normalized names its log's "Successfully installed" lines
+    give (try-repo's environments live in a folder it removes; pip's log stays)."""
+    names = set()
+    for line in log.read_text().splitlines():
+        if "Successfully installed " in line:
+            for spec in line.split("Successfully installed ", 1)[1].split():
+                name = spec.rsplit("-", 1)[0]
+                names.add(re.sub(r"[-_.]+", "-", name).lower())
+    return names
 
 
 def _git(repo: Path, *args: str) -> None:
@@ -38,13 +54,15 @@ def test_try_repo_validates_and_checks_the_changed_contracts(tmp_path: Path) -> 
     _git(repo, "init", "-q")
     _git(repo, "add", "-A")
     _git(repo, "commit", "-qm", "a contract and its shards")
-    constraint = tmp_path / "torch-cpu.txt"
-    constraint.write_text("torch==2.13.0\n")
+    pip_log = tmp_path / "pip.log"
     env = {
         **os.environ,
         "PRE_COMMIT_HOME": str(tmp_path / "pre-commit-home"),
-        "PIP_CONSTRAINT": str(constraint),
+        "PIP_LOG": str(pip_log),  # every pip the hooks' installs run appends here
+        # the check hook runs the eagle-contract beside this interpreter, as a user's venv
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
     }
+    env.pop("PIP_CONSTRAINT", None)
 
     def try_repo() -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -60,6 +78,10 @@ def test_try_repo_validates_and_checks_the_changed_contracts(tmp_path: Path) -> 
     assert green.returncode == 0, green.stdout[-3000:] + green.stderr[-2000:]
     assert "eagle-contract validate" in green.stdout and "eagle-contract check" in green.stdout
     assert green.stdout.count("Passed") == 2
+    installed = _installed(pip_log)
+    assert "pytest-eagle-contract" in installed and {"pyyaml", "jsonschema"} <= installed
+    heavy = {p for p in installed if p in ("torch", "triton", "numpy") or p.startswith("nvidia")}
+    assert heavy == set(), f"the hook environment pulled {sorted(heavy)}"
 
     (repo / "contracts" / "typo.yaml").write_text(
         "contract: x\nversion: 1\ntarget: {num_hidden_layers: eight}\n"

@@ -14,8 +14,8 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import CaptureError, CaptureFileError
-from ..findings import Finding, finding
+from ..errors import CaptureError, CaptureFileError, ServerUnreachable
+from ..findings import UNREACHABLE, Finding, finding
 from ..tables import table
 from .files import Capture, CaptureIndex, ids_key
 from .record import aux_count, resolve_layers, served_meta, token_ids
@@ -116,7 +116,7 @@ def verify_against_capture(
                 severity="warning",
                 found=f"ids sha256 {ids_key(ids)[:16]}",
                 hint="record one: eagle-contract record CONTRACT SHARD --sglang-url URL "
-                f"--out {index.root or 'DIR'}",
+                f"-o {index.root or 'DIR'}",
             )
         ]
     return compare(contract, shard, cap, rtol)
@@ -156,6 +156,7 @@ def verify_live(
                 key="serving",
                 file=shard.label,
                 hint=exc.hint,
+                extra={UNREACHABLE: True} if isinstance(exc, ServerUnreachable) else None,
             )
         ]
     live = Capture(Path(), served_meta(contract, info), raw, aux, label=f"live from {info.url}")

@@ -153,7 +153,7 @@ def record(
         try:
             written.append(write_capture(out_dir, raw, aux, meta))
         except OSError as exc:
-            raise UsageError(f"--out {out_dir}: cannot write a capture file: {exc}") from None
+            raise UsageError(f"-o {out_dir}: cannot write a capture file: {exc}") from None
     return written
 
 
@@ -161,10 +161,10 @@ def _check_out(out_dir: Path, shards: list[Path]) -> None:
     """Capture files go to a folder of their own: never over a shard or beside one."""
     out = out_dir.resolve()
     if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {out_dir} is a file, not a folder")
+        raise UsageError(f"-o {out_dir} is a file, not a folder")
     for shard in shards:
         if out in (shard.resolve(), shard.resolve().parent):
             raise UsageError(
-                f"--out {out_dir}: the folder of shard {shard.name}; write the "
+                f"-o {out_dir}: the folder of shard {shard.name}; write the "
                 "capture files to a folder of their own"
             )

@@ -355,6 +355,21 @@ class Outcome:
 
         return shards_counted((u.shard for u in self.units), self.measured)
 
+    @property
+    def unreachable(self) -> bool:
+        """The server was never reached: every capture unit holds an EC705 of a server
+        nothing answered at, and no other error was found (exit 69, not 1: the run says
+        nothing about the data)."""
+        from ..findings import UNREACHABLE
+
+        capture = [found for u, found in zip(self.units, self.per_unit) if u.check == "capture"]
+        errors = [f for f in self.findings if f.severity == "error"]
+        return (
+            bool(capture)
+            and all(any(f.extra.get(UNREACHABLE) for f in found) for found in capture)
+            and all(f.extra.get(UNREACHABLE) for f in errors)
+        )
+
 
 def run_units(units: list[Unit], runner: Runner | None = None, workers: int = 1) -> Outcome:
     runner = runner or Runner()

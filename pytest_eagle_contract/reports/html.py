@@ -24,6 +24,7 @@ td,th{border:1px solid #ccc;padding:3px 8px;
 text-align:left} pre{overflow-x:auto} .differs{color:#cf222e;font-weight:bold}
 .finding{border-left:4px solid #cf222e;padding:2px 10px;margin:8px 0}
 .warning{border-color:#bf8700} span.warning{color:#9a6700} .hint{color:#555}
+a.rule{color:inherit;text-decoration:none} a.rule:hover{text-decoration:underline}
 .note{background:#fff8c5;padding:6px 10px} figure{margin:1em 0} svg{max-width:100%;height:auto}
 """
 
@@ -98,8 +99,8 @@ def _finding(f: Finding, shards: list[str]) -> str:
     from ..render import display_path
 
     rows = [
-        f'<div class="finding {f.severity}"><b>{f.code} {escape(f.rule.name)}</b>: '
-        f"{escape(f.message)}"
+        f'<div class="finding {f.severity}"><b><a class="rule" href="{escape(f.rule.url)}">'
+        f"{f.code} {escape(f.rule.name)}</a></b>: {escape(f.message)}"
     ]
     if f.contract and f.line:
         rows.append(f"<br><code>{escape(display_path(f.contract))}:{f.line}</code>")

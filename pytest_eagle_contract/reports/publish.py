@@ -22,7 +22,7 @@ def publish(
 ) -> None:
     """``json_path``: the check report (a session report of every contract with
     ``session``); ``html_path``: the HTML report; ``annotations``: auto, github or none;
-    ``flag``: the option that named the report (default ``--json`` / ``--report``).
+    ``flag``: the option that named the report (default ``--json-report`` / ``--report``).
     Neither report is written onto what the runs read (:mod:`..outputs`)."""
     from . import github, json_report
 
@@ -33,7 +33,7 @@ def publish(
             if session or len(runs) != 1
             else json_report.check_report(runs[0])
         )
-        json_report.write(json_path, data, flag or "--json", reads)
+        json_report.write(json_path, data, flag or "--json-report", reads)
     if html_path is not None:
         from .html import write
 
@@ -63,6 +63,6 @@ def check_targets(
     from .json_report import MARK
 
     if json_path is not None:
-        checked_output(json_path, flag or "--json", reads=reads, ours=MARK)
+        checked_output(json_path, flag or "--json-report", reads=reads, ours=MARK)
     if html_path is not None:
         checked_output(html_path, flag or "--report", reads=reads, ours=PAGE)

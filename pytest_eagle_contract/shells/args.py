@@ -25,7 +25,9 @@ def add_sampling(parser: argparse.ArgumentParser, default: str | None = "all") -
     """``--sample`` and ``--seed``."""
     shown = default or "10"
     parser.add_argument("--sample", default=default, help=f"N shards or 'all' (default: {shown})")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--seed", type=int, default=0, metavar="S", help="seed of the shard sample (default: 0)"
+    )
 
 
 def add_workers(parser: argparse.ArgumentParser, doing: str = "reading shards") -> None:
@@ -38,7 +40,12 @@ def add_format(parser: argparse.ArgumentParser) -> None:
     """``--format``: the shard format, else guessed from the file."""
     from ..shards.formats import FORMAT_NAMES
 
-    parser.add_argument("--format", choices=FORMAT_NAMES, default="auto")
+    parser.add_argument(
+        "--format",
+        choices=FORMAT_NAMES,
+        default="auto",
+        help="the shards' format (default: auto, guessed from each file; docs/formats.md)",
+    )
 
 
 def add_print_json(parser: argparse.ArgumentParser) -> None:
@@ -47,8 +54,21 @@ def add_print_json(parser: argparse.ArgumentParser) -> None:
 
 
 def add_report_json(parser: argparse.ArgumentParser) -> None:
-    """``--json REPORT``: the command also writes its JSON report."""
-    parser.add_argument("--json", type=Path, metavar="REPORT", help="also write a JSON report here")
+    """``--json-report REPORT``: the command also writes its JSON report there; ``--json``:
+    the report on stdout instead of the text (``--json REPORT``, the old spelling of
+    ``--json-report``, is rewritten with a warning before parsing: shells/deprecated.py)."""
+    parser.add_argument(
+        "--json-report",
+        type=Path,
+        metavar="REPORT",
+        help="also write the JSON report to REPORT (versioned, with a JSON Schema: "
+        "docs/reports.md)",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print the JSON report on stdout instead of the text",
+    )
 
 
 def add_quiet(parser: argparse.ArgumentParser) -> None:
@@ -110,7 +130,13 @@ def add_annotations(add: Add, prefix: str = "") -> None:
 def add_sglang(add: Add, prefix: str = "", timeout_help: str | None = None) -> None:
     """A live SGLang server to verify shards against: its URL, timeout and cache flush."""
     add(f"--{prefix}sglang-url", metavar="URL", help="verify shards against a live SGLang server")
-    add(f"--{prefix}sglang-timeout", type=float, default=60.0, metavar="S", help=timeout_help)
+    add(
+        f"--{prefix}sglang-timeout",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help=timeout_help or "seconds to wait for each answer of the server (default: 60)",
+    )
     add_flush_cache(add, prefix)
 
 

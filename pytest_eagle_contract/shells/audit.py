@@ -39,7 +39,7 @@ def add_parser(sub: Any) -> None:
     aud = sub.add_parser(
         "audit", help="read every shard: distributions, outlier shards, drift between runs"
     )
-    aud.add_argument("contract", type=Path)
+    aud.add_argument("contract", type=Path, metavar="CONTRACT", help="the contract YAML file")
     add_shards(aud)
     add_report_json(aud)
     aud.add_argument(
@@ -56,7 +56,12 @@ def add_parser(sub: Any) -> None:
         help="keep per-file summaries here; it must be writable (default: "
         "$XDG_CACHE_HOME/eagle-contract/audit, skipped where it cannot be written)",
     )
-    aud.add_argument("--backend", choices=("local", "ray"), default="local")
+    aud.add_argument(
+        "--backend",
+        choices=("local", "ray"),
+        default="local",
+        help="local: worker processes here (default); ray: one Ray task per file (the ray extra)",
+    )
     aud.add_argument(
         "--address", metavar="ADDR", help="Ray cluster to join (default: start a local one)"
     )
@@ -84,8 +89,10 @@ def audit(args: argparse.Namespace) -> int:
     roots = list(args.paths) or [p for p in (contract.training.shards,) if p is not None]
     found = shard_paths(contract, args.paths or None, None, 0)
     reads = outputs.inputs(args.contract, *roots)
-    if args.json is not None:
-        outputs.checked_output(args.json, "--json", reads=reads, ours=b'"schema_version"')
+    if args.json_report is not None:
+        outputs.checked_output(
+            args.json_report, "--json-report", reads=reads, ours=b'"schema_version"'
+        )
     previous = load_previous(args.against) if args.against is not None else None
     cache = Cache(args.cache, args.contract.read_bytes(), roots)
     checks = local.shard_families(contract)
@@ -134,13 +141,18 @@ def audit(args: argparse.Namespace) -> int:
         cost=cost,
     )
     findings = [f for s in sorted(done + fresh, key=lambda s: s.path) for f in findings_of(s)]
-    if not args.quiet:
-        if findings:
-            print(format_findings(findings) + "\n")
-        print(format_text(report) + "\n")
-    print(_summary(report, took))
-    if args.json is not None:
-        write(args.json, report, "--json", reads=reads)
+    if args.json:
+        from ..render import to_json
+
+        print(to_json(report))
+    else:
+        if not args.quiet:
+            if findings:
+                print(format_findings(findings) + "\n")
+            print(format_text(report) + "\n")
+        print(_summary(report, took))
+    if args.json_report is not None:
+        write(args.json_report, report, "--json-report", reads=reads)
     if not complete:
         where = f"kept in {cache.path}" if cache.kept else "not kept"
         print(

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from .args import check_names
-from .exit_codes import EXIT_FINDINGS, EXIT_OK
+from .exit_codes import EXIT_FINDINGS, EXIT_OK, EXIT_UNAVAILABLE
 
 if TYPE_CHECKING:
     from ..contract.model import Contract
@@ -28,13 +29,15 @@ def run_check(
     html: Path | None = None,
     annotations: str = "auto",
     workers: int = 1,
+    json_out: bool = False,
 ) -> int:
     """Plan ``request`` on the contract, run it (``runner``: one already holding the
-    target), print the findings and write the reports asked for."""
+    target), print the findings and write the reports asked for (``json_out``: the JSON
+    report on stdout instead of the text, the annotations on stderr)."""
     from ..contract.model import load_contract
     from ..findings import Finding
     from ..plan.planner import Outcome, Runner, iter_units
-    from ..render import format_findings, summary
+    from ..render import format_findings, summary, to_json
     from .terminal import progress
 
     contract = load_contract(contract_path)
@@ -70,20 +73,33 @@ def run_check(
         per_unit[i], measured[i] = checked.findings, checked.measured
     outcome = Outcome(units, per_unit, measured)
     findings = outcome.findings
-    if not quiet and findings:
+    if not quiet and findings and not json_out:
         print(format_findings(findings) + "\n")
     line = summary(findings, len(outcome.units), outcome.shards)
-    print(line)
+    if not json_out:
+        print(line)
     from ..reports.publish import publish
     from ..reports.run import CheckRun
 
+    run = CheckRun.of(contract, outcome, line)
     publish(
-        [CheckRun.of(contract, outcome, line)],
+        [run],
         json_path=report,
         html_path=html,
         annotations=annotations,
+        echo=_to_stderr if json_out else print,
     )
+    if json_out:
+        from ..reports.json_report import check_report
+
+        print(to_json(check_report(run)))
+    if outcome.unreachable:
+        return EXIT_UNAVAILABLE
     return EXIT_FINDINGS if outcome.failed else EXIT_OK
+
+
+def _to_stderr(text: str) -> None:
+    print(text, file=sys.stderr)
 
 
 def check(args: argparse.Namespace) -> int:
@@ -97,7 +113,7 @@ def check(args: argparse.Namespace) -> int:
                 "--sharpness tests the contract alone: it takes no shard PATH, "
                 "--checks, --target-model or capture options"
             )
-        return _sharpness(args.contract, args.quiet, args.json)
+        return _sharpness(args.contract, args.quiet, args.json_report, args.json)
     if args.sglang_url is not None:
         from ..capture.sglang_client import use_server
 
@@ -127,14 +143,17 @@ def check(args: argparse.Namespace) -> int:
         args.contract,
         request,
         quiet=args.quiet,
-        report=args.json,
+        report=args.json_report,
         html=args.report,
         annotations=args.annotations,
         workers=workers_option(args.workers),
+        json_out=args.json,
     )
 
 
-def _sharpness(contract_path: Path, quiet: bool, report: Path | None) -> int:
+def _sharpness(
+    contract_path: Path, quiet: bool, report: Path | None, json_out: bool = False
+) -> int:
     from ..contract.model import load_contract
     from ..outputs import checked_output, write_text
     from ..render import format_findings, to_json
@@ -145,35 +164,38 @@ def _sharpness(contract_path: Path, quiet: bool, report: Path | None) -> int:
     if contract.training is None:
         raise UsageError(f"{contract_path}: no training section: nothing to mutate")
     if report:  # refused now, not after the self-test
-        checked_output(report, "--json", reads=_contract_inputs(contract), ours=MARK)
+        checked_output(report, "--json-report", reads=_contract_inputs(contract), ours=MARK)
     start = time.perf_counter()
     result = sharpness(contract)
     took = time.perf_counter() - start
-    print(format_sharpness_table(result.rows))
-    if result.findings and not quiet:
-        print("\n" + format_findings(result.findings))
     applicable = [r for r in result.rows if r.caught is not None]
     caught = sum(bool(r.caught) for r in applicable)
-    print(
-        f"\n{'sharp' if result.sharp else 'NOT SHARP'}: {caught} of {len(applicable)} "
-        f"mutation classes caught ({took:.2f} s)"
+    if not json_out:
+        print(format_sharpness_table(result.rows))
+        if result.findings and not quiet:
+            print("\n" + format_findings(result.findings))
+        print(
+            f"\n{'sharp' if result.sharp else 'NOT SHARP'}: {caught} of {len(applicable)} "
+            f"mutation classes caught ({took:.2f} s)"
+        )
+    text = to_json(
+        stamped(
+            "sharpness",
+            {
+                "contract": str(contract.path),
+                "sharp": result.sharp,
+                "rows": [dataclasses.asdict(r) for r in result.rows],
+                "findings": [f.to_dict() for f in result.findings],
+            },
+        )
     )
+    if json_out:
+        print(text)
     if report:
         write_text(
             report,
-            to_json(
-                stamped(
-                    "sharpness",
-                    {
-                        "contract": str(contract.path),
-                        "sharp": result.sharp,
-                        "rows": [dataclasses.asdict(r) for r in result.rows],
-                        "findings": [f.to_dict() for f in result.findings],
-                    },
-                )
-            )
-            + "\n",
-            "--json",
+            text + "\n",
+            "--json-report",
             reads=_contract_inputs(contract),
             ours=MARK,
         )

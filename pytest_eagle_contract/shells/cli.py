@@ -1,6 +1,6 @@
 """``eagle-contract``: the command-line shell over the same core the pytest plugin uses.
 
-Exit codes: 0 everything holds, 1 findings, 2 invalid contract or arguments.
+Exit codes: shells/exit_codes.py (every ``--help`` ends with them).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..contract.model import SCHEMA_FILE
 from ..errors import EagleContractError
-from . import audit, captures, check, commands, doctor, matrix, measure, probe, vllm_record
+from . import audit, captures, check, commands, doctor, explain, matrix, measure, probe, vllm_record
 from .args import (
     add_annotations,
     add_checks,
@@ -30,7 +30,8 @@ from .args import (
     add_tokenizer,
     add_workers,
 )
-from .exit_codes import EXIT_INTERRUPTED, EXIT_USAGE
+from .deprecated import Renamed, rewrite
+from .exit_codes import EXIT_INTERRUPTED, EXIT_USAGE, epilog
 from .terminal import QuietPipe
 
 
@@ -38,7 +39,13 @@ def _parser() -> argparse.ArgumentParser:
     from ..engines.names import ENGINE_NAMES
     from ..version import __version__
 
-    p = argparse.ArgumentParser(prog="eagle-contract", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="eagle-contract",
+        description=__doc__.splitlines()[0],
+        epilog="eagle-contract COMMAND --help says more of each; eagle-contract explain CODE "
+        "explains a rule code.\n\n" + epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--version", action="version", version=f"eagle-contract {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -85,8 +92,15 @@ def _parser() -> argparse.ArgumentParser:
     inf.add_argument(
         "--num-layers", type=int, help="target num_hidden_layers (overrides --target-model's)"
     )
-    inf.add_argument("--hidden-size", type=int)
-    inf.add_argument("--vocab-size", type=int)
+    inf.add_argument(
+        "--hidden-size",
+        type=int,
+        metavar="H",
+        help="target hidden_size (overrides --target-model's)",
+    )
+    inf.add_argument(
+        "--vocab-size", type=int, metavar="V", help="target vocab_size (overrides --target-model's)"
+    )
     inf.add_argument("--arch", help="target architecture, e.g. LlamaForCausalLM")
     add_target_model(
         inf,
@@ -117,7 +131,7 @@ def _parser() -> argparse.ArgumentParser:
     add_workers(inf, "measuring shards")
 
     chk = sub.add_parser("check", help="check shards against a contract")
-    chk.add_argument("contract", type=Path)
+    add_contract(chk)
     add_shards(chk)
     add_sampling(chk, None)
     add_report_json(chk)
@@ -180,7 +194,7 @@ def _parser() -> argparse.ArgumentParser:
     rec = sub.add_parser(
         "record", help="capture what SGLang or vLLM feeds the draft, for shards' ids"
     )
-    rec.add_argument("contract", type=Path)
+    add_contract(rec, "the contract whose training shards' ids are sent")
     add_shards(rec)
     server = rec.add_mutually_exclusive_group(required=True)
     server.add_argument("--sglang-url", metavar="URL", help="ask this SGLang for each shard")
@@ -198,20 +212,46 @@ def _parser() -> argparse.ArgumentParser:
         help="ask this vLLM (extract_hidden_states with ExampleHiddenStatesConnector) for each "
         "shard and read the file it writes (run where its storage folder is mounted)",
     )
-    rec.add_argument("-o", "--out", type=Path, required=True, metavar="DIR")
+    rec.add_argument(
+        "-o",
+        "--output",
+        dest="out",
+        type=Path,
+        metavar="DIR",
+        help="the folder the capture files are written to (required)",
+    )
+    rec.add_argument(
+        "--out", dest="out", type=Path, action=Renamed, new="-o/--output", command="record"
+    )
     add_sampling(rec)
-    rec.add_argument("--timeout", type=float, default=60.0, metavar="S")
+    rec.add_argument(
+        "--timeout",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="seconds to wait for each answer of the server (default: 60)",
+    )
     add_flush_cache(rec.add_argument)
     vllm_record.add_arguments(rec)
 
     idf = sub.add_parser("identify", help="name each slot's layer by running the target model")
-    idf.add_argument("path", type=Path)
-    add_target_model(idf, required=True)
+    idf.add_argument("path", type=Path, metavar="PATH", help="the shard file to identify")
+    add_target_model(
+        idf, "HF model directory of the target, run on the shard's own tokens", required=True
+    )
     add_format(idf)
     add_print_json(idf)
 
     res = sub.add_parser("resolve", help="map an engine's aux layer ids to canonical layers")
-    res.add_argument("--engine", required=True, choices=ENGINE_NAMES)
+    res.add_argument(
+        "--engine",
+        required=True,
+        choices=ENGINE_NAMES,
+        metavar="ENGINE",
+        help="the engine or trainer whose ids are resolved (one of: "
+        + ", ".join(ENGINE_NAMES)
+        + ")",
+    )
     res.add_argument(
         "--version",
         help="engine version (sglang: default the installed one, else the newest in the table)",
@@ -283,10 +323,25 @@ def _parser() -> argparse.ArgumentParser:
         "and one with a real bug, gated by a contract",
     )
     dem.add_argument(
-        "--out",
+        "-o",
+        "--output",
+        dest="out",
         type=Path,
         default=Path("eagle-demo"),
+        metavar="DIR",
         help="where to write the shards (default: ./eagle-demo)",
+    )
+    dem.add_argument(
+        "--out", dest="out", type=Path, action=Renamed, new="-o/--output", command="demo"
+    )
+    exp = sub.add_parser(
+        "explain", help="print a rule code's section of the rules (docs/rules.md), as ruff rule"
+    )
+    exp.add_argument(
+        "code", nargs="?", metavar="CODE", help="a rule code (EC401) or name (norm-out-of-bounds)"
+    )
+    exp.add_argument(
+        "--list", action="store_true", help="list every rule code with its name and summary"
     )
 
     probe.add_parser(sub)
@@ -310,7 +365,9 @@ def _parser() -> argparse.ArgumentParser:
     val = sub.add_parser(
         "validate", help="validate contracts against the schema and their own rules (no torch)"
     )
-    val.add_argument("contracts", nargs="+", type=Path, metavar="CONTRACT")
+    val.add_argument(
+        "contracts", nargs="+", type=Path, metavar="CONTRACT", help="contract YAML files"
+    )
     val.add_argument(
         "--check",
         action="store_true",
@@ -327,7 +384,14 @@ def _parser() -> argparse.ArgumentParser:
             default=0,
             help="also print notes: a cache that could not be used and was skipped",
         )
+    for parser in sub.choices.values():  # last: after every option
+        parser.epilog = (parser.epilog.rstrip() + "\n\n" if parser.epilog else "") + epilog()
+        parser.formatter_class = argparse.RawDescriptionHelpFormatter
     return p
+
+
+def add_contract(parser: argparse.ArgumentParser, help: str = "the contract YAML file") -> None:
+    parser.add_argument("contract", type=Path, metavar="CONTRACT", help=help)
 
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
@@ -346,6 +410,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "matrix": matrix.matrix,
     "compare-captures": captures.compare_captures,
     "doctor": doctor.doctor,
+    "explain": explain.explain,
 }
 
 
@@ -362,7 +427,7 @@ def _late_paths(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
-    args, extra = parser.parse_known_args(argv)
+    args, extra = parser.parse_known_args(rewrite(sys.argv[1:] if argv is None else argv))
     if extra:
         _late_paths(parser, args, extra)
     from ..version import set_verbosity

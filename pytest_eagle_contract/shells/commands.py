@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import EagleContractError, UsageError
-from .exit_codes import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
+from .exit_codes import EXIT_FINDINGS, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
 
 if TYPE_CHECKING:
     pass
@@ -171,9 +171,11 @@ def record(args: argparse.Namespace) -> int:
     from ..capture.record import record
     from ..capture.sglang_client import use_server
     from ..contract.model import load_contract
-    from ..errors import CaptureError
+    from ..errors import CaptureError, ServerUnreachable
     from ..shards.discovery import parse_sample, shard_paths
 
+    if args.out is None:
+        raise UsageError("record needs -o/--output DIR: the folder for the capture files")
     if args.sglang_url:
         use_server(args.sglang_url, args.timeout, flush_cache=args.sglang_flush_cache)
     contract = load_contract(args.contract)
@@ -199,7 +201,7 @@ def record(args: argparse.Namespace) -> int:
     except CaptureError as exc:
         text = str(exc) if str(exc).startswith(exc.code) else f"{exc.code} {exc}"
         print(f"eagle-contract record: {text}", file=sys.stderr)
-        return EXIT_FINDINGS
+        return EXIT_UNAVAILABLE if isinstance(exc, ServerUnreachable) else EXIT_FINDINGS
     print(f"recorded {len(written)} capture file(s) in {args.out}")
     return EXIT_OK
 
@@ -473,7 +475,7 @@ def validate(args: argparse.Namespace) -> int:
             print(f"{path}: invalid contract:\n{exc}", file=sys.stderr)
             continue
         print(f"{path}: valid")
-    code = EXIT_USAGE if invalid else EXIT_OK
+    code: int = EXIT_USAGE if invalid else EXIT_OK
     if not args.check:
         return code
     from ..plan.request import CheckRequest

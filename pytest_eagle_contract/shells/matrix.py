@@ -27,7 +27,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     mat = sub.add_parser(
         "matrix", help="what every engine version would feed the draft's fc, beside the trainer"
     )
-    mat.add_argument("contract", type=Path, metavar="CONTRACT")
+    mat.add_argument(
+        "contract", type=Path, metavar="CONTRACT", help="the contract whose draft is looked up"
+    )
     add_print_json(mat)
 
 

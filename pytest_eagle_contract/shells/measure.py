@@ -42,7 +42,9 @@ def add_parser(sub: Any) -> None:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("contract", type=Path, metavar="CONTRACT")
+    p.add_argument(
+        "contract", type=Path, metavar="CONTRACT", help="the contract whose draft is measured"
+    )
     p.add_argument(
         "paths",
         type=Path,

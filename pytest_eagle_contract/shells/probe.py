@@ -188,7 +188,7 @@ def add_parser(sub: Any) -> None:
         help="a contract (.yaml) first, then shard files for prompts",
     )
     prb.add_argument("--draft", type=Path, metavar="DIR", help="the EAGLE-3 draft folder")
-    add_target_model(prb)
+    add_target_model(prb, "HF model directory of the target (default: target.model)")
     prb.add_argument(
         "--layout",
         nargs="+",
@@ -204,7 +204,9 @@ def add_parser(sub: Any) -> None:
         "ids gives the served layout (default sglang)",
     )
     prb.add_argument("--steps", type=int, default=4, metavar="K", help="chain length")
-    prb.add_argument("--sequences", type=int, default=16, metavar="N")
+    prb.add_argument(
+        "--sequences", type=int, default=16, metavar="N", help="prompts probed (default: 16)"
+    )
     prb.add_argument("--length", type=int, default=128, help="tokens per sequence")
     prb.add_argument("--prompt", type=int, default=16, help="prompt tokens per sequence")
     prb.add_argument(

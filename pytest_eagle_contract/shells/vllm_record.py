@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import UsageError
-from .exit_codes import EXIT_FINDINGS, EXIT_OK
+from .exit_codes import EXIT_FINDINGS, EXIT_OK, EXIT_UNAVAILABLE
 
 if TYPE_CHECKING:
     from ..capture.vllm_files import Launch
@@ -97,7 +97,7 @@ def record_url(args: argparse.Namespace, contract: Contract, paths: list[Path]) 
     from ..capture.transport import check_timeout, check_url
     from ..capture.vllm_client import hidden_states_path, served_model, wait_and_read
     from ..capture.vllm_files import to_capture
-    from ..errors import CaptureError, CaptureFileError, ShardReadError
+    from ..errors import CaptureError, CaptureFileError, ServerUnreachable, ShardReadError
     from ..shards.reading import read_sample
 
     url, timeout = check_url(args.vllm_url), check_timeout(args.timeout)
@@ -123,7 +123,7 @@ def record_url(args: argparse.Namespace, contract: Contract, paths: list[Path]) 
             written += 1
     except CaptureError as exc:
         print(f"eagle-contract record: {exc}", file=sys.stderr)
-        return EXIT_FINDINGS
+        return EXIT_UNAVAILABLE if isinstance(exc, ServerUnreachable) else EXIT_FINDINGS
     print(f"recorded {written} capture file(s) in {args.out} from vLLM {launch.version or '?'}")
     return EXIT_OK
 

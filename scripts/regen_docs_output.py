@@ -12,7 +12,7 @@ The convention. A code block (fenced or indented) right after the line
 holds `$ COMMAND` lines (a line ending in ` \\` continues on the next), each followed by
 what the command prints, stdout and stderr together as a terminal shows them. The commands
 of a page run in order, in one scratch folder per page holding `eagle-demo/` (what
-`eagle-contract demo --out eagle-demo` writes; the demo runs once, and a block showing that
+`eagle-contract demo -o eagle-demo` writes; the demo runs once, and a block showing that
 command compares with that run) and a copy of the checkout's `contracts/`. So a block may
 use what an earlier block of its page wrote. `<!-- docs-run: skip: REASON -->` marks a
 block with `$ ` prompts that cannot run on the demo's data (a GPU server, a model under
@@ -51,7 +51,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 DEMO_DIR = "eagle-demo"
-DEMO_COMMAND = f"eagle-contract demo --out {DEMO_DIR}"
+DEMO_COMMAND = f"eagle-contract demo -o {DEMO_DIR}"
 MARKER = re.compile(r"^\s*<!--\s*docs-run(?::\s*(?P<opts>.*?))?\s*-->\s*$")
 DURATION = re.compile(r"\d+\.\d+(?= ?s\b)")
 ELLIPSIS = "..."

@@ -48,7 +48,7 @@ COVERED = {
 
 @pytest.fixture(scope="session")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """`eagle-contract demo --out eagle-demo`, run once for every worker of the session."""
+    """`eagle-contract demo -o eagle-demo`, run once for every worker of the session."""
     base = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         base = base.parent  # the session's folder, shared by its workers

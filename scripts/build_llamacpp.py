@@ -1,0 +1,219 @@
+"""Build llama.cpp from the llama-cpp-python sdist into a versioned cache (stdlib only).
+
+The sdist of llama-cpp-python vendors llama.cpp under ``vendor/llama.cpp``; this script
+downloads it with pip (``--no-binary llama-cpp-python``), extracts it, and builds the few tools the
+live tests drive (``llama-speculative-simple``, ``llama-server``, ``llama-eval-callback``)
+with cmake and ninja into::
+
+    ${EAGLE_CONTRACT_LLAMACPP_CACHE:-~/.cache/eagle-contract/llamacpp}/<version>/bin/
+
+and keeps the vendored converter next to them (``<version>/converter/``: its
+``convert_hf_to_gguf.py``, ``conversion/`` and ``gguf-py/``; run the converter with
+``PYTHONPATH=<version>/converter/gguf-py``).
+
+Idempotent: a finished build leaves ``<version>/DONE``; with it present nothing is redone.
+A half-written build (no ``DONE``) is rebuilt from its build folder. ``--instrumented``
+applies ``scripts/llamacpp-eagle3-trace.patch`` to a separate copy of the source and builds
+into ``<version>/instrumented/bin/`` (the stock build is never patched).
+
+    python scripts/build_llamacpp.py            # stock build (about 14 min on 2 idle cores)
+    python scripts/build_llamacpp.py --instrumented
+    python scripts/build_llamacpp.py --print-bin  # where the binaries are (or would be)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+VERSION = "0.3.36"
+TARGETS = ("llama-speculative-simple", "llama-server", "llama-eval-callback")
+PATCH = Path(__file__).resolve().parent / "llamacpp-eagle3-trace.patch"
+
+
+def cache_root() -> Path:
+    env = os.environ.get("EAGLE_CONTRACT_LLAMACPP_CACHE")
+    base = Path(env) if env else Path.home() / ".cache" / "eagle-contract" / "llamacpp"
+    return base.expanduser()
+
+
+def version_dir(version: str = VERSION) -> Path:
+    return cache_root() / version
+
+
+def log(msg: str) -> None:
+    print(f"build_llamacpp: {msg}", flush=True)
+
+
+def run(cmd: list[str], **kw: object) -> None:
+    log("$ " + " ".join(cmd))
+    subprocess.run(cmd, check=True, **kw)  # type: ignore[call-overload]
+
+
+def fetch_source(vdir: Path, version: str) -> Path:
+    """Download and extract the sdist once; return the vendored llama.cpp folder."""
+    src = vdir / "src"
+    vendored = src / f"llama_cpp_python-{version}" / "vendor" / "llama.cpp"
+    marker = src / ".extracted"
+    if marker.exists() and vendored.is_dir():
+        return vendored
+    shutil.rmtree(src, ignore_errors=True)
+    dl = vdir / "sdist"
+    dl.mkdir(parents=True, exist_ok=True)
+    tarballs = sorted(dl.glob("*.tar.gz"))
+    if not tarballs:
+        run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--no-binary",
+                "llama-cpp-python",  # the sdist; ``:all:`` would also build the build
+                f"llama-cpp-python=={version}",  # backend's own deps from source (minutes)
+                "-d",
+                str(dl),
+            ]
+        )
+        tarballs = sorted(dl.glob("*.tar.gz"))
+    if not tarballs:
+        raise SystemExit(f"build_llamacpp: no sdist for llama-cpp-python=={version} in {dl}")
+    tmp = vdir / "src.partial"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    with tarfile.open(tarballs[0]) as tf:
+        tf.extractall(tmp, filter="data")
+    extracted = list(tmp.iterdir())
+    if len(extracted) != 1:
+        raise SystemExit(f"build_llamacpp: unexpected sdist layout: {extracted}")
+    src.mkdir(parents=True)
+    extracted[0].rename(src / f"llama_cpp_python-{version}")
+    shutil.rmtree(tmp)
+    if not vendored.is_dir():
+        raise SystemExit(f"build_llamacpp: the sdist has no vendor/llama.cpp ({vendored})")
+    marker.write_text(version + "\n")
+    return vendored
+
+
+def build(source: Path, build_dir: Path, bin_dir: Path, jobs: int) -> None:
+    run(
+        [
+            "cmake",
+            "-S",
+            str(source),
+            "-B",
+            str(build_dir),
+            "-G",
+            "Ninja",
+            "-DGGML_NATIVE=ON",
+            "-DLLAMA_CURL=OFF",
+            "-DBUILD_SHARED_LIBS=OFF",
+            "-DCMAKE_BUILD_TYPE=Release",
+        ]
+    )
+    run(["cmake", "--build", str(build_dir), "-j", str(jobs), "--target", *TARGETS])
+    tmp_bin = bin_dir.with_name(bin_dir.name + ".partial")
+    shutil.rmtree(tmp_bin, ignore_errors=True)
+    tmp_bin.mkdir(parents=True)
+    for t in TARGETS:
+        built = build_dir / "bin" / t
+        if not built.is_file():
+            raise SystemExit(f"build_llamacpp: {t} was not built ({built} missing)")
+        shutil.copy2(built, tmp_bin / t)
+    shutil.rmtree(bin_dir, ignore_errors=True)
+    tmp_bin.rename(bin_dir)
+
+
+CONVERTER = ("convert_hf_to_gguf.py", "conversion", "gguf-py")
+CONVERTER_DONE = "converter/DONE"
+
+
+def converter(vdir: Path, vendored: Path) -> None:
+    """The vendored converter (``convert_hf_to_gguf.py`` and its ``conversion`` package)
+    and the ``gguf`` package of the same llama.cpp revision, under ``<version>/converter``:
+    run ``PYTHONPATH=<version>/converter/gguf-py python <version>/converter/convert_hf_to_gguf.py``."""
+    out = vdir / "converter"
+    tmp = vdir / "converter.partial"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for name in CONVERTER:
+        src = vendored / name
+        if src.is_dir():
+            shutil.copytree(src, tmp / name)
+        elif src.is_file():
+            shutil.copy2(src, tmp / name)
+    (tmp / "DONE").write_text(vdir.name + "\n")
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+
+
+def stock(version: str, jobs: int) -> Path:
+    vdir = version_dir(version)
+    done = vdir / "DONE"
+    if done.exists() and all((vdir / "bin" / t).is_file() for t in TARGETS):
+        if not (vdir / CONVERTER_DONE).exists():
+            converter(vdir, fetch_source(vdir, version))
+        log(f"cached: {vdir / 'bin'}")
+        return vdir
+    vendored = fetch_source(vdir, version)
+    build(vendored, vdir / "build", vdir / "bin", jobs)
+    converter(vdir, vendored)
+    done.write_text(version + "\n")
+    log(f"built: {vdir / 'bin'}")
+    return vdir
+
+
+def instrumented(version: str, jobs: int) -> Path:
+    vdir = version_dir(version)
+    idir = vdir / "instrumented"
+    done = idir / "DONE"
+    patch_text = PATCH.read_text()
+    if (
+        done.exists()
+        and done.read_text() == patch_text
+        and all((idir / "bin" / t).is_file() for t in TARGETS)
+    ):
+        log(f"cached: {idir / 'bin'}")
+        return idir
+    vendored = fetch_source(vdir, version)
+    src = idir / "src"
+    marker = idir / "PATCHED"
+    if not (marker.exists() and marker.read_text() == patch_text):
+        shutil.rmtree(src, ignore_errors=True)
+        shutil.copytree(vendored, src, symlinks=True)
+        run(["patch", "-p1", "-i", str(PATCH)], cwd=str(src))
+        marker.write_text(patch_text)
+    build(src, idir / "build", idir / "bin", jobs)
+    done.write_text(patch_text)
+    log(f"built: {idir / 'bin'}")
+    return idir
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--version", default=VERSION, help="llama-cpp-python sdist version")
+    ap.add_argument("-j", "--jobs", type=int, default=2)
+    ap.add_argument(
+        "--instrumented",
+        action="store_true",
+        help="also build the copy patched with scripts/llamacpp-eagle3-trace.patch",
+    )
+    ap.add_argument("--print-bin", action="store_true", help="print the bin folder and exit")
+    args = ap.parse_args(argv)
+    if args.print_bin:
+        print(version_dir(args.version) / "bin")
+        return 0
+    stock(args.version, args.jobs)
+    if args.instrumented:
+        instrumented(args.version, args.jobs)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

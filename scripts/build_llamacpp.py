@@ -13,8 +13,10 @@ and keeps the vendored converter next to them (``<version>/converter/``: its
 
 Idempotent: a finished build leaves ``<version>/DONE``; with it present nothing is redone.
 A half-written build (no ``DONE``) is rebuilt from its build folder. ``--instrumented``
-applies ``scripts/llamacpp-eagle3-trace.patch`` to a separate copy of the source and builds
-into ``<version>/instrumented/bin/`` (the stock build is never patched).
+also applies ``scripts/llamacpp-eagle3-trace.patch`` (instrumentation, not upstream: it
+appends the aux states the EAGLE-3 draft is fed to the file ``$EAGLE_CONTRACT_EAGLE3_TRACE``)
+to a copy of ``common/speculative.cpp`` and links ``llama-speculative-simple`` with it into
+``<version>/instrumented/bin/`` (the stock build and its binaries are never patched).
 
     python scripts/build_llamacpp.py            # stock build (about 14 min on 2 idle cores)
     python scripts/build_llamacpp.py --instrumented
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -136,8 +139,8 @@ CONVERTER_DONE = "converter/DONE"
 
 def converter(vdir: Path, vendored: Path) -> None:
     """The vendored converter (``convert_hf_to_gguf.py`` and its ``conversion`` package)
-    and the ``gguf`` package of the same llama.cpp revision, under ``<version>/converter``:
-    run ``PYTHONPATH=<version>/converter/gguf-py python <version>/converter/convert_hf_to_gguf.py``."""
+    and the ``gguf`` package of the same llama.cpp revision, under ``<version>/converter``
+    (``C``): ``PYTHONPATH=C/gguf-py python C/convert_hf_to_gguf.py``."""
     out = vdir / "converter"
     tmp = vdir / "converter.partial"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -169,30 +172,63 @@ def stock(version: str, jobs: int) -> Path:
     return vdir
 
 
+INSTRUMENTED = "llama-speculative-simple"  # the one tool built with the patch
+
+
 def instrumented(version: str, jobs: int) -> Path:
-    vdir = version_dir(version)
+    """``llama-speculative-simple`` with scripts/llamacpp-eagle3-trace.patch applied to a copy
+    of ``common/speculative.cpp``: that one file is compiled with the stock build's own
+    command (``ninja -t commands``) and linked, ahead of the stock ``libcommon.a``, with the
+    stock link command into ``<version>/instrumented/bin`` (a minute, not a second build)."""
+
+    vdir = stock(version, jobs)
     idir = vdir / "instrumented"
     done = idir / "DONE"
     patch_text = PATCH.read_text()
-    if (
-        done.exists()
-        and done.read_text() == patch_text
-        and all((idir / "bin" / t).is_file() for t in TARGETS)
-    ):
-        log(f"cached: {idir / 'bin'}")
+    tool = idir / "bin" / INSTRUMENTED
+    if done.exists() and done.read_text() == patch_text and tool.is_file():
+        log(f"cached: {tool}")
         return idir
     vendored = fetch_source(vdir, version)
-    src = idir / "src"
-    marker = idir / "PATCHED"
-    if not (marker.exists() and marker.read_text() == patch_text):
-        shutil.rmtree(src, ignore_errors=True)
-        shutil.copytree(vendored, src, symlinks=True)
-        run(["patch", "-p1", "-i", str(PATCH)], cwd=str(src))
-        marker.write_text(patch_text)
-    build(src, idir / "build", idir / "bin", jobs)
+    build_dir = vdir / "build"
+    shutil.rmtree(idir, ignore_errors=True)
+    (idir / "common").mkdir(parents=True)
+    source = idir / "common" / "speculative.cpp"
+    shutil.copy2(vendored / "common" / "speculative.cpp", source)
+    run(["patch", "-p1", "--no-backup-if-mismatch", "-i", str(PATCH)], cwd=str(idir))
+    commands = subprocess.run(
+        ["ninja", "-C", str(build_dir), "-t", "commands", INSTRUMENTED],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.splitlines()
+    stock_source = str(vendored / "common" / "speculative.cpp")
+    compile_line = next(c for c in commands if c.rstrip().endswith("-c " + stock_source))
+    link_line = commands[-1]
+    obj = idir / "speculative.cpp.o"
+    argv = shlex.split(compile_line)
+    out = argv.index("-o")
+    argv[out + 1] = str(obj)
+    argv[-1] = str(source)
+    argv = [a for i, a in enumerate(argv) if not _dep_flag(argv, i)]
+    run(argv, cwd=str(build_dir))
+    link = shlex.split(link_line)
+    out = link.index("-o")
+    link[out + 1] = str(tool)
+    link.insert(out, str(obj))  # ahead of libcommon.a: its speculative.cpp.o is not pulled
+    (idir / "bin").mkdir()
+    run(link, cwd=str(build_dir))
     done.write_text(patch_text)
-    log(f"built: {idir / 'bin'}")
+    log(f"built: {tool}")
     return idir
+
+
+def _dep_flag(argv: list[str], i: int) -> bool:
+    """Whether ``argv[i]`` is a dependency-file flag (``-MD``, ``-MT X``, ``-MF X``) or the
+    value of one: the instrumented compile writes nothing into the stock build folder."""
+    if argv[i] in ("-MD", "-MT", "-MF"):
+        return True
+    return i > 0 and argv[i - 1] in ("-MT", "-MF")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -202,16 +238,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--instrumented",
         action="store_true",
-        help="also build the copy patched with scripts/llamacpp-eagle3-trace.patch",
+        help="also link llama-speculative-simple with scripts/llamacpp-eagle3-trace.patch",
     )
     ap.add_argument("--print-bin", action="store_true", help="print the bin folder and exit")
     args = ap.parse_args(argv)
     if args.print_bin:
         print(version_dir(args.version) / "bin")
         return 0
-    stock(args.version, args.jobs)
     if args.instrumented:
         instrumented(args.version, args.jobs)
+    else:
+        stock(args.version, args.jobs)
     return 0
 
 

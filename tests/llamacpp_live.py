@@ -33,9 +33,7 @@ from typing import Any
 
 VERSION = "0.3.36"  # the llama-cpp-python sdist whose vendored llama.cpp is built
 ROOT = Path(__file__).resolve().parent.parent
-BUILD = (
-    f"python scripts/build_llamacpp.py --instrumented  # llama.cpp {VERSION}, ~14 min on 2 cores"
-)
+BUILD = "python scripts/build_llamacpp.py --instrumented"
 CHARS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ+/"  # one per corpus id
 UNK, EOS = 64, 65  # the two tokens the corpus never holds
 VOCAB = 66
@@ -65,7 +63,10 @@ def missing() -> str | None:
     need.append(cache() / "converter" / "convert_hf_to_gguf.py")
     absent = [str(p) for p in need if not p.exists()]
     if absent:
-        return f"llama.cpp not built ({absent[0]} missing): run `{BUILD}`"
+        return (
+            f"llama.cpp not built ({absent[0]} missing): run `{BUILD}` (about 14 minutes on "
+            "2 idle cores, cached per version) or `tox -e llamacpp-live`"
+        )
     return None
 
 

@@ -204,7 +204,8 @@ def instrumented(version: str, jobs: int) -> Path:
     ).stdout.splitlines()
     stock_source = str(vendored / "common" / "speculative.cpp")
     compile_line = next(c for c in commands if c.rstrip().endswith("-c " + stock_source))
-    link_line = commands[-1]
+    # the link: ninja writes it ": && c++ ... -o bin/TOOL ... && :"
+    link_line = next(part for part in commands[-1].split("&&") if f"-o bin/{INSTRUMENTED}" in part)
     obj = idir / "speculative.cpp.o"
     argv = shlex.split(compile_line)
     out = argv.index("-o")

@@ -220,73 +220,137 @@ def convert(src: Path, out: Path, target: Path | None = None) -> Path:
 
 # --- the engine's runs ------------------------------------------------------------------
 
-ROUND = re.compile(r"accepted (\d+)/(\d+) draft tokens")
+SPEC_FLAGS = [  # greedy chain drafting of STEPS tokens, every draft token kept
+    "--spec-type",
+    "draft-eagle3",
+    "--spec-draft-n-max",
+    str(STEPS),
+    "--spec-draft-n-min",
+    "0",
+    "--spec-draft-p-min",
+    "0",
+]
+
+
+def trace(target: Path, draft: Path, prompt: str, out: Path) -> None:
+    """One short greedy run of the instrumented llama-speculative-simple on ``prompt``,
+    appending what the draft's fc is fed to ``out`` (read with :func:`read_trace`)."""
+    cmd = [str(traced_binary()), "-m", str(target), "-md", str(draft), *SPEC_FLAGS]
+    cmd += ["--temp", "0", "-n", "2", "-c", "512", "-t", "1", "-p", prompt]
+    env = {**os.environ, "EAGLE_CONTRACT_EAGLE3_TRACE": str(out)}
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    assert res.returncode == 0, " ".join(cmd) + "\n" + (res.stdout + res.stderr)[-4000:]
+
+
+ROUND = re.compile(r"accepted +(\d+)/ *(\d+) draft tokens")
+SUMMARY = re.compile(r"draft acceptance = [0-9.]+ \( *(\d+) accepted / *(\d+) generated\)")
 
 
 @dataclass(frozen=True)
-class Run:
-    """One llama-speculative-simple run: the text it generated and each round's
-    (accepted, drafted)."""
+class Completion:
+    """One request to llama-server: the tokens it generated, each speculative round's
+    (accepted, drafted) from its log, and its own counters (``timings``)."""
 
-    generated: str
+    tokens: list[int]
     rounds: list[tuple[int, int]]
-    log: str
+    draft_n: int
+    draft_n_accepted: int
 
 
-def speculate(
-    target: Path,
-    draft: Path,
-    prompt: str,
-    new: int = NEW,
-    exe: Path | None = None,
-    env: dict[str, str] | None = None,
-) -> Run:
-    """Greedy speculative decoding of ``prompt`` by llama.cpp with the EAGLE-3 ``draft``:
-    draft length ``STEPS``, every draft token kept (no probability floor), ``-lv 5`` for the
-    per-round ``accepted a/k`` lines."""
-    cmd = [
-        str(exe or binary("llama-speculative-simple")),
-        "-m",
-        str(target),
-        "-md",
-        str(draft),
-        "--spec-type",
-        "draft-eagle3",
-        "--spec-draft-n-max",
-        str(STEPS),
-        "--spec-draft-n-min",
-        "0",
-        "--spec-draft-p-min",
-        "0",
-        "--temp",
-        "0",
-        "--top-k",
-        "1",
-        "--seed",
-        "0",
-        "-n",
-        str(new),
-        "-c",
-        "512",
-        "-t",
-        "1",
-        "-lv",
-        "5",
-        "-p",
-        prompt,
-    ]
-    res = subprocess.run(
-        cmd, capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})}
-    )
-    log = res.stdout + res.stderr
-    assert res.returncode == 0, " ".join(cmd) + "\n" + log[-4000:]
-    rounds = [(int(a), int(k)) for a, k in ROUND.findall(log)]
-    out = res.stdout
-    at = out.find(prompt)
-    assert at >= 0, out[-2000:]
-    tail = out[at + len(prompt) :]
-    generated = "".join(c for c in tail.split("\n")[0] if c in CHARS)
-    return Run(generated, rounds, log)
+class Server:
+    """llama-server with the EAGLE-3 draft, one slot, on 127.0.0.1, ``LLAMA_TRACE=1`` so that
+    it logs one ``accepted a/k draft tokens`` line per round (tools/server/server-context.cpp);
+    its log read by a thread while it runs (llama.cpp's logger drains from a thread of its
+    own, and a process that exits loses what it holds: common/log.cpp)."""
+
+    def __init__(self, target: Path, draft: Path) -> None:
+        self.cmd = [str(binary("llama-server")), "-m", str(target), "-md", str(draft)]
+        self.cmd += [*SPEC_FLAGS, "-c", "512", "-np", "1", "-t", "1", "--host", "127.0.0.1"]
+        self.lines: list[str] = []
+        self.proc: subprocess.Popen[str] | None = None
+
+    def __enter__(self) -> Server:
+        import socket
+        import threading
+        import time
+        import urllib.request
+
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        env = {**os.environ, "LLAMA_TRACE": "1"}
+        self.proc = subprocess.Popen(
+            [*self.cmd, "--port", str(port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        stream = self.proc.stderr
+        assert stream is not None
+        threading.Thread(target=lambda: self.lines.extend(stream), daemon=True).start()
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, "llama-server exited:\n" + "".join(self.lines)[-3000:]
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        return self
+            except OSError:
+                time.sleep(0.3)
+        log = "".join(self.lines)[-3000:]
+        raise AssertionError(f"llama-server did not come up in 120 s:\n{log}")
+
+    def __exit__(self, *exc: object) -> None:
+        assert self.proc is not None
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def complete(self, prompt: list[int], new: int = NEW) -> Completion:
+        """Greedy completion of the token ids ``prompt`` (no prompt cache: each request
+        prefills its whole prompt); the rounds are the log's lines between this request's
+        start and its own acceptance summary."""
+        import time
+        import urllib.request
+
+        seen = len(self.lines)
+        body = {
+            "prompt": prompt,
+            "n_predict": new,
+            "temperature": 0.0,
+            "top_k": 1,
+            "cache_prompt": False,
+            "return_tokens": True,
+            "seed": 0,
+        }
+        request = urllib.request.Request(
+            self.url + "/completion",
+            json.dumps(body).encode(),
+            {"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=120) as r:
+            answer = json.loads(r.read())
+        deadline = time.monotonic() + 30
+        while not any(SUMMARY.search(x) for x in self.lines[seen:]):
+            assert time.monotonic() < deadline, "no acceptance summary:\n" + "".join(
+                self.lines[seen:]
+            )
+            time.sleep(0.05)
+        log = self.lines[seen:]
+        end = next(i for i, x in enumerate(log) if SUMMARY.search(x))
+        rounds = [(int(m[1]), int(m[2])) for x in log[:end] if (m := ROUND.search(x))]
+        timings = answer["timings"]
+        return Completion(
+            [int(t) for t in answer["tokens"]],
+            rounds,
+            int(timings["draft_n"]),
+            int(timings["draft_n_accepted"]),
+        )
 
 
 def read_trace(path: Path) -> list[Any]:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import os
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -106,21 +105,15 @@ def resolved(gguf: Path) -> tuple[Layer, ...]:
 def fed(models: dict[str, Any], ids: list[int]) -> tuple[str, ...]:
     """The canonical layer of each state the instrumented engine feeds the draft's fc for a
     prompt ("zeros" for a slot the engine leaves empty), matched row for row against
-    transformers' hidden states of the same prompt (relative error under 1e-4)."""
+    transformers' hidden states of the same prompt: max error under 1e-3 of the largest value
+    (float32 sums in another order differ by about 1e-4; the next-nearest layer by 0.5)."""
     from pytest_eagle_contract.models.reference import capture_canonical
 
     gguf = draft_gguf(models, ids)
     trace = models["root"] / ("trace-" + "-".join(map(str, ids)) + ".bin")
     trace.unlink(missing_ok=True)
     prompt = prompts(1)[0]
-    live.speculate(
-        models["target_gguf"],
-        gguf,
-        live.text(prompt.tolist()),
-        new=2,
-        exe=live.traced_binary(),
-        env={"EAGLE_CONTRACT_EAGLE3_TRACE": str(trace)},
-    )
+    live.trace(models["target_gguf"], gguf, live.text(prompt.tolist()), trace)
     first = live.read_trace(trace)[0]  # the prompt's prefill: every token but the last
     n = first.shape[0]
     assert n == live.PROMPT - 1 and first.shape[1] == 3 * 64, first.shape
@@ -134,7 +127,7 @@ def fed(models: dict[str, Any], ids: list[int]) -> tuple[str, ...]:
         close = [
             str(layer)
             for layer, ref in states.items()
-            if (got - ref[:n]).abs().max() <= 1e-4 * ref[:n].abs().max()
+            if (got - ref[:n]).abs().max() <= 1e-3 * ref[:n].abs().max()
         ]
         assert len(close) == 1, (ids, k, close)
         names.append(close[0])
@@ -148,29 +141,51 @@ def test_resolve_names_the_layers_llamacpp_feeds_the_draft(models, ids):
     assert tuple(map(str, resolved(draft_gguf(models, ids)))) == engine
 
 
+def test_an_id_equal_to_the_layer_count_feeds_the_draft_zeros(models):
+    """What llama.cpp 0.3.36 does with id L on the llama graph, recorded: the target is asked
+    for its state before the output norm (``llama_set_embeddings_nextn``), which the llama graph
+    never fills, and the draft's fc reads zeros in that slot. No abort, no message: the run
+    ends normally. resolve must not name a layer for it (it refuses the id; branch
+    engine-rules corrects the reason it gives)."""
+    assert fed(models, [2, 4, L]) == ("residual:2", "residual:4", "zeros")
+    res = run_cli(
+        "resolve",
+        "--engine",
+        "llama.cpp",
+        "--num-layers",
+        L,
+        "--arch",
+        "LlamaForCausalLM",
+        "--draft-config",
+        draft_gguf(models, [2, 4, L]),
+        "--json",
+    )
+    no_traceback(res)
+    answer = json.loads(res.stdout)
+    assert res.returncode != 0 and (answer["layers"] is None or answer["problems"]), answer
+
+
 # --- probe against the engine's own counts --------------------------------------------
 
 
 def engine_accept(models: dict[str, Any], ids: list[int], greedy: list[list[int]]) -> dict:
-    """llama.cpp's mean accept length per round (1 + accepted draft tokens) on the prompts,
-    over the rounds that drafted all ``STEPS`` tokens (those the probe's chains model; the
-    last round of a run drafts fewer, to stop at ``-n``) and over every round; each output
-    checked against the target's greedy continuation."""
-    gguf = draft_gguf(models, ids)
-    texts = [live.text(p) for p in greedy]
-    with ThreadPoolExecutor(2) as pool:
-        runs = list(
-            pool.map(lambda t: live.speculate(models["target_gguf"], gguf, t[: live.PROMPT]), texts)
-        )
+    """llama-server's mean accept length per round (1 + accepted draft tokens) on the
+    prompts, over the rounds that drafted all ``STEPS`` tokens (those the probe's chains
+    model; the last rounds of a request draft fewer, to stop at ``n_predict``) and over every
+    round; each output checked against the target's greedy continuation, each request's
+    rounds against the server's own counters."""
     full: list[int] = []
     every: list[int] = []
-    for t, run in zip(texts, runs):
-        want = t[live.PROMPT :]
-        assert run.generated and want.startswith(run.generated[: len(want)]), (t, run.generated)
-        assert len(run.generated) >= live.NEW
-        assert run.rounds, run.log[-2000:]
-        every += [a for a, _ in run.rounds]
-        full += [a for a, k in run.rounds if k == live.STEPS]
+    with live.Server(models["target_gguf"], draft_gguf(models, ids)) as server:
+        for seq in greedy:
+            got = server.complete(seq[: live.PROMPT])
+            assert got.tokens == seq[live.PROMPT : live.PROMPT + len(got.tokens)], (seq, got)
+            assert len(got.tokens) == live.NEW, got
+            assert got.rounds, got
+            assert sum(a for a, _ in got.rounds) == got.draft_n_accepted, got
+            assert sum(k for _, k in got.rounds) == got.draft_n, got
+            every += [a for a, _ in got.rounds]
+            full += [a for a, k in got.rounds if k == live.STEPS]
     return {
         "full": 1 + sum(full) / len(full),
         "every": 1 + sum(every) / len(every),

@@ -266,6 +266,7 @@ class Server:
     def __init__(self, target: Path, draft: Path) -> None:
         self.cmd = [str(binary("llama-server")), "-m", str(target), "-md", str(draft)]
         self.cmd += [*SPEC_FLAGS, "-c", "512", "-np", "1", "-t", "1", "--host", "127.0.0.1"]
+        self.cmd.append("--metrics")  # the exact rounds, for eagle-contract measure
         self.lines: list[str] = []
         self.proc: subprocess.Popen[str] | None = None
 

@@ -10,9 +10,11 @@ EAGLE-3 draft distilled from it (tests/llamacpp_live.py), both converted by its 
   and each slot is matched against transformers' hidden states of the same prompt;
 - ``probe`` estimates, for the draft trained on what llama.cpp feeds for ids [2, 4, 5], its
   accept length under that layout, a one-layer shift (ids [1, 3, 4]: a SpecForge config
-  converted without SGLang's +1) and the embedding in front (ids [0, 2, 4]); llama.cpp's own
+  converted without SGLang's +1) and the embedding in front (ids [0, 2, 4]); llama-server's own
   ``accepted a/k`` lines on the same 50 prompts (greedy, draft length 4) measure it. Goal:
-  within 5% each, the ranking kept; the engine's outputs equal the target's greedy ones.
+  within 5% each, the ranking kept; the engine's outputs equal the target's greedy ones;
+- ``eagle-contract measure`` against llama-server fails the shifted draft (EC712) below a
+  floor set from the trained one.
 
 Skipped, with the build command, where the binaries are absent (the default suite never
 builds llama.cpp); ``EAGLE_CONTRACT_NEED_LLAMACPP=1`` (set by tox -e llamacpp-live) makes
@@ -145,8 +147,7 @@ def test_an_id_equal_to_the_layer_count_feeds_the_draft_zeros(models):
     """What llama.cpp 0.3.36 does with id L on the llama graph, recorded: the target is asked
     for its state before the output norm (``llama_set_embeddings_nextn``), which the llama graph
     never fills, and the draft's fc reads zeros in that slot. No abort, no message: the run
-    ends normally. resolve must not name a layer for it (it refuses the id; branch
-    engine-rules corrects the reason it gives)."""
+    ends normally. resolve refuses the id and says so, flagged silent."""
     assert fed(models, [2, 4, L]) == ("residual:2", "residual:4", "zeros")
     res = run_cli(
         "resolve",
@@ -162,7 +163,8 @@ def test_an_id_equal_to_the_layer_count_feeds_the_draft_zeros(models):
     )
     no_traceback(res)
     answer = json.loads(res.stdout)
-    assert res.returncode != 0 and (answer["layers"] is None or answer["problems"]), answer
+    assert res.returncode == 2 and answer["layers"] is None, answer
+    assert answer["silent"] is True and "receives zeros" in answer["refused"], answer
 
 
 # --- probe against the engine's own counts --------------------------------------------
@@ -247,13 +249,21 @@ def write_shards(models: dict[str, Any], greedy: list[torch.Tensor], root: Path)
     return root
 
 
-def test_probe_matches_llamacpp_accepted_counts(models):
+@pytest.fixture(scope="module")
+def greedy(models: dict[str, Any]) -> list[torch.Tensor]:
+    """The prompts continued greedily by the target, a few tokens past the engine's."""
     from pytest_eagle_contract.models.acceptance import greedy_sequences
 
-    model = models["model"]
+    return greedy_sequences(models["model"], prompts(), live.PROMPT + live.NEW + live.STEPS + 1)
+
+
+@pytest.fixture(scope="module")
+def shards(models: dict[str, Any], greedy: list[torch.Tensor]) -> Path:
     length = live.PROMPT + live.NEW
-    greedy = greedy_sequences(model, prompts(), length + live.STEPS + 1)
-    shards = write_shards(models, [g[:length] for g in greedy], models["root"] / "shards")
+    return write_shards(models, [g[:length] for g in greedy], models["root"] / "shards")
+
+
+def test_probe_matches_llamacpp_accepted_counts(models, greedy, shards):
     estimated = probe(models, shards)
     measured = {
         name: engine_accept(models, ids, [g.tolist() for g in greedy])
@@ -279,3 +289,46 @@ def test_probe_matches_llamacpp_accepted_counts(models):
     rank = sorted(LAYOUTS, key=lambda n: -estimated[n])
     assert rank == sorted(LAYOUTS, key=lambda n: -measured[n]["full"]), table
     assert rank[0] == "trained", table
+
+
+def test_measure_fails_the_shifted_draft_below_a_floor_set_from_the_trained_one(models, shards):
+    """``eagle-contract measure`` (issue 36 item 3) against llama-server on the same 50 shards:
+    the trained GGUF sets the floor (0.9 of its measured accept length), the one-layer shift
+    (ids [1, 3, 4]: a SpecForge config converted without SGLang's +1) fails it with EC712."""
+    root = models["root"]
+    contract = root / "measured.yaml"
+
+    def write(floor: float) -> None:
+        contract.write_text(
+            "contract: llamacpp-live\nversion: 1\n"
+            "target: {arch: LlamaForCausalLM, num_hidden_layers: 8, hidden_size: 64, "
+            f"vocab_size: {live.VOCAB}, model: {models['target']}}}\n"
+            f"training:\n  format: specforge\n  shards: {shards}\n  slots:\n"
+            "    - {layer: residual:2}\n    - {layer: residual:4}\n    - {layer: residual:5}\n"
+            "    - {layer: final_norm}\n  fc_input: [0, 1, 2]\n  target_slot: 3\n"
+            f"serving:\n  engine: llama.cpp\n  draft_config: {models['draft']}\n"
+            f"  min_accept_length: {floor}\n"
+        )
+
+    def measure(ids: list[int]) -> tuple[Any, str]:
+        with live.Server(models["target_gguf"], draft_gguf(models, ids)) as server:
+            args = ["measure", contract, "--llama-server-url", server.url, "--sample", "all"]
+            args += ["--max-new-tokens", live.NEW, "--no-probe"]
+            res = run_cli(*args, "--json", timeout=600)
+            text = run_cli(*args, timeout=600)
+        no_traceback(res)
+        return res, text.stdout
+
+    write(1.0)
+    res, out = measure(LAYOUTS["trained"])
+    print("\n$ eagle-contract measure (trained draft, floor 1.0)\n" + out)
+    assert res.returncode == 0, res.stdout + res.stderr
+    trained = json.loads(res.stdout)["measured"]["accept_length"]
+    floor = round(0.9 * trained, 3)
+    write(floor)
+    res, out = measure(LAYOUTS["one-layer shift"])
+    print(f"$ eagle-contract measure (one-layer shift, floor {floor})\n" + out)
+    assert res.returncode == 1, res.stdout + res.stderr
+    found = json.loads(res.stdout)
+    assert found["measured"]["accept_length"] < floor
+    assert [f["code"] for f in found["findings"]] == ["EC712"], found["findings"]

@@ -115,6 +115,7 @@ KINDS: dict[str, tuple[str, ...]] = {
         "test_fixes",
         "test_layout",
         "test_llamacpp",
+        "test_llamacpp_live",
         "test_llamacpp_releases",
         "test_matrix",
         "test_mlx",

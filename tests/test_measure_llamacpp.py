@@ -62,6 +62,8 @@ def _converter() -> Path | None:
 
 
 def _why_not() -> str | None:
+    if live is not None and (why := live.missing()) is not None:
+        return why  # asked for (tox -e llamacpp-live) and built, or skipped
     if not SERVER.exists():
         return f"no llama-server at {SERVER}: run `{BUILD}`"
     if live is None:

@@ -174,8 +174,14 @@ _UNREACHABLE: RuleCode = "EC715"
 def error_finding(contract: Contract, exc: CaptureError, engine: str) -> Finding:
     """A failed measurement as a finding: EC713 and EC714 as raised, EC705 (transport) as
     EC715."""
+    from ..errors import ServerUnreachable
+    from ..findings import UNREACHABLE
+
     code: RuleCode = exc.code if exc.code in ("EC713", "EC714") else _UNREACHABLE
-    return finding(code, f"{engine}: {exc.message}", contract=contract, key=KEY, hint=exc.hint)
+    gone = {UNREACHABLE: True} if isinstance(exc, ServerUnreachable) else None
+    return finding(
+        code, f"{engine}: {exc.message}", contract=contract, key=KEY, hint=exc.hint, extra=gone
+    )
 
 
 def no_prompts(contract: Contract, prompts: Prompts) -> Finding:

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
+from ..findings import UNREACHABLE
 from .args import add_measure, add_print_json, add_sampling, add_target_model, measure_settings
-from .exit_codes import EXIT_FINDINGS, EXIT_OK
+from .exit_codes import EXIT_FINDINGS, EXIT_OK, EXIT_UNAVAILABLE
 
 if TYPE_CHECKING:
     from ..models.acceptance import Estimate
@@ -29,8 +30,8 @@ Examples:
   eagle-contract measure contracts/draft.yaml data/ --vllm-url http://gpu:8000 --sample 50
   eagle-contract measure c.yaml --sglang-url http://gpu:30000 --draft D --target-model T
 
-Exit codes: 0 measured at or above the floor (or no floor), 1 a finding (below the floor,
-no counters, unreachable), 2 usage error, 130 interrupted.
+In exit-code terms: 0 measured at or above the floor (or no floor), 1 a finding (below the
+floor, no counters, answers that contradict each other), 69 nothing answered at the URL.
 """
 
 
@@ -133,4 +134,7 @@ def measure(args: argparse.Namespace) -> int:
             print(f"{f.code}  {f.message}  {f.contract}:{f.line or ''}", file=sys.stderr)
             if f.hint:
                 print(f"  hint: {f.hint}", file=sys.stderr)
-    return EXIT_FINDINGS if any(f.severity == "error" for f in findings) else EXIT_OK
+    errors = [f for f in findings if f.severity == "error"]
+    if measured is None and errors and all(f.extra.get(UNREACHABLE) for f in errors):
+        return EXIT_UNAVAILABLE  # nothing answered: the run says nothing about the draft
+    return EXIT_FINDINGS if errors else EXIT_OK

@@ -190,9 +190,9 @@ def test_server_gone_mid_run_and_restarted_with_chunked_prefill(
 ) -> None:
     """Last in the module: the server stops between two requests of one run (EC705, no
     traceback, the rest of the run is not kept waiting), then comes back on the same port
-    with a prefill chunk shorter than the shards: the real 0.5.23 answers with the last
-    chunk's rows only, which is EC703 with the chunked-prefill hint (as the stand-in and
-    docs/verify-against-server.md have it)."""
+    with the prefix cache off and a prefill chunk shorter than the shards: the real 0.5.23
+    answers with the last chunk's rows only, which is EC703 with the chunked-prefill hint
+    (as the stand-in and docs/verify-against-server.md have it)."""
     ids = _ids(sets)
     assert torch.equal(capture(server.url, ids, N_AUX, H), _reference(sets))
     server.stop()
@@ -204,7 +204,7 @@ def test_server_gone_mid_run_and_restarted_with_chunked_prefill(
     # every shard EC705, none compared: the engine unreachable (69), not findings (1)
     assert down.returncode == 69 and "EC705" in down.stdout and "Traceback" not in down.stderr
     chunk = max(4, len(ids) // 3)
-    server.args = [*AUX, "--chunked-prefill-size", str(chunk)]
+    server.args = [*AUX, "--chunked-prefill-size", str(chunk), "--disable-radix-cache"]
     server.start()  # a new process on the same port: a new run finds it again
     transport._DOWN.clear()
     chunked = run_cli(*check, "--sglang-url", server.url)
@@ -212,3 +212,7 @@ def test_server_gone_mid_run_and_restarted_with_chunked_prefill(
     assert chunked.returncode == 1 and "EC703 capture-rows" in chunked.stdout, chunked.stdout
     assert f"the server returned {last} prefill rows for {len(ids)} input ids" in chunked.stdout
     assert "raise --chunked-prefill-size above the longest shard, or -1" in chunked.stdout
+    short = ids[: chunk - 1]  # one chunk: and with the prefix cache off, nothing is cached
+    answers = [generate(server.url, short) for _ in range(2)]
+    assert [a["meta_info"]["cached_tokens"] for a in answers] == [0, 0]  # type: ignore[index]
+    assert all(len(a["meta_info"]["hidden_states"][0]) == len(short) for a in answers)  # type: ignore[index]

@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import json
+import re
+import textwrap
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .findings import NOT_RUN, Finding
 
+WIDTH = 120
+"""The widest line the short view prints (prose is wrapped; a table's row is not)."""
 
-def format_finding(f: Finding) -> str:
-    """One finding as a multi-line diagnostic."""
+
+def format_finding(f: Finding, width: int | None = None) -> str:
+    """One finding as a multi-line diagnostic; with ``width`` (the terminal's short view)
+    its prose is wrapped at that width and EC501's every-engine table is cut to the rows
+    that differ from the contract's own engine (the whole table: ``-v``, ``matrix``)."""
     level = "" if f.severity == "error" else f"{f.severity}: "
     lines = [f"{level}{f.code} {f.rule.name}: {f.message}"]
     where = []
@@ -25,11 +32,12 @@ def format_finding(f: Finding) -> str:
     if where:
         lines.append("  --> " + ", ".join(where))
     if f.details:
-        lines.extend("      " + line for line in f.details.splitlines())
+        details = f.details if width is None else _short_details(f)
+        lines.extend("      " + line for line in details.splitlines())
     for label, value in (("expected", f.expected), ("found", f.found), ("hint", f.hint)):
         if value:
             lines.append(f"  {label:>8}: {value}")
-    return "\n".join(lines)
+    return "\n".join(lines if width is None else [w for line in lines for w in _fit(line, width)])
 
 
 def format_findings(findings: Sequence[Finding], shown: int = 3) -> str:
@@ -54,6 +62,95 @@ def format_findings(findings: Sequence[Finding], shown: int = 3) -> str:
             text += f"\n  {'also in':>8}: {len(rest)} other shard(s): {names}{more}"
         blocks.append(text)
     return "\n\n".join(blocks)
+
+
+def format_short(
+    findings: Sequence[Finding], width: int = WIDTH, known: Sequence[Finding] = ()
+) -> str:
+    """The terminal's default view: one entry per rule code. A code found once prints its
+    diagnostic (wrapped at ``width``); a code found many times prints one line with the
+    count, where they are and the first one's place, then the first one's message and hint.
+    Findings in ``known`` (printed before by the same run: the demo's second look at a
+    shard set) print as one line per code. Every finding in full: :func:`format_findings`
+    (``-v``); the reports hold them all."""
+    seen = set(known)
+    by_code: dict[str, list[Finding]] = {}
+    again: dict[str, list[Finding]] = {}
+    for f in findings:
+        (again if f in seen else by_code).setdefault(f.code, []).append(f)
+    blocks = []
+    for same in by_code.values():
+        first = same[0]
+        if len(same) == 1:
+            blocks.append(format_finding(first, width))
+            continue
+        level = "" if first.severity == "error" else f"{first.severity}: "
+        head = f"{level}{first.code} {first.rule.name}: {len(same)} findings{_spread(same)}"
+        lines = [head + (f" (the first at {_place(first)})" if _place(first) else "")]
+        lines.append(f"  {first.message}")
+        if first.hint:
+            lines.append(f"  {'hint':>8}: {first.hint}")
+        blocks.append("\n".join(w for line in lines for w in _fit(line, width)))
+    for same in again.values():
+        first = same[0]
+        text = f"{first.code} {first.rule.name}: the {_count(len(same), 'finding')} above again"
+        blocks.append("\n".join(_fit(text + _spread(same), width)))
+    return "\n\n".join(blocks)
+
+
+def _spread(findings: Sequence[Finding]) -> str:
+    """Where a code's findings are: ``, slots 0, 1, 2 in 12 shards``."""
+    slots = sorted({f.slot for f in findings if f.slot is not None})
+    shards = {f.file for f in findings if f.file}
+    parts = []
+    if slots:
+        parts.append(("slot " if len(slots) == 1 else "slots ") + ", ".join(map(str, slots)))
+    if shards:
+        parts.append(_count(len(shards), "shard"))
+    return (", " + " in ".join(parts)) if parts else ""
+
+
+def _place(f: Finding) -> str:
+    if not f.contract:
+        return f"shard {f.file}" if f.file else ""
+    contract = display_path(f.contract)
+    return f"{contract}:{f.line}" if f.line else contract
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def _fit(line: str, width: int) -> list[str]:
+    """``line`` wrapped at ``width``, its continuation lines indented under its text (after
+    a ``label: `` lead); a table's row (two spaces inside the text) is left as it is."""
+    if len(line) <= width:
+        return [line]
+    body = line.lstrip(" ")
+    lead = len(line) - len(body)
+    if "  " in body:
+        return [line]
+    label = re.match(r"[a-z][a-z -]*: ", body)  # hint: ..., likely cause: ...
+    hang = lead + (len(label.group(0)) if label and len(label.group(0)) < 24 else 4)
+    return textwrap.wrap(
+        line,
+        width,
+        subsequent_indent=" " * hang,
+        break_long_words=False,
+        break_on_hyphens=False,
+    ) or [line]
+
+
+def _short_details(f: Finding) -> str:
+    """``f.details`` with EC501's every-engine table cut to the rows that feed another input
+    than the contract's own engine does (refusals and the rows like it counted in a line)."""
+    rows = f.extra.get("matrix")
+    if not isinstance(rows, list) or not rows:
+        return f.details
+    from .engines.matrix import HEADING, short_table
+
+    head, sep, _ = f.details.partition("\n" + HEADING)
+    return head + "\n" + short_table(rows) if sep else f.details
 
 
 def display_path(path: str) -> str:

@@ -79,8 +79,8 @@ def check_layout(
     """
     from ..engines.draft_config import read_draft_config
     from ..engines.fixes import Fixes
+    from ..engines.matrix import listing, summary
     from ..engines.matrix import matrix as serving_matrix
-    from ..engines.matrix import summary
     from ..engines.resolve import engine_aux_ids, get_engine
     from ..errors import EagleContractError
     from ..models.draft import read_draft_weights
@@ -157,7 +157,7 @@ def check_layout(
         serving.version,
         serving.aux_layer_ids is not None,
     )
-    rows = functools.partial(
+    every = functools.partial(
         serving_matrix,
         fc_layers,
         L,
@@ -165,7 +165,9 @@ def check_layout(
         lambda e: engine_aux_ids(serving, draft, e.name),
         (serving.engine, [v for span in spans for v in span.versions]),
     )
+    rows = functools.cache(every)  # the text and the data read the same rows
     matrix = functools.cache(lambda: summary(rows()) if explain else "")
+    listed = functools.cache(lambda: listing(rows()) if explain else [])
     for span in spans:
         versioned = serving.engine == "sglang" or serving.version
         engine = f"{serving.engine} {span.label}" if versioned else serving.engine
@@ -181,7 +183,8 @@ def check_layout(
         for p in res.problems:
             report.add(p.code, f"{engine}: {p.message}", "serving")
         fix = functools.partial(fixes.hint, span.versions) if explain else str
-        compare(report, training, res, fc_layers, engine, fmt, H, stats_of, evidence, fix, matrix)
+        both = (matrix, listed)
+        compare(report, training, res, fc_layers, engine, fmt, H, stats_of, evidence, fix, *both)
         fc_width(report, contract, draft, weights, res, engine, span)
     served_dtype_check(report, contract, serving, serving_args)
     target_norm(report, training, fmt, L)

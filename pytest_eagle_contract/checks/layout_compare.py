@@ -24,9 +24,11 @@ def compare(
     evidence: str,
     fix: Callable[[], str],
     matrix: Callable[[], str],
+    listed: Callable[[], list[dict[str, object]]] = list,
 ) -> None:
     """EC502 or EC501 when the two sides differ; ``fix`` gives EC501's hint, ``matrix`` the
-    every-engine table appended to its details."""
+    every-engine table appended to its details, ``listed`` its rows as data (EC501's
+    ``extra["matrix"]``: the terminal's short view picks the rows that differ from it)."""
     table = _table(training, res, fmt, engine, fc_layers) + f"\ntraining side: {evidence}"
     if len(fc_layers) != len(res.layers):
         report.add(
@@ -59,6 +61,7 @@ def compare(
         found=", ".join(map(str, fc_layers)),
         details=table + f"\nserving source: {res.source}" + causes + "\n" + matrix(),
         hint=fix(),
+        extra={"matrix": listed()} if listed() else None,
     )
 
 

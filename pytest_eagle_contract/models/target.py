@@ -179,18 +179,19 @@ class TargetModel:
         """The whole model, float32 on CPU, from local safetensors only, without remote
         code (reference capture)."""
         from transformers import AutoModelForCausalLM
-        from transformers.utils import logging
+
+        from .quiet import no_progress_bars
 
         self._check_parameter_count()
-        logging.disable_progress_bar()  # type: ignore[no-untyped-call]
         try:
-            model: Any = AutoModelForCausalLM.from_pretrained(
-                str(self.path),
-                local_files_only=True,
-                trust_remote_code=False,
-                use_safetensors=True,
-                dtype="float32",
-            )
+            with no_progress_bars():  # "Loading weights": off for this call only
+                model: Any = AutoModelForCausalLM.from_pretrained(
+                    str(self.path),
+                    local_files_only=True,
+                    trust_remote_code=False,
+                    use_safetensors=True,
+                    dtype="float32",
+                )
         except Exception as exc:  # any failure of a third-party loader
             raise self._error(f"transformers cannot load it: {_first_line(exc)}") from None
         return model.eval()

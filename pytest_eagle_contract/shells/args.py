@@ -71,8 +71,22 @@ def add_report_json(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_quiet(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-q", "--quiet", action="store_true", help="print only the summary")
+def add_verbosity(parser: argparse.ArgumentParser) -> None:
+    """``-q`` and ``-v``, on every command alike (docs/cli.md, "Output")."""
+    parser.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="print less: no progress line, and of findings only the summary line",
+    )
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=0,
+        help="print more: every finding in full (where, expected, found), whole tables, "
+        "and a note for each cache that could not be used",
+    )
 
 
 def add_target_model(

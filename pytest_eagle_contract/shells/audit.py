@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from .args import add_quiet, add_report_json, add_shards, add_workers
+from .args import add_report_json, add_shards, add_workers
 from .exit_codes import EXIT_FINDINGS, EXIT_INTERRUPTED, EXIT_OK
 
 
@@ -65,7 +65,6 @@ def add_parser(sub: Any) -> None:
     aud.add_argument(
         "--address", metavar="ADDR", help="Ray cluster to join (default: start a local one)"
     )
-    add_quiet(aud)
 
 
 def audit(args: argparse.Namespace) -> int:
@@ -78,7 +77,7 @@ def audit(args: argparse.Namespace) -> int:
     from ..render import format_findings
     from ..reports.json_report import write
     from ..shards.discovery import shard_paths
-    from .terminal import progress
+    from .progress import steps
 
     if args.address is not None and args.backend != "ray":
         raise UsageError("--address is for --backend ray")
@@ -111,7 +110,7 @@ def audit(args: argparse.Namespace) -> int:
     fresh = []
     complete = True
     try:
-        for summary in progress(summaries, len(todo), "auditing"):
+        for summary in steps(summaries, len(todo), "auditing"):
             with _ctrl_c_after():  # the cache and the report keep the same shards
                 cache.put(summary)
                 fresh.append(summary)

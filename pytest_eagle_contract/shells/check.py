@@ -6,10 +6,12 @@ import argparse
 import dataclasses
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
+from ..findings import Finding
 from .args import check_names
 from .exit_codes import EXIT_FINDINGS, EXIT_OK, EXIT_UNAVAILABLE
 
@@ -30,15 +32,19 @@ def run_check(
     annotations: str = "auto",
     workers: int = 1,
     json_out: bool = False,
+    verbose: int = 0,
+    shown: list[Finding] | None = None,
 ) -> int:
     """Plan ``request`` on the contract, run it (``runner``: one already holding the
     target), print the findings and write the reports asked for (``json_out``: the JSON
-    report on stdout instead of the text, the annotations on stderr)."""
+    report on stdout instead of the text, the annotations on stderr). The findings print
+    short (one entry per rule code, render.format_short), every one in full with
+    ``verbose``; ``shown``: the findings an earlier run of this process printed (they are
+    named, not printed again), extended with this run's."""
     from ..contract.model import load_contract
-    from ..findings import Finding
     from ..plan.planner import Outcome, Runner, iter_units
-    from ..render import format_findings, summary, to_json
-    from .terminal import progress
+    from ..render import summary, to_json
+    from .progress import steps
 
     contract = load_contract(contract_path)
     units = request.plan(contract)
@@ -69,15 +75,17 @@ def run_check(
         runner.settings = dataclasses.replace(runner.settings, curve=True)
     per_unit: list[list[Finding]] = [[] for _ in units]
     measured: list[dict[str, Any]] = [{} for _ in units]
-    for i, checked in progress(iter_units(units, runner, workers), len(units), "checking"):
+    for i, checked in steps(iter_units(units, runner, workers), len(units), "checking"):
         per_unit[i], measured[i] = checked.findings, checked.measured
     outcome = Outcome(units, per_unit, measured)
     findings = outcome.findings
     if not quiet and findings and not json_out:
-        print(format_findings(findings) + "\n")
+        print(findings_text(findings, verbose, shown or ()) + "\n")
     line = summary(findings, len(outcome.units), outcome.shards)
     if not json_out:
         print(line)
+    if shown is not None:
+        shown.extend(findings)
     from ..reports.publish import publish
     from ..reports.run import CheckRun
 
@@ -96,6 +104,35 @@ def run_check(
     if outcome.unreachable:
         return EXIT_UNAVAILABLE
     return EXIT_FINDINGS if outcome.failed else EXIT_OK
+
+
+def findings_text(findings: Sequence[Finding], verbose: int, shown: Sequence[Finding] = ()) -> str:
+    """Findings as the terminal shows them: short by default, every one in full under
+    ``-v`` (the JSON, HTML and GitHub reports hold them all either way)."""
+    from ..render import format_findings, format_short, unique
+
+    if verbose:
+        known = set(shown)
+        fresh = [f for f in findings if f not in known]
+        again = [f for f in findings if f in known]
+        parts = [format_findings(fresh)] if fresh else []
+        return "\n\n".join(parts + ([format_short(again, known=again)] if again else []))
+    text = format_short(findings, terminal_width(), known=shown)
+    if not shown and len(unique(findings)) > len({f.code for f in findings}):  # said once
+        text += "\n\n(-v prints every finding in full: where, expected, found)"
+    return text
+
+
+def terminal_width() -> int:
+    """The short view's width: the terminal's, at most render.WIDTH; render.WIDTH when
+    stdout is not a terminal (a pipe, a file, a docs page: the same text everywhere)."""
+    import shutil
+
+    from ..render import WIDTH
+
+    if not sys.stdout.isatty():
+        return WIDTH
+    return max(60, min(WIDTH, shutil.get_terminal_size((WIDTH, 24)).columns))
 
 
 def _to_stderr(text: str) -> None:
@@ -148,6 +185,7 @@ def check(args: argparse.Namespace) -> int:
         annotations=args.annotations,
         workers=workers_option(args.workers),
         json_out=args.json,
+        verbose=args.verbose,
     )
 
 
@@ -222,8 +260,11 @@ def demo(args: argparse.Namespace) -> int:
     )
     from safetensors import SafetensorError
 
+    from .progress import phase
+
     try:
-        good, buggy = demo.write_demo_shards(args.out, save_target=True)
+        with phase("writing the shards"):
+            good, buggy = demo.write_demo_shards(args.out, save_target=True)
     except (OSError, RuntimeError, SafetensorError) as exc:  # a full disk, no permission
         raise UsageError(f"--out {args.out}: cannot write: {str(exc)[:200]}") from None
     from ..plan.request import CheckRequest
@@ -235,6 +276,7 @@ def demo(args: argparse.Namespace) -> int:
     print(f"  {buggy}: the real bug, fc input cat({', '.join(map(str, demo.BUGGY[:-1]))})")
     print(f"  {target}: the target's weights, for the evidence checks")
     results = {}
+    shown: list[Finding] = []  # the second look at the buggy set names these, once
     runs = (
         ("good", good, None),
         ("embed-in-front", buggy, None),
@@ -242,12 +284,15 @@ def demo(args: argparse.Namespace) -> int:
     )
     for label, shards, model in runs:
         extra = f" --target-model {model} --reference-capture" if model else ""
-        print(f"\n== eagle-contract check {contract} {shards}{extra} ==")
+        print("\n" + _heading(f"eagle-contract check {contract} {shards}{extra}"))
         request = CheckRequest.of(
             shards=[shards], sample=None, target_model=model, reference=bool(model)
         )
-        results[label] = run_check(contract, request)
-    print(demo.probe_text(args.out / "probe"))
+        results[label] = run_check(
+            contract, request, quiet=args.quiet, verbose=args.verbose, shown=shown
+        )
+    with phase("probing what the bug costs (a tiny target and draft are trained)"):
+        print(demo.probe_text(args.out / "probe"))
     took = time.perf_counter() - start
     ok = set(results.values()) == {EXIT_OK, EXIT_FINDINGS} and results["good"] == EXIT_OK
     verdict = (
@@ -261,3 +306,16 @@ def demo(args: argparse.Namespace) -> int:
         f"  pytest --eagle-contract {contract} --eagle-shards {buggy}"
     )
     return EXIT_OK if ok else EXIT_FINDINGS
+
+
+def _heading(command: str) -> str:
+    """``== COMMAND ==``, continued with `` \\`` where it is wider than render.WIDTH."""
+    from ..render import WIDTH
+
+    lines, line = [], "=="
+    for word in command.split(" "):
+        if len(line) + len(word) + 5 > WIDTH:
+            lines.append(line + " \\")
+            line = "    "
+        line += " " + word
+    return "\n".join([*lines, line + " =="])

@@ -12,14 +12,25 @@ from pathlib import Path
 
 from ..contract.model import SCHEMA_FILE
 from ..errors import EagleContractError
-from . import audit, captures, check, commands, doctor, explain, matrix, measure, probe, vllm_record
+from . import (
+    audit,
+    captures,
+    check,
+    commands,
+    doctor,
+    explain,
+    matrix,
+    measure,
+    probe,
+    progress,
+    vllm_record,
+)
 from .args import (
     add_annotations,
     add_checks,
     add_flush_cache,
     add_format,
     add_print_json,
-    add_quiet,
     add_report_json,
     add_sampling,
     add_serving_target_model,
@@ -28,11 +39,12 @@ from .args import (
     add_target_model,
     add_token_parity,
     add_tokenizer,
+    add_verbosity,
     add_workers,
 )
 from .deprecated import Renamed, rewrite
 from .exit_codes import EXIT_INTERRUPTED, EXIT_USAGE, epilog
-from .terminal import QuietPipe
+from .terminal import Erasing, QuietPipe
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -142,7 +154,6 @@ def _parser() -> argparse.ArgumentParser:
         help="also write one self-contained HTML report (plots with the report extra)",
     )
     add_annotations(chk.add_argument)
-    add_quiet(chk)
     add_workers(chk)
     add_checks(chk.add_argument)
     chk.add_argument(
@@ -377,13 +388,7 @@ def _parser() -> argparse.ArgumentParser:
         "--sample", default="5", metavar="N|all", help="with --check: shards per contract (5)"
     )
     for command in sub.choices.values():
-        command.add_argument(
-            "-v",
-            "--verbose",
-            action="count",
-            default=0,
-            help="also print notes: a cache that could not be used and was skipped",
-        )
+        add_verbosity(command)
     for parser in sub.choices.values():  # last: after every option
         parser.epilog = (parser.epilog.rstrip() + "\n\n" if parser.epilog else "") + epilog()
         parser.formatter_class = argparse.RawDescriptionHelpFormatter
@@ -433,10 +438,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ..version import set_verbosity
 
     set_verbosity(args.verbose)
-    stdout = sys.stdout
-    sys.stdout = QuietPipe(stdout)
+    progress.set_quiet(args.quiet)
+    stdout, stderr = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = QuietPipe(stdout), Erasing(stderr)
     try:
-        return _COMMANDS[args.command](args)
+        with progress.phase(args.command):  # on a terminal, after a second: the command runs
+            return _COMMANDS[args.command](args)
     except EagleContractError as exc:
         print(f"eagle-contract: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -445,7 +452,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     finally:
         sys.stdout.flush()
-        sys.stdout = stdout
+        sys.stdout, sys.stderr = stdout, stderr
 
 
 if __name__ == "__main__":

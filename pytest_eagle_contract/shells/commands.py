@@ -137,7 +137,11 @@ def infer(args: argparse.Namespace) -> int:
         tokenizer=args.tokenizer,
         tokenizer_ref=ref(args.tokenizer) if args.output else None,
     )
-    draft = draft_contract(request)
+    from .progress import phase
+
+    doing = "running the target and " if args.target_model else ""
+    with phase(f"{doing}measuring the shards, then the sharpness self-test"):
+        draft = draft_contract(request)
     _validate_drafted(draft.text, args.output)
     if args.output is None:
         sys.stdout.write(draft.text)
@@ -196,8 +200,11 @@ def record(args: argparse.Namespace) -> int:
         from .vllm_record import record_url
 
         return record_url(args, contract, paths)
+    from .progress import phase
+
     try:
-        written = record(args.sglang_url, paths, contract, args.out, args.timeout)
+        with phase(f"asking the server for {len(paths)} shard(s)"):
+            written = record(args.sglang_url, paths, contract, args.out, args.timeout)
     except CaptureError as exc:
         text = str(exc) if str(exc).startswith(exc.code) else f"{exc.code} {exc}"
         print(f"eagle-contract record: {text}", file=sys.stderr)
@@ -213,6 +220,7 @@ def identify(args: argparse.Namespace) -> int:
     from ..render import to_json
     from ..shards.reading import read_sample
     from ..tables import table
+    from .progress import phase
 
     target = TargetModel.open(args.target_model)
     try:
@@ -230,8 +238,11 @@ def identify(args: argparse.Namespace) -> int:
         print(f"{args.path}: {code} no reference capture: " + "; ".join(reasons), file=sys.stderr)
         return EXIT_FINDINGS
     assert sample.input_ids is not None
+    with phase("loading the target"):
+        _ = target.module  # loaded here, where it is seen; the capture below reuses it
     start = time.perf_counter()
-    found = identify([s.tensor for s in slots], sample.input_ids, target)
+    with phase("reference capture"):
+        found = identify([s.tensor for s in slots], sample.input_ids, target)
     if len(found) != len(slots):
         print(
             f"{args.path}: EC605 only {len(found)} of {len(slots)} slots could be compared "

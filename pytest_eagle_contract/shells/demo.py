@@ -53,7 +53,10 @@ def write_demo_shards(
 
     model = tiny_target(SPEC)
     if save_target:
-        model.save_pretrained(out / "target")
+        from ..models.quiet import no_progress_bars
+
+        with no_progress_bars():  # transformers' "Writing model shards" bar
+            model.save_pretrained(out / "target")
     good, buggy = out / "good", out / "embed-in-front"
     g = torch.Generator().manual_seed(SPEC.seed + 1)
     for i in range(shards):
@@ -89,7 +92,10 @@ def probe_buggy(out: Path) -> list[Estimate]:
     torch.set_num_threads(1)  # tiny matrices: one thread is faster, and deterministic
     try:
         model = trained_target(PROBE_SPEC)
-        model.save_pretrained(out / "target", safe_serialization=True)
+        from ..models.quiet import no_progress_bars
+
+        with no_progress_bars():
+            model.save_pretrained(out / "target", safe_serialization=True)
         own = tuple(BUGGY[:-1])
         contract = load_contract(shipped_contract())
         assert contract.serving is not None  # the shipped contract serves with SGLang
@@ -113,7 +119,7 @@ def probe_buggy(out: Path) -> list[Estimate]:
 
 def probe_text(out: Path) -> str:
     """The demo's probe step, as printed: what SGLang's layout costs the buggy set's draft."""
-    from .probe import render
+    from .probe import render, wrapped
 
     estimates = probe_buggy(out)
     own = estimates[0].accept_length
@@ -127,7 +133,9 @@ def probe_text(out: Path) -> str:
     for e in estimates[1:]:
         lost = (own - e.accept_length) / own
         lines.append(
-            f"served by {e.name}, the buggy set's draft accepts {e.accept_length:.2f} tokens "
-            f"per target forward, {own:.2f} under its own layout: {lost:.0%} less"
+            wrapped(
+                f"served by {e.name}, the buggy set's draft accepts {e.accept_length:.2f} "
+                f"tokens per target forward, {own:.2f} under its own layout: {lost:.0%} less"
+            )
         )
     return "\n".join(lines)

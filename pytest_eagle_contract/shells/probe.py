@@ -36,7 +36,16 @@ def render(estimates: list[Estimate]) -> str:
         ]
         for i, e in enumerate(estimates)
     ]
-    return table(header, rows, right=tuple(range(2, 4 + steps))) + "\n" + CONVENTION
+    return table(header, rows, right=tuple(range(2, 4 + steps))) + "\n" + wrapped(CONVENTION)
+
+
+def wrapped(text: str) -> str:
+    """Prose the CLI prints, wrapped at render.WIDTH (the JSON keeps it on one line)."""
+    import textwrap
+
+    from ..render import WIDTH
+
+    return "\n".join(textwrap.wrap(text, WIDTH, break_long_words=False, break_on_hyphens=False))
 
 
 def probe(args: argparse.Namespace) -> int:
@@ -57,6 +66,7 @@ def probe(args: argparse.Namespace) -> int:
     from ..models.draft_model import EagleDraft
     from ..models.target import TargetModel
     from ..render import to_json
+    from .progress import phase
 
     paths: list[Path] = list(args.paths)
     contract = None
@@ -79,7 +89,8 @@ def probe(args: argparse.Namespace) -> int:
     target = TargetModel.open(target_dir)
     folder = draft_dir(draft_path)
     draft = EagleDraft.load(folder)  # a draft that cannot run is refused before the target
-    model = target.module
+    with phase("loading the target"):
+        model = target.module
     if torch.cuda.is_available():
         model = model.to("cuda")
     layouts = layouts_of(
@@ -91,16 +102,18 @@ def probe(args: argparse.Namespace) -> int:
         starts = prompts(contract, paths, args.sequences, args.prompt, target)
     except TargetMismatch as exc:  # another model's shards: a finding, not random prompts
         return _mismatch(exc, contract, args.json)
-    sequences = greedy_sequences(model, starts, args.length)
+    with phase(f"generating {len(starts)} sequences with the target"):
+        sequences = greedy_sequences(model, starts, args.length)
     split = None
-    if think is None:
-        estimates = chains.estimates(sequences, args.prompt - 2)
-    else:
-        shards = shard_ids(contract, paths, args.sequences, target)
-        new = args.length - args.prompt
-        estimates, split = chains.by_thinking(
-            sequences, args.prompt - 2, shards, think, args.prompt, new
-        )
+    with phase(f"drafting {args.steps}-step chains under {len(layouts)} layout(s)"):
+        if think is None:
+            estimates = chains.estimates(sequences, args.prompt - 2)
+        else:
+            shards = shard_ids(contract, paths, args.sequences, target)
+            new = args.length - args.prompt
+            estimates, split = chains.by_thinking(
+                sequences, args.prompt - 2, shards, think, args.prompt, new
+            )
     if args.long is not None:
         limit, past = draft.max_positions, args.long or PAST
         if past < args.steps + 2:
@@ -111,7 +124,8 @@ def probe(args: argparse.Namespace) -> int:
                 f"max_position_embeddings is {limit}: no context passes it by {past}"
             )
         starts = prompts(contract, paths, args.sequences, limit, target)
-        estimates += chains.long_bucket(starts, past)
+        with phase(f"probing past position {limit}"):
+            estimates += chains.long_bucket(starts, past)
     if split is not None:
         estimates += split.estimates
     if args.json:

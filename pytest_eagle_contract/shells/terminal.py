@@ -1,28 +1,12 @@
-"""What the CLI does at the terminal: a progress line for long work, a closed pipe ended
-quietly (``eagle-contract inspect --json | head``)."""
+"""What the CLI does at the terminal: a closed pipe ended quietly (``eagle-contract inspect
+--json | head``), and the progress line (progress.py) taken off before anything is printed."""
 
 from __future__ import annotations
 
 import os
-import sys
-from collections.abc import Iterable, Iterator
-from typing import Any, TextIO, TypeVar
+from typing import Any, TextIO
 
-T = TypeVar("T")
-
-
-def progress(items: Iterable[T], total: int, label: str) -> Iterator[T]:
-    """Yield ``items``, drawing ``label i/total`` on stderr when it is a terminal (never in
-    CI logs, pipes or files); the line is erased at the end."""
-    shown = sys.stderr.isatty() and not os.environ.get("CI") and total > 1
-    for n, item in enumerate(items, 1):
-        if shown:
-            sys.stderr.write(f"\r{label} {n}/{total}")
-            sys.stderr.flush()
-        yield item
-    if shown:
-        sys.stderr.write("\r" + " " * (len(label) + 2 * len(str(total)) + 2) + "\r")
-        sys.stderr.flush()
+from . import progress
 
 
 class QuietPipe:
@@ -34,6 +18,7 @@ class QuietPipe:
         self._closed = False
 
     def write(self, text: str) -> int:
+        progress.erase()
         if not self._closed:
             try:
                 self._stream.write(text)
@@ -55,3 +40,18 @@ class QuietPipe:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
+
+
+class Erasing:
+    """Wraps stderr: the progress line is taken off before a message is written (``raw`` is
+    the stream itself, which the line is drawn on)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.raw = stream
+
+    def write(self, text: str) -> int:
+        progress.erase()
+        return self.raw.write(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.raw, name)

@@ -77,6 +77,7 @@ KINDS: dict[str, tuple[str, ...]] = {
         "test_measure",
         "test_measure_llamacpp",
         "test_pre_commit",
+        "test_progress",
         "test_report_browser",
         "test_reports",
         "test_schema_home",

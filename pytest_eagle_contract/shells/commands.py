@@ -139,8 +139,7 @@ def infer(args: argparse.Namespace) -> int:
     )
     from .progress import phase
 
-    doing = "running the target and " if args.target_model else ""
-    with phase(f"{doing}measuring the shards, then the sharpness self-test"):
+    with phase("drafting the contract"):
         draft = draft_contract(request)
     _validate_drafted(draft.text, args.output)
     if args.output is None:

@@ -50,7 +50,7 @@ def test_kimi_want_gives_ids_sglang_013_and_later_serve_as_the_trained_layers(tm
 
 
 def test_kimi_ec501_hint_names_the_ids(cli):
-    res = cli("check", CONTRACTS / "kimi-k2.5-eagle3.yaml", "--checks", "layout")
+    res = cli("check", CONTRACTS / "kimi-k2.5-eagle3.yaml", "--checks", "layout", "-v")
     assert res.returncode == 1
     hints = [line for line in res.stdout.splitlines() if "hint: SGLang" in line]
     pasted = '"eagle_config": {"eagle_aux_hidden_state_layer_ids": [0, 3, 31]}'

@@ -213,7 +213,8 @@ def kimi_shards(tmp_path: Path, medians=synthetic.KIMI_MEDIANS) -> Path:
 @pytest.mark.slow
 def test_kimi_real_bug_fails_with_side_by_side_table_and_evidence(tmp_path, cli):
     shards = kimi_shards(tmp_path)
-    res = cli("check", CONTRACTS / "kimi-k2.5-eagle3.yaml", shards, "--checks", "layout")
+    # -v: every finding in full, each on its line (the default view wraps its prose)
+    res = cli("check", CONTRACTS / "kimi-k2.5-eagle3.yaml", shards, "--checks", "layout", "-v")
     assert res.returncode == 1
     out = res.stdout
     assert (
@@ -251,10 +252,10 @@ def test_kimi_fixed_to_the_right_slots_passes(tmp_path, cli):
 def test_kimi_sglang_versions_resolve_differently_and_the_check_says_so(tmp_path, cli):
     ok = cli("check", fixed_kimi(tmp_path, "0.5.13"), "--checks", "layout")
     assert ok.returncode == 0, ok.stdout
-    old = cli("check", fixed_kimi(tmp_path, "0.5.12"), "--checks", "layout")
+    old = cli("check", fixed_kimi(tmp_path, "0.5.12"), "--checks", "layout", "-v")
     assert old.returncode == 1
     assert "sglang 0.5.12 feeds it residual:3, residual:31, residual:59" in old.stdout
-    span = cli("check", fixed_kimi(tmp_path, ">=0.5.10"), "--checks", "layout")
+    span = cli("check", fixed_kimi(tmp_path, ">=0.5.10"), "--checks", "layout", "-v")
     assert span.returncode == 1
     # 0.5.10 also captures CUDA graphs with the default ids (EC514), so it is its own span
     assert "sglang 0.5.10 feeds it residual:3, residual:31, residual:59" in span.stdout
@@ -313,7 +314,7 @@ def test_ec501_on_vllm_finds_the_embedding_id(tmp_path):
 
 
 def test_kimi_ec501_end_to_end_says_what_to_retrain_on(tmp_path, cli):
-    res = cli("check", CONTRACTS / "kimi-k2.5-eagle3.yaml", "--checks", "layout")
+    res = cli("check", CONTRACTS / "kimi-k2.5-eagle3.yaml", "--checks", "layout", "-v")
     assert res.returncode == 1
     hint = next(line for line in res.stdout.splitlines() if "no ids make it feed" in line)
     # 0.5.13's loop adds a None residual before layer 0; from 0.5.14 the capture happens
@@ -332,11 +333,11 @@ def test_kimi_ec501_end_to_end_says_what_to_retrain_on(tmp_path, cli):
 def test_kimi_fix_per_version_prefers_ids_that_serve_every_version(tmp_path, cli):
     # 0.5.10..0.5.12 add 1 to every id; 0.5.13+ add 1 only when the first id is 1:
     # [1, 29, 57] feeds residual 2, 30, 58 on both, [2, 30, 58] only on 0.5.13+
-    res = cli("check", fixed_kimi(tmp_path, ">=0.5.10"), "--checks", "layout")
+    res = cli("check", fixed_kimi(tmp_path, ">=0.5.10"), "--checks", "layout", "-v")
     pasted = '"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 29, 57]}'
     every = "(the same ids on every SGLang version in >=0.5.10)"
     for label in ("0.5.10", "0.5.11..0.5.12"):
         assert f"hint: SGLang {label}: set {pasted} in the draft's config.json" in res.stdout
     assert res.stdout.count(every) == 2
-    one = cli("check", fixed_kimi(tmp_path, "0.5.12"), "--checks", "layout")
+    one = cli("check", fixed_kimi(tmp_path, "0.5.12"), "--checks", "layout", "-v")
     assert f"hint: SGLang 0.5.12: set {pasted} in the draft's config.json and aux" in one.stdout

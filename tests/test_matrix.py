@@ -88,3 +88,33 @@ def test_ec501_details_carry_the_matrix(tmp_path, cli):
     assert "TensorRT-LLM" in details and "vLLM" in details
     table = details.split("with these ids:")[1]
     assert "0.5.11..0.5.12" in table and "0.5.23" not in table  # own rows: above
+
+
+def test_ec501_prints_short_the_rows_that_differ_and_keeps_all_in_v_and_json(tmp_path, cli):
+    """Issue 40 item 3: by default EC501's table keeps the engines that feed another input
+    than the contract's own (SGLang 0.5.13..0.5.23 on Kimi-K2.5); the refusals and the rows
+    that feed what SGLang feeds are counted in one line. -v prints the whole table, and the
+    JSON report holds it, with its rows as data too."""
+    args = ("check", KIMI, "--checks", "layout")
+    short, full = cli(*args), cli(*args, "-v")
+    report = cli(*args, "--json-report", tmp_path / "r.json")
+    assert short.returncode == full.returncode == report.returncode == 1
+    ec501 = next(
+        f for f in json.loads((tmp_path / "r.json").read_text())["findings"] if f["code"] == "EC501"
+    )
+    rows = ec501["extra"]["matrix"]
+    own = {tuple(r["feeds"]) for r in rows if r["own"] and r["feeds"]}
+    differ = [r for r in rows if not r["own"] and r["feeds"] and tuple(r["feeds"]) not in own]
+    refused = [r for r in rows if r["feeds"] is None]
+    assert differ and refused and any(r["title"].startswith("MLX") for r in refused)
+    shown = short.stdout.split("other engines that feed another input with these ids:")[1]
+    listed = [line.split()[0] for line in shown.splitlines()[2 : 2 + len(differ)]]
+    assert listed == [r["title"].split()[0] for r in differ]
+    rest = len(rows) - len([r for r in rows if r["own"]]) - len(differ)
+    assert f"{rest} more engine row(s) refuse these ids" in short.stdout
+    assert "MLX" not in short.stdout and "refused" not in short.stdout
+    assert "MLX" in full.stdout and "refused" in full.stdout  # -v: as the report's details
+    assert "what the other engines and versions feed with these ids:" in full.stdout
+    for line in full.stdout.split("with these ids:")[1].splitlines()[1:4]:
+        assert line.strip() in ec501["details"]
+    assert max(len(line) for line in short.stdout.splitlines() if "  " not in line.strip()) <= 120

@@ -21,12 +21,24 @@ def test_demo_command_passes_good_and_catches_the_bug(tmp_path, cli):
     assert "FAILED: 36 finding(s) [EC401]" in out
     assert "hint: slot 0 looks like the embedding" in out
     assert "the good set passed and the bug was caught" in out
-    # with the target's weights (saved by the demo) the bug is named, not only measured
-    assert "EC601 embed-identity: slot 0 is declared residual:2 but equals" in out
-    assert "EC604 slot-identity: slot 0 is declared residual:2 but is embed" in out
+    # with the target's weights (saved by the demo) the bug is named, not only measured:
+    # each code once, with its count (issue 40 item 3: the short view)
+    assert "EC601 embed-identity: 12 findings, slot 0 in 12 shards" in out
+    assert "  slot 0 is declared residual:2 but equals embed_tokens.weight" in out
+    assert "EC604 slot-identity: 36 findings, slots 0, 1, 2 in 12 shards" in out
     assert "training side: reference capture of the target on a sampled shard" in out
     assert "slot 0 = embed (declared residual:2)" in out
     assert "the buggy set's draft accepts" in out  # the probe step: SGLang's layout costs
+    # nothing twice: the second check of the buggy set names the EC401 findings it repeats
+    assert out.count("EC401 norm-out-of-bounds: 36 findings") == 1
+    assert "EC401 norm-out-of-bounds: the 36 findings above again" in out
+    assert "MLX" not in out  # EC501's engine rows: those that differ from SGLang's only
+    assert "other engines that feed another input with these ids:" in out
+    assert "(the whole table: -v, or eagle-contract matrix)" in out
+    assert "Writing model shards" not in res.stderr  # transformers' bar is off for the call
+    assert len(out.splitlines()) < 90  # 132 before issue 40
+    wide = [line for line in out.splitlines() if len(line) > 120 and " " in line.strip()]
+    assert all(line.lstrip().startswith(("demo:", "pytest ")) for line in wide), wide
 
 
 @pytest.mark.slow

@@ -74,9 +74,9 @@ def audit(args: argparse.Namespace) -> int:
     from ..audit.report import build, findings_of, format_text, load_previous
     from ..contract.model import load_contract
     from ..pool import workers_option
-    from ..render import format_findings
     from ..reports.json_report import write
     from ..shards.discovery import shard_paths
+    from .check import findings_text
     from .progress import steps
 
     if args.address is not None and args.backend != "ray":
@@ -147,7 +147,7 @@ def audit(args: argparse.Namespace) -> int:
     else:
         if not args.quiet:
             if findings:
-                print(format_findings(findings) + "\n")
+                print(findings_text(findings, args.verbose) + "\n")
             print(format_text(report) + "\n")
         print(_summary(report, took))
     if args.json_report is not None:

@@ -495,7 +495,8 @@ def validate(args: argparse.Namespace) -> int:
     request = CheckRequest.of(sample=parse_sample(args.sample))
     for contract in loaded:
         try:
-            code = max(code, run_check(contract.path, request))
+            checked = run_check(contract.path, request, quiet=args.quiet, verbose=args.verbose)
+            code = max(code, checked)
         except EagleContractError as exc:  # this contract's shards or target: the next goes on
             print(f"{contract.path}: error: {exc}", file=sys.stderr)
             code = EXIT_USAGE

@@ -13,6 +13,8 @@ from .findings import NOT_RUN, Finding
 
 WIDTH = 120
 """The widest line the short view prints (prose is wrapped; a table's row is not)."""
+FEW = 3
+"""A rule code found more often than this prints as one entry with its count."""
 
 
 def format_finding(f: Finding, width: int | None = None) -> str:
@@ -40,7 +42,7 @@ def format_finding(f: Finding, width: int | None = None) -> str:
     return "\n".join(lines if width is None else [w for line in lines for w in _fit(line, width)])
 
 
-def format_findings(findings: Sequence[Finding], shown: int = 3) -> str:
+def format_findings(findings: Sequence[Finding], shown: int = 3, width: int | None = None) -> str:
     """Diagnostics grouped: the same rule at the same place in many shards prints once,
     followed by the other shards' names and what they showed."""
     groups: dict[tuple[Any, ...], list[Finding]] = {}
@@ -54,7 +56,7 @@ def format_findings(findings: Sequence[Finding], shown: int = 3) -> str:
         groups.setdefault((*place, seen[(*place, f.file)]), []).append(f)  # others' k-th
     blocks = []
     for same in groups.values():
-        text = format_finding(same[0])
+        text = format_finding(same[0], width)
         rest = [f for f in same[1:] if f.file]
         if rest:
             names = ", ".join(f.file for f in rest[:shown])
@@ -67,9 +69,10 @@ def format_findings(findings: Sequence[Finding], shown: int = 3) -> str:
 def format_short(
     findings: Sequence[Finding], width: int = WIDTH, known: Sequence[Finding] = ()
 ) -> str:
-    """The terminal's default view: one entry per rule code. A code found once prints its
-    diagnostic (wrapped at ``width``); a code found many times prints one line with the
-    count, where they are and the first one's place, then the first one's message and hint.
+    """The terminal's default view: one entry per rule code. A code found up to ``FEW``
+    times prints its diagnostics (wrapped at ``width``); a code found more often prints one
+    line with the count, where they are and the first one's place, then the first one's
+    message and hint.
     Findings in ``known`` (printed before by the same run: the demo's second look at a
     shard set) print as one line per code. Every finding in full: :func:`format_findings`
     (``-v``); the reports hold them all."""
@@ -81,8 +84,8 @@ def format_short(
     blocks = []
     for same in by_code.values():
         first = same[0]
-        if len(same) == 1:
-            blocks.append(format_finding(first, width))
+        if len(same) <= FEW:
+            blocks.append(format_findings(same, width=width))
             continue
         level = "" if first.severity == "error" else f"{first.severity}: "
         head = f"{level}{first.code} {first.rule.name}: {len(same)} findings{_spread(same)}"

@@ -262,7 +262,7 @@ def test_kimi_sglang_versions_resolve_differently_and_the_check_says_so(tmp_path
     assert "sglang 0.5.11..0.5.12 feeds it residual:3, residual:31, residual:59" in span.stdout
     assert "EC514" in span.stdout
     assert "0.5.13..0.5.23" not in span.stdout  # those versions agree with training
-    absent = cli("check", fixed_kimi(tmp_path, "0.5.9"), "--checks", "layout")
+    absent = cli("check", fixed_kimi(tmp_path, "0.5.9"), "--checks", "layout", "-v")
     assert absent.returncode == 1 and "EC510" in absent.stdout
     assert "has no EAGLE-3 capture for KimiK25ForConditionalGeneration" in absent.stdout
 

@@ -37,8 +37,9 @@ def test_demo_command_passes_good_and_catches_the_bug(tmp_path, cli):
     assert "16 more engine row(s) refuse these ids or feed what the contract's engine" in out
     assert "Writing model shards" not in res.stderr  # transformers' bar is off for the call
     assert len(out.splitlines()) < 90  # 132 before issue 40
-    wide = [line for line in out.splitlines() if len(line) > 120 and " " in line.strip()]
-    assert all(line.lstrip().startswith(("demo:", "pytest ")) for line in wide), wide
+    folder = str(tmp_path)  # a line naming the test's own folder is as wide as its name
+    wide = [line for line in out.splitlines() if len(line) > 120 and folder not in line]
+    assert all(line.startswith("demo:") for line in wide), wide  # the closing verdict
 
 
 @pytest.mark.slow

@@ -135,7 +135,7 @@ def probe_text(out: Path) -> str:
         lines.append(
             wrapped(
                 f"served by {e.name}, the buggy set's draft accepts {e.accept_length:.2f} "
-                f"tokens per forward, {own:.2f} under its own layout: {lost:.0%} less"
+                f"tokens per forward, {own:.2f} on its own layout: {lost:.0%} less"
             )
         )
     return "\n".join(lines)

@@ -97,3 +97,32 @@ def test_a_quick_command_draws_nothing_on_a_terminal() -> None:
     assert code == 0
     assert ERASE not in err and b"\x1b" not in err
     assert b"EC401" in out
+
+
+def test_transformers_bars_are_off_for_the_call_and_as_they_were_after() -> None:
+    """The tool turns transformers' bars off around its own calls only: a user who turned
+    them off (or on) keeps that setting (models/quiet.py)."""
+    import importlib
+
+    from transformers.utils import logging
+
+    from pytest_eagle_contract.models.quiet import no_progress_bars
+
+    hub = importlib.import_module("huggingface_hub.utils.tqdm")
+    before = logging.is_progress_bar_enabled(), dict(hub.progress_bar_states)
+    try:
+        for users in (True, False):
+            (logging.enable_progress_bar if users else logging.disable_progress_bar)()
+            hub.progress_bar_states["some.group"] = users
+            saved = dict(hub.progress_bar_states)
+            with no_progress_bars():
+                assert not logging.is_progress_bar_enabled()
+            assert logging.is_progress_bar_enabled() is users
+            assert hub.progress_bar_states == saved
+            with pytest.raises(RuntimeError), no_progress_bars():
+                raise RuntimeError("a failing call restores them too")
+            assert logging.is_progress_bar_enabled() is users
+    finally:
+        (logging.enable_progress_bar if before[0] else logging.disable_progress_bar)()
+        hub.progress_bar_states.clear()
+        hub.progress_bar_states.update(before[1])

@@ -49,6 +49,7 @@ def write_demo_sets(root: Path) -> DemoSets:
 
 def check_captures(shards: Path, captures: Path) -> subprocess.CompletedProcess[str]:
     """``eagle-contract check`` of every shard under ``shards``, the capture family only,
-    against the shipped contract and the capture files under ``captures``."""
-    args = ("--captures", captures, "--checks", "capture", "--sample", "all")
+    against the shipped contract and the capture files under ``captures``; ``-v``: every
+    finding in full, as the tests read each one (the default prints one entry per code)."""
+    args = ("--captures", captures, "--checks", "capture", "--sample", "all", "-v")
     return run_cli("check", shipped_contract(), shards, *args)

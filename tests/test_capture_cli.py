@@ -150,7 +150,7 @@ def test_second_run_against_a_caching_server(sets, cli, tmp_path, pytester):
             "record", shipped_contract(), sets / "good", "--sglang-url", url, "-o", tmp_path / "c"
         )
         assert first.returncode == 0, first.stdout + first.stderr
-        again = cli(*check, "--sglang-url", url)
+        again = cli(*check, "--sglang-url", url, "-v")  # the hint whole, on its line
         assert again.returncode == 1 and "EC703 capture-rows" in again.stdout
         assert "came from the prefix cache" in again.stdout
         assert "--sglang-flush-cache (pytest: --eagle-sglang-flush-cache)" in again.stdout

@@ -99,7 +99,8 @@ def test_drafted_contracts_still_fail_swapped_slots_and_the_embedding_in_front(f
     root, target, drafted = flat
     res, contract = drafted[name]
     assert res.returncode == 0, res.stderr
-    bad = cli("check", contract, _bad_shards(root, target), "--sample", "all", "--no-sharpness")
+    args = ("--sample", "all", "--no-sharpness", "-v")  # -v: every finding names its shard
+    bad = cli("check", contract, _bad_shards(root, target), *args)
     assert bad.returncode == 1, bad.stdout
     code = "EC604" if name == "with-model" else "EC401"  # the reference capture, or norms
     for shard in ("data_900.pt", "data_901.pt"):

@@ -209,7 +209,7 @@ def test_gate_quotes_the_estimates_and_fails_below_the_floor(
     target, draft, _, _ = pair
     floors = "  min_accept_length: 4.9\n  max_accept_drop: 0.0\n"  # 4 steps: at most 5
     contract = _write_contract(tmp_path, target, draft, "vllm", floors)
-    res = cli("check", contract, "--checks", "probe", "--target-model", target)
+    res = cli("check", contract, "--checks", "probe", "--target-model", target, "-v")
     assert res.returncode == 1, res.stdout + res.stderr
     assert "EC906 accept-length-below-floor" in res.stdout
     assert "EC907 accept-drop" in res.stdout

@@ -316,6 +316,7 @@ def _families(
     target: bool = False,
     capture: bool = False,
     no_sharpness: bool = False,
+    measure: bool = False,
 ) -> frozenset[str]:
     """The families ``planner.families`` runs for a valid contract ``text`` and options, with
     ``shards`` (the files family: read errors) when a per-shard family runs."""
@@ -331,6 +332,7 @@ def _families(
             without=("sharpness",) if no_sharpness else (),
             target_model=Path(tmp) if target else None,
             capture=capture,
+            measure=measure,
         )
     names = {f.name for f in chosen}
     if any(BY_NAME[n].scope == "shard" for n in names):
@@ -1429,6 +1431,10 @@ def http_inputs() -> list[tuple[str, Make]]:
             for k in range(2):
                 shutil.copyfile(shard, folder / f"data_{k}.ckpt")
             shutil.copyfile(contract, folder / "c.yaml")
+            # the floor the measured-acceptance cells need (min_accept_length, with a draft)
+            (folder / "c-floor.yaml").write_text(
+                variant(contract.read_text(), draft=world.draft, floor=True)
+            )
 
         out.append((name, make))
     return out
@@ -1457,6 +1463,17 @@ def http_cells() -> list[Cell]:
     url = ["--sglang-url", "{url}", "--sglang-timeout", "5"]
     purl = ["--eagle-sglang-url", "{url}", "--eagle-sglang-timeout", "5"]
     shards = ["data_0.ckpt", "data_1.ckpt"]
+    measured = Cell(
+        "measured-acceptance",
+        "pytest",
+        lambda f, w: _pytest(
+            "c-floor.yaml",
+            shards,
+            *["--eagle-measure-sglang-url", "{url}", "--eagle-measure-timeout", "5"],
+            *["--eagle-checks", "measured-acceptance"],
+        ),
+        _fam(["measured-acceptance"], contract=DRAFT_ON | {"floor": True}, measure=True),
+    )
     return [
         Cell(
             "capture",
@@ -1480,6 +1497,23 @@ def http_cells() -> list[Cell]:
             ],
             _only(),
         ),
+        # issue 36: the acceptance an engine measures, read from the same hostile answers
+        Cell(
+            "measure",
+            "cli",
+            lambda f, w: [
+                "measure",
+                "c-floor.yaml",
+                *shards,
+                "--sglang-url",
+                "{url}",
+                "--timeout",
+                "5",
+            ],
+            _only("measured-acceptance"),
+        ),
+        measured,
+        _xdist(measured),
         *_with_capture("c.yaml", shards, *purl),
     ]
 

@@ -156,6 +156,7 @@ def test_every_rule_code_has_a_failing_case():
     identity |= {"EC625"}  # tests/test_probe.py: the probe's target is not the shards'
     tokens = {code for code in RULES if code[:4] in ("EC33", "EC34")}  # tests/test_tokens.py
     fp8 = {"EC207", "EC310", "EC311", "EC312", "EC313", "EC624"}  # tests/test_numerics.py
+    measure = {f"EC71{i}" for i in range(2, 7)}  # tests/test_measure.py
     covered = (
         set(CASES)
         | set(SHARD_CASES)
@@ -169,6 +170,7 @@ def test_every_rule_code_has_a_failing_case():
         | identity
         | tokens
         | fp8
+        | measure
     )
     assert covered == set(RULES)
 

@@ -102,12 +102,14 @@ FIRST = ROOT / "docs" / "first-contract.md"
 
 def _five(page: Path) -> list[tuple[str, int]]:
     """The commands of the first ```bash block after the line naming FIVE, each with the
-    exit status its comment states (`exit 1`; 0 where it names none)."""
+    exit status its trailing comment states (`exit 1`; 0 where it names none)."""
     text = page.read_text()
     block = re.search(r"```bash\n(.*?)```", text[text.index(FIVE) :], re.S)
     assert block, f"{page.name}: no bash block after {FIVE!r}"
     out = []
     for line in block.group(1).splitlines():
+        if not line.strip() or line.startswith("#"):  # a comment on its own line
+            continue
         command, _, comment = line.partition("  #")
         status = re.search(r"\bexit (\d)\b", comment)
         out.append((command.strip(), int(status[1]) if status else 0))

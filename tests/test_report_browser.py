@@ -59,8 +59,11 @@ const W = document.documentElement.clientWidth;
 const svgs = [...document.querySelectorAll('svg')].map(s => {
   const r = s.getBoundingClientRect(); return [r.left, r.right, r.width, r.height];
 });
+// drawn elements (not empty, not hidden: a site's closed search panel) past the right edge,
+// outside any box that scrolls on its own (a code block, a wide table's wrapper)
 const wide = [...document.querySelectorAll('body *')].filter(e => {
   const r = e.getBoundingClientRect();
+  if (r.width === 0 || r.height === 0 || getComputedStyle(e).visibility === 'hidden') return false;
   let p = e.parentElement, scrolls = false;
   for (; p; p = p.parentElement) if (getComputedStyle(p).overflowX === 'auto') scrolls = true;
   return r.right > W + 1 && !scrolls;

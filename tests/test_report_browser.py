@@ -235,17 +235,23 @@ def test_the_docs_home_page_fits_the_screen(site: Path, tmp_path: Path, width: i
     _drawn(_screenshot(site, tmp_path, width, "docs-home"))
 
 
+@needs_browser
 def test_a_page_wider_than_the_screen_is_caught(tmp_path: Path) -> None:
-    """_fits is not a formality: a measured page that scrolls sideways, or hides a key, fails."""
-    keys = [["h1", "Title", True]]
-    _fits({"viewport": 390, "page": 390, "wide": [], "keys": keys}, 390, "a page")
-    for bad in (
-        {"viewport": 390, "page": 1200, "wide": [], "keys": keys},
-        {"viewport": 390, "page": 390, "wide": ["TABLE."], "keys": keys},
-        {"viewport": 390, "page": 390, "wide": [], "keys": [["h1", "Title", False]]},
-    ):
-        with pytest.raises(AssertionError):
-            _fits(bad, 390, "a page")
+    """The measure is not a formality: a page wider than a phone, or whose key is hidden,
+    fails it, in the same browser."""
+    page = tmp_path / "site" / "wide.html"
+    page.parent.mkdir()
+    page.write_text(
+        "<!DOCTYPE html><html><body><h1>Title</h1><h2 style='visibility:hidden'>Gone</h2>"
+        "<div style='width:900px'>a table too wide</div></body></html>"
+    )
+    m = _measure(page, tmp_path, 390, [("h1", "Title"), ("h2", "Gone")])
+    assert m["page"] > m["viewport"] and m["wide"] == ["DIV."], m
+    assert [seen for _, _, seen in m["keys"]] == [True, False], m
+    with pytest.raises(AssertionError, match="scrolls sideways at 390 px"):
+        _fits(m, 390, "a page")
+    with pytest.raises(AssertionError, match="not on screen"):
+        _fits({**m, "page": m["viewport"], "wide": []}, 390, "a page")
 
 
 @needs_browser

@@ -213,7 +213,8 @@ def demo(args: argparse.Namespace) -> int:
     from ..outputs import folder
     from . import demo
 
-    folder(args.out, "--out", within=("good", "embed-in-front", "target", "probe"))
+    names = (demo.CONTRACT_NAME, demo.SCHEMA_NAME)
+    folder(args.out, "--out", within=("good", "embed-in-front", "target", "probe", *names))
     start = time.perf_counter()
     spec = demo.SPEC
     print(
@@ -227,13 +228,13 @@ def demo(args: argparse.Namespace) -> int:
     except (OSError, RuntimeError, SafetensorError) as exc:  # a full disk, no permission
         raise UsageError(f"--out {args.out}: cannot write: {str(exc)[:200]}") from None
     from ..plan.request import CheckRequest
-    from ..render import display_path
 
-    contract = Path(display_path(str(demo.shipped_contract())))
+    contract = _write_demo_contract(args.out)
     target = args.out / "target"
     print(f"  {good}: fc input cat({', '.join(map(str, demo.GOOD[:-1]))}), target final_norm")
     print(f"  {buggy}: the real bug, fc input cat({', '.join(map(str, demo.BUGGY[:-1]))})")
     print(f"  {target}: the target's weights, for the evidence checks")
+    print(f"  {contract}: the contract the checks below run (its shards: {good})")
     results = {}
     runs = (
         ("good", good, None),
@@ -256,8 +257,24 @@ def demo(args: argparse.Namespace) -> int:
         if ok
         else f"UNEXPECTED: exit codes {results}"
     )
-    print(
-        f"\ndemo: {verdict} ({took:.1f} s). The same gate in pytest:\n"
-        f"  pytest --eagle-contract {contract} --eagle-shards {buggy}"
-    )
+    print(f"\ndemo: {verdict} ({took:.1f} s)")
+    print("next: your own contract, drafted from the good set (docs/first-contract.md):")
+    print(f"  {demo.next_command(args.out)}")
     return EXIT_OK if ok else EXIT_FINDINGS
+
+
+def _write_demo_contract(out: Path) -> Path:
+    """The demo's contract beside its shards, and the schema its first line names."""
+    from .. import outputs
+    from . import demo
+    from .commands import write_schema
+
+    contract = outputs.write_text(
+        out / demo.CONTRACT_NAME,
+        demo.contract_text(),
+        "-o",
+        ours=b"contract: demo-tiny-llama-eagle3\n",
+        kind="the demo's contract",
+    )
+    write_schema(out / demo.SCHEMA_NAME, "-o")
+    return out / contract.name

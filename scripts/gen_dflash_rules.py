@@ -2,7 +2,8 @@
 
     python scripts/gen_dflash_rules.py WHEEL_DIR [--out FILE] [--check]
 
-WHEEL_DIR holds ``sglang-X-*.whl`` (``pip download --no-deps sglang==X``). Each wheel is read
+WHEEL_DIR holds ``sglang-X-*.whl`` and ``vllm-X-*.whl`` (``pip download --no-deps``). Each
+wheel is read
 with zipfile and ast (sglang is never imported). Per release with
 ``sglang/srt/speculative/dflash_utils.py`` (none before 0.5.11):
 
@@ -19,6 +20,17 @@ with zipfile and ast (sglang is never imported). Per release with
   ``gen_sglang_rules.py`` runs ``set_eagle3_layers_to_capture``): ``plus1`` (capture index
   id + 1, the state entering layer id + 1), ``same`` (the ids as they are), or ``unfollowed``
   (the method stores them where the stubs do not follow).
+
+Per vLLM release (the keys each runner reads and what it adds are ``vllm_rules.json``'s,
+``gen_vllm_rules.py``), what only a DFlash launch depends on:
+
+- ``v2_methods``: the speculative methods ``VllmConfig._get_v2_model_runner_unsupported_features``
+  lets the V2 runner run (``speculative_config.method not in (...)``; a DFlash launch outside
+  them starts V1); None where the release has no such function (the runner is fixed);
+- ``fc``: how ``models/qwen3_dflash.py`` sizes the DFlash fc: ``dflash_config`` (the length
+  of ``dflash_config.target_layer_ids`` / ``layer_ids``, else ``num_hidden_layers``), ``read``
+  (the length of the ids the runner read, else ``num_hidden_layers``), or None (no DFlash
+  model file).
 
 Consecutive releases with equal facts become one row. ``--check`` compares with the existing
 file and exits 1 on any difference; an unknown fallback formula or capture rule exits 1 too.
@@ -160,35 +172,74 @@ def derive(path: Path) -> dict[str, Any] | None:
 
 
 def _version(path: Path) -> str:
-    found = re.match(r"sglang-(.+?)-(py3|cp3)", path.name)
+    found = re.match(r"(?:sglang|vllm)-(.+?)-(?:\d+-)?(py3|cp3)", path.name)
     assert found, path.name
     return found.group(1)
 
 
-def table(folder: Path) -> dict[str, Any]:
-    wheels = sorted(folder.glob("sglang-*.whl"), key=lambda p: version_key(_version(p)))
-    read: list[str] = []
-    rows: list[dict[str, Any]] = []
-    for path in wheels:
-        version = _version(path)
-        facts = derive(path)
-        print(version, "no DFlash" if facts is None else "read", file=sys.stderr)
-        read.append(version)
-        if facts is None:
-            continue
+def _v2_methods(text: str) -> list[str] | None:
+    tree = ast.parse(text)
+    fn = _function(tree, "_get_v2_model_runner_unsupported_features")
+    if fn is None:
+        return None
+    for node in ast.walk(fn):
         if (
-            rows
-            and rows[-1]["until"] is None
-            and {k: v for k, v in rows[-1].items() if k not in ("since", "until")} == facts
+            isinstance(node, ast.Compare)
+            and isinstance(node.ops[0], ast.NotIn)
+            and ast.unparse(node.left) == "speculative_config.method"
+            and isinstance(node.comparators[0], ast.Tuple)
         ):
+            return [ast.literal_eval(e) for e in node.comparators[0].elts]
+    raise SystemExit("the V2 runner's speculative methods not found")
+
+
+def _fc(text: str | None) -> str | None:
+    if text is None:
+        return None
+    if re.search(r"len\(aux_layers\) if aux_layers else config\.num_hidden_layers", text):
+        return "read"
+    if re.search(r'len\(drafter_config\["target_layer_ids"\]\)', text):
+        return "dflash_config"
+    raise SystemExit("the DFlash fc width rule not understood")
+
+
+def derive_vllm(path: Path) -> dict[str, Any]:
+    with zipfile.ZipFile(path) as z:
+        names = set(z.namelist())
+        config = z.read("vllm/config/vllm.py").decode() if "vllm/config/vllm.py" in names else ""
+        model = "vllm/model_executor/models/qwen3_dflash.py"
+        dflash = z.read(model).decode() if model in names else None
+    return {"v2_methods": _v2_methods(config) if config else None, "fc": _fc(dflash)}
+
+
+def _fold(facts: list[tuple[str, dict[str, Any] | None]]) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for version, fact in facts:
+        if fact is None:
+            continue
+        if rows and rows[-1]["until"] is None and {
+            k: v for k, v in rows[-1].items() if k not in ("since", "until")
+        } == fact:
             continue
         if rows and rows[-1]["until"] is None:
             rows[-1]["until"] = version
-        rows.append({"since": version, "until": None, **facts})
-    return {
-        "generator": "scripts/gen_dflash_rules.py",
-        "sglang": {"releases": read, "rows": rows},
-    }
+        rows.append({"since": version, "until": None, **fact})
+    return rows
+
+
+def table(folder: Path) -> dict[str, Any]:
+    out: dict[str, Any] = {"generator": "scripts/gen_dflash_rules.py"}
+    for project, derive_one in (("sglang", derive), ("vllm", derive_vllm)):
+        wheels = sorted(
+            folder.glob(f"{project}-*.whl"), key=lambda p: version_key(_version(p))
+        )
+        facts = []
+        for path in wheels:
+            fact = derive_one(path)
+            print(project, _version(path), "no DFlash" if fact is None else "read", file=sys.stderr)
+            facts.append((_version(path), fact))
+        out[project] = {"releases": [v for v, _ in facts], "rows": _fold(facts)}
+    return out
 
 
 def main() -> int:

@@ -323,7 +323,28 @@ def _vllm(q: Query, draft: DFlashDraft, runner_asked: str | None) -> Resolution:
 
     rel = rules.release(q.assume(rules.releases()[-1], "vLLM"))
     q.arch, cap = _arch(q.arch, rel.version, q.notes)
-    runner, why = VLLM(runner_asked).launch_runner(rel, q.arch)
+    if not any(k in TAP_KEYS for keys in rel.runners.values() for k, _ in keys):
+        raise Unservable(
+            f"vLLM {rel.span} reads no DFlash tap key in any runner: DFlash is not resolved "
+            "there"
+        )
+    vrow = _vllm_row(rel.version)
+    if vrow is None:
+        raise Unservable(
+            f"vLLM {rel.version}: its wheel was not read for DFlash (docs/methods.md); read: "
+            f"{', '.join(_table()['vllm']['releases'])}"
+        )
+    methods = vrow["v2_methods"]
+    if runner_asked is None and rel.choice.how == "auto" and methods is not None:
+        if "dflash" not in methods:
+            runner, why = "v1", (
+                f"vLLM {rel.version}: use_v2_model_runner starts V1 for speculative method "
+                f"'dflash' (V2 runs {', '.join(methods)})"
+            )
+        else:
+            runner, why = VLLM().launch_runner(rel, q.arch)
+    else:
+        runner, why = VLLM(runner_asked).launch_runner(rel, q.arch)
     q.assumed.append(("runner", runner, why))
     keys = rel.runners[runner]
     if not any(k in TAP_KEYS for k, _ in keys):
@@ -334,19 +355,17 @@ def _vllm(q: Query, draft: DFlashDraft, runner_asked: str | None) -> Resolution:
     picked = next(((k, [i + s for i in draft.found[k]]) for k, s in keys if k in draft.found), None)
     L = q.num_layers
     guess = ""
+    fc = _vllm_fc(vrow["fc"], draft, picked[1] if picked else None)
     if picked is None:
-        n = draft.num_hidden_layers
         ids = eagle3_default_ids(L)
-        fc = n
         guess = f"no tap list read: vLLM feeds its EAGLE-3 default {ids}; "
         q.notes.append(
             f"no key read: vLLM's EAGLE-3 default {ids}; the DFlash fc takes one state per "
-            "draft layer (qwen3_dflash.py _get_dflash_fc_input_size, read in 0.34.0)"
+            "draft layer (models/qwen3_dflash.py)"
         )
         shift = 0
     else:
         ids = picked[1]
-        fc = len(ids)
         shift = dict(keys)[picked[0]]
         q.notes.append(
             f"vLLM {rel.version} ({runner} runner) reads {picked[0]}"
@@ -392,6 +411,31 @@ def _vllm(q: Query, draft: DFlashDraft, runner_asked: str | None) -> Resolution:
         f"residual:k{f'+{cap.plus}' if cap.plus else ''}; DFlash fc for {fc} states",
         draft.found[picked[0]] if picked else None,
     )
+
+
+def _vllm_row(version: str) -> dict[str, Any] | None:
+    from packaging.version import Version
+
+    data = _table()["vllm"]
+    if version not in data["releases"]:
+        return None
+    v = Version(version)
+    for row in data["rows"]:
+        if Version(row["since"]) <= v and (row["until"] is None or v < Version(row["until"])):
+            return dict(row)
+    return None
+
+
+def _vllm_fc(rule: str | None, draft: DFlashDraft, read: Sequence[int] | None) -> int | None:
+    """How many states the release's DFlash fc takes (``models/qwen3_dflash.py``): the
+    length of the dflash_config list (``dflash_config``) or of the ids read (``read``), else
+    the draft's num_hidden_layers."""
+    if rule is None:
+        raise Unservable("this vLLM release has no models/qwen3_dflash.py")
+    if rule == "dflash_config":
+        listed = draft.found.get(TAP_KEYS[0]) or draft.found.get("dflash_config.layer_ids")
+        return len(listed) if listed else draft.num_hidden_layers
+    return len(read) if read else draft.num_hidden_layers
 
 
 def _llamacpp(q: Query, draft: DFlashDraft) -> Resolution:

@@ -24,9 +24,10 @@ with zipfile and ast (sglang is never imported). Per release with
 Per vLLM release (the keys each runner reads and what it adds are ``vllm_rules.json``'s,
 ``gen_vllm_rules.py``), what only a DFlash launch depends on:
 
-- ``v2_methods``: the speculative methods ``VllmConfig._get_v2_model_runner_unsupported_features``
-  lets the V2 runner run (``speculative_config.method not in (...)``; a DFlash launch outside
-  them starts V1); None where the release has no such function (the runner is fixed);
+- ``v2_runs_dflash``: whether ``VllmConfig._get_v2_model_runner_unsupported_features`` lets
+  the V2 runner run speculative method ``dflash`` (an allow-list to 0.29.x, a deny-list from
+  0.30.0; where it does not, a DFlash launch starts V1); None where the release has no such
+  function (the runner is fixed);
 - ``fc``: how ``models/qwen3_dflash.py`` sizes the DFlash fc: ``dflash_config`` (the length
   of ``dflash_config.target_layer_ids`` / ``layer_ids``, else ``num_hidden_layers``), ``read``
   (the length of the ids the runner read, else ``num_hidden_layers``), or None (no DFlash
@@ -177,20 +178,29 @@ def _version(path: Path) -> str:
     return found.group(1)
 
 
-def _v2_methods(text: str) -> list[str] | None:
+def _v2_dflash(text: str) -> bool | None:
+    """Whether ``_get_v2_model_runner_unsupported_features`` lets V2 run a DFlash launch: the
+    branch appending "speculative method '...'" tests ``speculative_config.method`` against
+    an allow-list (``not in``, to 0.29.x) or a deny-list (``in``, from 0.30.0)."""
     tree = ast.parse(text)
     fn = _function(tree, "_get_v2_model_runner_unsupported_features")
     if fn is None:
         return None
     for node in ast.walk(fn):
+        if not isinstance(node, ast.If) or "speculative method" not in ast.unparse(node.body[0]):
+            continue
+        test = node.test
         if (
-            isinstance(node, ast.Compare)
-            and isinstance(node.ops[0], ast.NotIn)
-            and ast.unparse(node.left) == "speculative_config.method"
-            and isinstance(node.comparators[0], ast.Tuple)
+            isinstance(test, ast.Compare)
+            and ast.unparse(test.left) == "speculative_config.method"
+            and isinstance(test.comparators[0], ast.Tuple)
         ):
-            return [ast.literal_eval(e) for e in node.comparators[0].elts]
-    raise SystemExit("the V2 runner's speculative methods not found")
+            listed = "dflash" in [ast.literal_eval(e) for e in test.comparators[0].elts]
+            if isinstance(test.ops[0], ast.NotIn):
+                return listed
+            if isinstance(test.ops[0], ast.In):
+                return not listed
+    raise SystemExit("the V2 runner's speculative method test not understood")
 
 
 def _fc(text: str | None) -> str | None:
@@ -209,7 +219,7 @@ def derive_vllm(path: Path) -> dict[str, Any]:
         config = z.read("vllm/config/vllm.py").decode() if "vllm/config/vllm.py" in names else ""
         model = "vllm/model_executor/models/qwen3_dflash.py"
         dflash = z.read(model).decode() if model in names else None
-    return {"v2_methods": _v2_methods(config) if config else None, "fc": _fc(dflash)}
+    return {"v2_runs_dflash": _v2_dflash(config) if config else None, "fc": _fc(dflash)}
 
 
 def _fold(facts: list[tuple[str, dict[str, Any] | None]]) -> list[dict[str, Any]]:

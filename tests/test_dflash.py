@@ -291,3 +291,40 @@ def test_rules_table_covers_the_read_releases():
     assert {r["fallback"] for r in rows} == {"zlab"}
     assert all(r["keys"] == ["dflash_config.target_layer_ids", "target_layer_ids"] for r in rows)
     assert all(r["archs"]["LlamaForCausalLM"] == "plus1" for r in rows)
+
+
+@pytest.mark.slow
+def test_infer_detects_a_dflash_draft_then_check(cli, tmp_path):
+    """``infer --draft`` with a DFlash draft config writes ``method: dflash``; the drafted
+    contract's layout check then passes where the shards hold the guessed taps and fails
+    (EC517) where they hold the taps one layer deeper."""
+    import torch
+    import yaml
+
+    from pytest_eagle_contract.shards.writing import save, shard_dict, shard_name
+
+    guessed = outputs_of(spread(8, 3))
+    deeper = [f"residual:{t + 2}" for t in spread(8, 3)]
+    draft = config(tmp_path, TINY_DRAFT)
+    for name, layers in (("good", guessed), ("shifted", deeper)):
+        root = tmp_path / name
+        g = torch.Generator().manual_seed(0)
+        for i in range(3):
+            ids = torch.randint(0, 64, (24,), generator=g)
+            slots = [(torch.randn(24, 16, generator=g) * (k + 1)).bfloat16() for k in range(4)]
+            mask = torch.ones(24, dtype=torch.long)
+            save(root / shard_name("specforge", i), shard_dict("specforge", ids, mask, slots))
+        contract = tmp_path / f"{name}.yaml"
+        res = cli(
+            "infer", root, "--layers", *layers, "final_norm", "--num-layers", 8,
+            "--vocab-size", 64, "--arch", "LlamaForCausalLM", "--draft", draft, "-o", contract,
+        )  # fmt: skip
+        assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
+        data = yaml.safe_load(contract.read_text())
+        assert data["method"] == "dflash" and data["serving"]["engine"] == "sglang"
+        check_res = cli("check", contract, "--checks", "layout", "--json")
+        codes = [(f["code"], f["severity"]) for f in json.loads(check_res.stdout)["findings"]]
+        if name == "good":
+            assert check_res.returncode == 0 and codes == []
+        else:
+            assert check_res.returncode == 1 and codes == [("EC517", "error")]

@@ -334,15 +334,12 @@ def _vllm(q: Query, draft: DFlashDraft, runner_asked: str | None) -> Resolution:
             f"vLLM {rel.version}: its wheel was not read for DFlash (docs/methods.md); read: "
             f"{', '.join(_table()['vllm']['releases'])}"
         )
-    methods = vrow["v2_methods"]
-    if runner_asked is None and rel.choice.how == "auto" and methods is not None:
-        if "dflash" not in methods:
-            runner, why = "v1", (
-                f"vLLM {rel.version}: use_v2_model_runner starts V1 for speculative method "
-                f"'dflash' (V2 runs {', '.join(methods)})"
-            )
-        else:
-            runner, why = VLLM().launch_runner(rel, q.arch)
+    v2_runs = vrow["v2_runs_dflash"]
+    if runner_asked is None and rel.choice.how == "auto" and v2_runs is False:
+        runner, why = "v1", (
+            f"vLLM {rel.version}: use_v2_model_runner starts V1 for speculative method "
+            "'dflash' (_get_v2_model_runner_unsupported_features)"
+        )
     else:
         runner, why = VLLM(runner_asked).launch_runner(rel, q.arch)
     q.assumed.append(("runner", runner, why))

@@ -227,9 +227,11 @@ def _fold(facts: list[tuple[str, dict[str, Any] | None]]) -> list[dict[str, Any]
     for version, fact in facts:
         if fact is None:
             continue
-        if rows and rows[-1]["until"] is None and {
-            k: v for k, v in rows[-1].items() if k not in ("since", "until")
-        } == fact:
+        if (
+            rows
+            and rows[-1]["until"] is None
+            and {k: v for k, v in rows[-1].items() if k not in ("since", "until")} == fact
+        ):
             continue
         if rows and rows[-1]["until"] is None:
             rows[-1]["until"] = version
@@ -240,9 +242,7 @@ def _fold(facts: list[tuple[str, dict[str, Any] | None]]) -> list[dict[str, Any]
 def table(folder: Path) -> dict[str, Any]:
     out: dict[str, Any] = {"generator": "scripts/gen_dflash_rules.py"}
     for project, derive_one in (("sglang", derive), ("vllm", derive_vllm)):
-        wheels = sorted(
-            folder.glob(f"{project}-*.whl"), key=lambda p: version_key(_version(p))
-        )
+        wheels = sorted(folder.glob(f"{project}-*.whl"), key=lambda p: version_key(_version(p)))
         facts = []
         for path in wheels:
             fact = derive_one(path)

@@ -325,8 +325,7 @@ def _vllm(q: Query, draft: DFlashDraft, runner_asked: str | None) -> Resolution:
     q.arch, cap = _arch(q.arch, rel.version, q.notes)
     if not any(k in TAP_KEYS for keys in rel.runners.values() for k, _ in keys):
         raise Unservable(
-            f"vLLM {rel.span} reads no DFlash tap key in any runner: DFlash is not resolved "
-            "there"
+            f"vLLM {rel.span} reads no DFlash tap key in any runner: DFlash is not resolved there"
         )
     vrow = _vllm_row(rel.version)
     if vrow is None:
@@ -336,9 +335,12 @@ def _vllm(q: Query, draft: DFlashDraft, runner_asked: str | None) -> Resolution:
         )
     v2_runs = vrow["v2_runs_dflash"]
     if runner_asked is None and rel.choice.how == "auto" and v2_runs is False:
-        runner, why = "v1", (
-            f"vLLM {rel.version}: use_v2_model_runner starts V1 for speculative method "
-            "'dflash' (_get_v2_model_runner_unsupported_features)"
+        runner, why = (
+            "v1",
+            (
+                f"vLLM {rel.version}: use_v2_model_runner starts V1 for speculative method "
+                "'dflash' (_get_v2_model_runner_unsupported_features)"
+            ),
         )
     else:
         runner, why = VLLM(runner_asked).launch_runner(rel, q.arch)

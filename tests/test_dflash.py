@@ -328,3 +328,34 @@ def test_infer_detects_a_dflash_draft_then_check(cli, tmp_path):
             assert check_res.returncode == 0 and codes == []
         else:
             assert check_res.returncode == 1 and codes == [("EC517", "error")]
+
+
+def test_matrix_of_a_dflash_contract(cli, tmp_path):
+    """``matrix`` answers a DFlash contract by the DFlash rules of every engine that serves
+    it: the guessed taps are SGLang's spread on every DFlash release, and the taps that fix
+    a row name the trained layers' outputs (t = layer - 1) where the engine adds 1."""
+    deeper = [f"residual:{t + 2}" for t in spread(8, 3)]
+    config(tmp_path, TINY_DRAFT)
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        CONTRACT.format(method="dflash", training=slots(deeper), engine="sglang", version="0.5.23")
+    )
+    res = cli("matrix", path, "--json")
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    out = json.loads(res.stdout)
+    assert out["method"] == "dflash" and out["own_differs"] is True
+    sglang = [r for r in out["rows"] if r["engine"] == "sglang"]
+    assert sglang[0]["versions"][0] == "0.5.11" and sglang[-1]["versions"][-1] == "0.5.23"
+    assert all(r["feeds"] == outputs_of(spread(8, 3)) for r in sglang)
+    assert all(
+        r["problems"] == ["EC517"] and r["fix"] == [t + 1 for t in spread(8, 3)] for r in sglang
+    )
+    trained = outputs_of(spread(8, 3))
+    path.write_text(
+        CONTRACT.format(method="dflash", training=slots(trained), engine="sglang", version="0.5.23")
+    )
+    res = cli("matrix", path, "--json")
+    assert res.returncode == 0
+    assert {r["verdict"] for r in json.loads(res.stdout)["rows"] if r["engine"] == "sglang"} == {
+        "ok"
+    }

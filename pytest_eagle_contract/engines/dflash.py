@@ -159,6 +159,26 @@ def sglang_releases() -> list[str]:
     return list(_table()["sglang"]["releases"])
 
 
+def releases(engine: str) -> list[str]:
+    """The releases of ``engine`` whose DFlash rules are read (those with DFlash)."""
+    from packaging.version import Version
+
+    if engine == "sglang":
+        first = Version(_table()["sglang"]["rows"][0]["since"])
+        return [v for v in sglang_releases() if Version(v) >= first]
+    if engine == "vllm":
+        return list(_table()["vllm"]["releases"])
+    if engine == "llama.cpp":
+        return [LLAMACPP_READ]
+    return []
+
+
+def version_order(version: str) -> tuple[int, ...]:
+    import re
+
+    return tuple(int(x) for x in re.findall(r"\d+", version))
+
+
 def _sglang_row(version: str) -> dict[str, Any] | None:
     from packaging.version import Version
 

@@ -16,6 +16,7 @@ from ..layers import Layer
 
 if TYPE_CHECKING:
     from ..contract.model import Contract
+    from ..engines.base import Resolution
     from ..engines.dflash import DFlashDraft
     from ..findings import Finding
     from .layout_serving import LayoutReport
@@ -77,7 +78,7 @@ def trained_layers(report: LayoutReport) -> tuple[list[Layer], str, str] | None:
 
 def check_dflash(contract: Contract, report: LayoutReport) -> list[Finding]:
     from ..engines.dflash import TAP_KEYS, resolve_dflash
-    from ..engines.fixes import span_label
+    from ..engines.fixes import relabel, runs, span_label
     from ..engines.resolve import get_engine
     from ..errors import Unservable
 
@@ -89,18 +90,37 @@ def check_dflash(contract: Contract, report: LayoutReport) -> list[Finding]:
     L = contract.target.num_hidden_layers
     arch = serving.arch or contract.target.arch
     trained = trained_layers(report)
-    for version in get_engine(serving.engine).versions(serving.version):
-        engine = f"{serving.engine} {span_label([version])}" if version else serving.engine
+    versions = get_engine(serving.engine).versions(serving.version)
+    answers: dict[str | None, Resolution | str] = {}
+    for version in versions:
         try:
-            res = resolve_dflash(serving.engine, L, draft, arch, version)
+            answers[version] = resolve_dflash(serving.engine, L, draft, arch, version)
         except Unservable as exc:
-            report.add("EC510", f"{engine} would not serve this DFlash draft: {exc}", "serving")
+            answers[version] = str(exc)
+
+    def key(version: str | None) -> object:
+        got = answers[version]
+        if isinstance(got, str):
+            return relabel(got, version, "\x00")
+        return got.layers, tuple(
+            (p.code, relabel(p.message, version, "\x00")) for p in got.problems
+        )
+
+    for run in runs(list(versions), key):  # type: ignore[arg-type]
+        label = span_label([v or "" for v in run])
+        engine = f"{serving.engine} {label}" if run[0] else serving.engine
+        got = answers[run[0]]
+        if isinstance(got, str):
+            said = relabel(got, run[0], label)
+            report.add("EC510", f"{engine} would not serve this DFlash draft: {said}", "serving")
             continue
+        res = got
         served = list(res.layers)
         shown = ", ".join(map(str, served))
         for p in res.problems:
+            message = relabel(p.message, run[0], label)
             if p.code != "EC517":
-                report.add(p.code, f"{engine}: {p.message}", "serving")
+                report.add(p.code, f"{engine}: {message}", "serving")
                 continue
             taps = [pos.capture for pos in res.positions]
             hint = (
@@ -109,7 +129,7 @@ def check_dflash(contract: Contract, report: LayoutReport) -> list[Finding]:
             if trained is None:
                 report.add(
                     "EC517",
-                    f"{engine}: {p.message}",
+                    f"{engine}: {message}",
                     "serving.draft_config",
                     hint=hint + " (nothing in this contract says which they were)",
                     expected="the draft's own tap list",
@@ -120,7 +140,7 @@ def check_dflash(contract: Contract, report: LayoutReport) -> list[Finding]:
             elif trained[0] != served:
                 report.add(
                     "EC517",
-                    f"{engine}: {p.message}; {trained[1]} say {', '.join(map(str, trained[0]))}",
+                    f"{engine}: {message}; {trained[1]} say {', '.join(map(str, trained[0]))}",
                     "serving.draft_config",
                     hint=hint + f": {[x.index - 1 for x in trained[0]]}",
                     expected=", ".join(map(str, trained[0])),

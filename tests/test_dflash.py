@@ -359,3 +359,24 @@ def test_matrix_of_a_dflash_contract(cli, tmp_path):
     assert {r["verdict"] for r in json.loads(res.stdout)["rows"] if r["engine"] == "sglang"} == {
         "ok"
     }
+
+
+def test_want_gives_the_taps_per_release_span(cli):
+    """``resolve --method dflash --want``: the taps are the wanted layers less one wherever
+    the engine adds 1 (SGLang; vLLM from 0.22.0); no one list serves vLLM across 0.21/0.22."""
+    want = ["residual:2", "residual:10", "residual:34"]
+    taps = [int(x.split(":")[1]) - 1 for x in want]
+    for engine, version in (("sglang", ">=0.5.11"), ("vllm", ">=0.22.0")):
+        res, out = resolve_json(
+            cli, "--engine", engine, "--method", "dflash", "--num-layers", 36,
+            "--version", version, "--want", *want,
+        )  # fmt: skip
+        assert res.returncode == 0, res.stderr
+        assert out["taps"] == taps and str(taps) in out["config_line"]
+    res, out = resolve_json(
+        cli, "--engine", "vllm", "--method", "dflash", "--num-layers", 36,
+        "--version", ">=0.20.0", "--want", *want,
+    )  # fmt: skip
+    assert res.returncode == 1 and out["taps"] is None
+    assert out["per_version"]["0.21.0"] == [t + 1 for t in taps]
+    assert out["per_version"]["0.22.0"] == taps

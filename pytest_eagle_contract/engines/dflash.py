@@ -502,3 +502,30 @@ def _llamacpp(q: Query, draft: DFlashDraft) -> Resolution:
         "input of layer k = residual:k (common/speculative.cpp llama_get_embeddings_layer_inp)",
         read,
     )
+
+
+def taps_for(
+    engine: str,
+    num_layers: int,
+    wanted: Sequence[Layer],
+    arch: str | None,
+    version: str | None,
+    draft_layers: int | None = None,
+) -> tuple[int, ...] | None:
+    """The tap list that makes ``engine`` feed ``wanted`` (in its order), or None: the
+    layers named as layer outputs (t = k - 1, DFlash's own convention), else as layer inputs
+    (t = k, where a release adds nothing), each checked by ``resolve_dflash``."""
+    if not wanted or any(x.is_final_norm for x in wanted):
+        return None
+    want = tuple(wanted)
+    for back in (1, 0):
+        taps = tuple(x.index - back for x in want)
+        if min(taps) < 0:
+            continue
+        probe = DFlashDraft(None, {TAP_KEYS[0]: taps}, draft_layers)
+        try:
+            if resolve_dflash(engine, num_layers, probe, arch, version).layers == want:
+                return taps
+        except (Unservable, EagleContractError):
+            continue
+    return None

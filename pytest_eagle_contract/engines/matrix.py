@@ -202,24 +202,10 @@ def _dflash_cell(
 ) -> tuple[
     tuple[Layer, ...] | None, str | None, tuple[str, ...], bool, tuple[int, ...] | None, bool
 ]:
-    from .dflash import TAP_KEYS, DFlashDraft, resolve_dflash
+    from .dflash import resolve_dflash, taps_for
 
     def fix() -> tuple[int, ...] | None:
-        """The taps naming the trained layers as layer outputs (t + 1), else as layer inputs
-        (t), whichever the engine serves as trained."""
-        if any(x.is_final_norm for x in trained):
-            return None
-        for back in (1, 0):
-            taps = tuple(x.index - back for x in trained)
-            if min(taps, default=-1) < 0:
-                continue
-            probe = DFlashDraft(None, {TAP_KEYS[0]: taps}, draft.num_hidden_layers)
-            try:
-                if resolve_dflash(name, num_layers, probe, arch, version).layers == trained:
-                    return taps
-            except EagleContractError:
-                continue
-        return None
+        return taps_for(name, num_layers, trained, arch, version, draft.num_hidden_layers)
 
     try:
         res = resolve_dflash(name, num_layers, draft, arch, version)

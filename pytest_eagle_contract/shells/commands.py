@@ -419,13 +419,13 @@ def _resolve_dflash(args: argparse.Namespace) -> int:
     from ..errors import Unservable
     from ..render import to_json
 
-    if args.want is not None:
-        raise UsageError("--want is for EAGLE-3 ids; not for --method dflash yet")
     if args.engine not in ENGINES:
         raise UsageError(
             f"--method dflash: no DFlash tap rules of {args.engine} are read here; one of "
             f"{', '.join(ENGINES)} (docs/methods.md)"
         )
+    if args.want is not None:
+        return _want_dflash(args)
     if args.ids is not None and args.draft_config is not None:
         raise UsageError("give --ids or --draft-config, not both")
     if args.draft_config is not None:
@@ -467,6 +467,71 @@ def _resolve_dflash(args: argparse.Namespace) -> int:
         print(f"eagle-contract resolve: {args.engine} would not serve this: {exc}", file=sys.stderr)
         return EXIT_USAGE
     return _print_resolution(args, res)
+
+
+def _want_dflash(args: argparse.Namespace) -> int:
+    """``resolve --method dflash --want LAYER ...``: the one tap list that makes every asked
+    release of the engine feed those layers, or why none does."""
+    import json
+
+    from ..engines.dflash import TAP_KEYS, releases, taps_for
+    from ..engines.resolve import get_engine
+    from ..layers import Layer
+    from ..render import to_json
+
+    if args.ids is not None or args.draft_config is not None:
+        raise UsageError("--want asks for the taps: give it without --ids or --draft-config")
+    try:
+        wanted = [Layer.parse(text) for text in args.want]
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if args.version is None:
+        versions: list[str | None] = [None]
+    elif args.engine == "sglang":
+        from ..engines.base import releases_for
+
+        versions = list(releases_for(args.version, releases("sglang"), "SGLang"))
+    else:
+        versions = list(get_engine(args.engine).versions(args.version))
+    found = {v: taps_for(args.engine, args.num_layers, wanted, args.arch, v) for v in versions}
+    common = set(found.values())
+    taps = found[versions[0]] if len(common) == 1 else None
+    label = args.version or "(newest read)"
+    line = (
+        None
+        if taps is None
+        else f'"dflash_config": {{"target_layer_ids": {json.dumps(list(taps))}}}'
+    )
+    if args.json:
+        print(
+            to_json(
+                {
+                    "engine": args.engine,
+                    "method": "dflash",
+                    "version": args.version,
+                    "arch": args.arch,
+                    "num_layers": args.num_layers,
+                    "want": [str(x) for x in wanted],
+                    "taps": None if taps is None else list(taps),
+                    "config_key": TAP_KEYS[0],
+                    "config_line": line,
+                    "per_version": {
+                        str(v): None if t is None else list(t) for v, t in found.items()
+                    },
+                }
+            )
+        )
+    elif taps is None:
+        print(
+            f"no one tap list makes {args.engine} {label} feed "
+            f"{', '.join(map(str, wanted))}: "
+            + ", ".join(f"{v}: {'none' if t is None else list(t)}" for v, t in found.items()),
+            file=sys.stderr,
+        )
+    else:
+        print(f"{args.engine} {label} feeds {', '.join(map(str, wanted))} with the taps")
+        print(f"  {line}")
+    return EXIT_OK if taps is not None else EXIT_FINDINGS
 
 
 def schema(args: argparse.Namespace) -> int:

@@ -419,6 +419,8 @@ def _resolve_dflash(args: argparse.Namespace) -> int:
     from ..errors import Unservable
     from ..render import to_json
 
+    if args.num_layers < 1:
+        raise UsageError(f"--num-layers {args.num_layers}: a target has at least one layer")
     if args.engine not in ENGINES:
         raise UsageError(
             f"--method dflash: no DFlash tap rules of {args.engine} are read here; one of "

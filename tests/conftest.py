@@ -112,6 +112,7 @@ KINDS: dict[str, tuple[str, ...]] = {
         "test_atom",
         "test_atom_source",
         "test_autodeploy",
+        "test_dflash",
         "test_fixes",
         "test_layout",
         "test_llamacpp",

@@ -100,6 +100,10 @@ def check_layout(
     if serving is None:
         return []
     report = LayoutReport(contract)
+    if contract.method == "dflash":  # the taps by DFlash's rules (engines/dflash.py)
+        from .layout_dflash import check_dflash
+
+        return check_dflash(contract, report)
     target = contract.target
     L, H = target.num_hidden_layers, target.hidden_size
     arch = serving.arch or target.arch

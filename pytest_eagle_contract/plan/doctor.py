@@ -152,7 +152,9 @@ class Diagnosis:
 LAYOUT_CODES: frozenset[str] = frozenset(
     {"EC501", "EC502", "EC503", "EC504", "EC505", "EC506", "EC515"}
 )
-ENGINE_CODES: frozenset[str] = frozenset({"EC507", "EC508", "EC510", "EC511", "EC514", "EC516"})
+ENGINE_CODES: frozenset[str] = frozenset(
+    {"EC507", "EC508", "EC510", "EC511", "EC514", "EC516", "EC517"}
+)
 LAUNCH_CODES: frozenset[str] = frozenset({"EC512"})
 
 

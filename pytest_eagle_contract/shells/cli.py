@@ -37,7 +37,10 @@ from .terminal import QuietPipe
 
 def _parser() -> argparse.ArgumentParser:
     from ..engines.names import ENGINE_NAMES
+    from ..methods import METHODS
     from ..version import __version__
+
+    METHOD_NAMES = list(METHODS)
 
     p = argparse.ArgumentParser(
         prog="eagle-contract",
@@ -307,6 +310,16 @@ def _parser() -> argparse.ArgumentParser:
         metavar="LAYER",
         help="print the ids that make the engine feed these layers (embed, residual:K, "
         "final_norm), per span of --version, or why none exist",
+    )
+    res.add_argument(
+        "--method",
+        choices=METHOD_NAMES,
+        default="eagle3",
+        metavar="METHOD",
+        help="the drafting method whose tap rules resolve the ids (default eagle3; dflash: "
+        "--ids are the draft's target_layer_ids, --draft-config its dflash_config; one of: "
+        + ", ".join(METHOD_NAMES)
+        + ")",
     )
     add_print_json(res)
     res.add_argument(

@@ -65,7 +65,7 @@ RuleCode = Literal[
     "EC514",
     "EC515",
     "EC516",
-    "EC517",
+    "EC522",
     "EC601",
     "EC602",
     "EC603",
@@ -200,7 +200,7 @@ EC514 graph-default-ids          CUDA-graph passes capture the default layers, e
                                  draft's
 EC515 ids-disagree               the contract's aux_layer_ids differ from the draft config
 EC516 moved-id                   the engine silently captures another layer than the id names
-EC517 guessed-taps               the draft config has no tap list: the engine guesses the layers
+EC522 guessed-taps               the draft config has no tap list: the engine guesses the layers
                                  by a formula
 -- EC6xx: evidence of what each slot is (reference capture, weights)
 EC601 embed-identity             a slot is (or is declared but is not) the embedding rows

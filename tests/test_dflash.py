@@ -1,5 +1,5 @@
 """DFlash drafts (issue 38): ``method:`` in a contract, ``resolve --method dflash`` per engine,
-guessed tap lists (EC517) and vLLM's unshifted taps (EC516), from the command line.
+guessed tap lists (EC522) and vLLM's unshifted taps (EC516), from the command line.
 
 The draft configs are shaped as SpecForge writes them: ``configs/qwen3-8b-dflash.json``
 (sgl-project/SpecForge at b3d2401f: no tap list, ``num_hidden_layers`` 5,
@@ -72,7 +72,7 @@ def test_sglang_reads_the_listed_taps_as_layer_outputs(cli, tmp_path):
 
 
 @pytest.mark.parametrize("version", ["0.5.11", "0.5.18", "0.5.23"])
-def test_sglang_guesses_a_missing_tap_list_ec517(cli, tmp_path, version):
+def test_sglang_guesses_a_missing_tap_list_ec522(cli, tmp_path, version):
     res, out = dflash(
         cli, "--engine", "sglang", "--version", version, "--arch", "Qwen3ForCausalLM",
         "--num-layers", 36, "--draft-config", config(tmp_path, NO_TAPS),
@@ -81,7 +81,7 @@ def test_sglang_guesses_a_missing_tap_list_ec517(cli, tmp_path, version):
     assert res.returncode == 1
     assert out["layers"] == outputs_of(guessed)
     [problem] = out["problems"]
-    assert problem["code"] == "EC517"
+    assert problem["code"] == "EC522"
     assert "build_target_layer_ids(L=36, n=5)" in problem["message"]
     assert str(guessed) in problem["message"] and "trained on other layers" in problem["message"]
 
@@ -117,7 +117,7 @@ def test_vllm_0_21_feeds_the_layer_before_ec516(cli, tmp_path):
 
 def test_vllm_without_taps(cli, tmp_path):
     """No tap list: vLLM feeds its EAGLE-3 default (2, L//2, L-3) while the DFlash fc takes
-    one state per draft layer: a 5-layer draft is refused, a 3-layer one guessed (EC517)."""
+    one state per draft layer: a 5-layer draft is refused, a 3-layer one guessed (EC522)."""
     res, out = dflash(
         cli, "--engine", "vllm", "--arch", "Qwen3ForCausalLM", "--num-layers", 36,
         "--draft-config", config(tmp_path, NO_TAPS),
@@ -130,7 +130,7 @@ def test_vllm_without_taps(cli, tmp_path):
     )  # fmt: skip
     assert res.returncode == 1
     assert out["layers"] == ["residual:2", "residual:18", "residual:33"]
-    assert [p["code"] for p in out["problems"]] == ["EC517"]
+    assert [p["code"] for p in out["problems"]] == ["EC522"]
     res, out = dflash(
         cli, "--engine", "vllm", "--version", "0.19.0", "--num-layers", 36, "--ids", 1
     )
@@ -217,21 +217,21 @@ def test_check_guess_that_matches_training_passes(cli, tmp_path):
     assert found(res) == []
 
 
-def test_check_guess_against_other_trained_layers_is_ec517_error(cli, tmp_path):
+def test_check_guess_against_other_trained_layers_is_ec522_error(cli, tmp_path):
     trained = [f"residual:{t + 2}" for t in spread(8, 3)]  # one layer deeper each
     res = check(cli, tmp_path, TINY_DRAFT, slots(trained))
     assert res.returncode == 1
-    assert found(res) == [("EC517", "error")]
+    assert found(res) == [("EC522", "error")]
     [f] = json.loads(res.stdout)["findings"]
     assert f["expected"] == ", ".join(trained)
     assert f["found"] == ", ".join(outputs_of(spread(8, 3)))
     assert str([t + 1 for t in spread(8, 3)]) in f["hint"]
 
 
-def test_check_guess_without_training_is_ec517_warning(cli, tmp_path):
+def test_check_guess_without_training_is_ec522_warning(cli, tmp_path):
     res = check(cli, tmp_path, TINY_DRAFT, "")
     assert res.returncode == 0
-    assert found(res) == [("EC517", "warning")]
+    assert found(res) == [("EC522", "warning")]
 
 
 def test_check_listed_taps_against_training(cli, tmp_path):
@@ -276,7 +276,7 @@ def test_eagle3_is_the_default_method(cli, tmp_path):
     text = CONTRACT.format(method="eagle3", training="", engine="sglang", version="0.5.23")
     path.write_text(text.replace("method: eagle3\n", ""))
     res = cli("check", path, "--checks", "layout", "--json")
-    assert "EC517" not in res.stdout and "Traceback" not in res.stderr
+    assert "EC522" not in res.stdout and "Traceback" not in res.stderr
 
 
 def test_rules_table_covers_the_read_releases():
@@ -297,7 +297,7 @@ def test_rules_table_covers_the_read_releases():
 def test_infer_detects_a_dflash_draft_then_check(cli, tmp_path):
     """``infer --draft`` with a DFlash draft config writes ``method: dflash``; the drafted
     contract's layout check then passes where the shards hold the guessed taps and fails
-    (EC517) where they hold the taps one layer deeper."""
+    (EC522) where they hold the taps one layer deeper."""
     import torch
     import yaml
 
@@ -327,7 +327,7 @@ def test_infer_detects_a_dflash_draft_then_check(cli, tmp_path):
         if name == "good":
             assert check_res.returncode == 0 and codes == []
         else:
-            assert check_res.returncode == 1 and codes == [("EC517", "error")]
+            assert check_res.returncode == 1 and codes == [("EC522", "error")]
 
 
 def test_matrix_of_a_dflash_contract(cli, tmp_path):
@@ -348,7 +348,7 @@ def test_matrix_of_a_dflash_contract(cli, tmp_path):
     assert sglang[0]["versions"][0] == "0.5.11" and sglang[-1]["versions"][-1] == "0.5.23"
     assert all(r["feeds"] == outputs_of(spread(8, 3)) for r in sglang)
     assert all(
-        r["problems"] == ["EC517"] and r["fix"] == [t + 1 for t in spread(8, 3)] for r in sglang
+        r["problems"] == ["EC522"] and r["fix"] == [t + 1 for t in spread(8, 3)] for r in sglang
     )
     trained = outputs_of(spread(8, 3))
     path.write_text(

@@ -171,7 +171,7 @@ def test_every_rule_code_has_a_failing_case():
         | tokens
         | fp8
         | measure
-        | {"EC517"}  # tests/test_dflash.py: guessed DFlash taps
+        | {"EC522"}  # tests/test_dflash.py: guessed DFlash taps
     )
     assert covered == set(RULES)
 

@@ -501,7 +501,7 @@ def _dflash_serving(
     read = (
         f"taps {list(config.taps)} under {config.tap_key}"
         if config.taps is not None
-        else f"no tap list ({' / '.join(TAP_KEYS)}): the engine guesses them (EC517)"
+        else f"no tap list ({' / '.join(TAP_KEYS)}): the engine guesses them (EC522)"
     )
     return [
         "method: dflash  # the draft config names a DFlash draft (docs/dflash.md)",

@@ -4,7 +4,7 @@ resolves them (``engines/dflash.py``) against the layers the draft was trained o
 Trained layers: the contract's training slots picked by ``fc_input`` where it has a training
 section with slots, else the taps of the trainer's own draft config
 (``training.draft.config``), tap t being the output of layer t (``residual:t+1``).
-A tap list the engine guesses (EC517) is a warning where nothing says what was trained, an
+A tap list the engine guesses (EC522) is a warning where nothing says what was trained, an
 error where the trained layers differ from the guess, and nothing where they agree.
 """
 
@@ -119,7 +119,7 @@ def check_dflash(contract: Contract, report: LayoutReport) -> list[Finding]:
         shown = ", ".join(map(str, served))
         for p in res.problems:
             message = relabel(p.message, run[0], label)
-            if p.code != "EC517":
+            if p.code != "EC522":
                 report.add(p.code, f"{engine}: {message}", "serving")
                 continue
             taps = [pos.capture for pos in res.positions]
@@ -128,7 +128,7 @@ def check_dflash(contract: Contract, report: LayoutReport) -> list[Finding]:
             )
             if trained is None:
                 report.add(
-                    "EC517",
+                    "EC522",
                     f"{engine}: {message}",
                     "serving.draft_config",
                     hint=hint + " (nothing in this contract says which they were)",
@@ -139,7 +139,7 @@ def check_dflash(contract: Contract, report: LayoutReport) -> list[Finding]:
                 )
             elif trained[0] != served:
                 report.add(
-                    "EC517",
+                    "EC522",
                     f"{engine}: {message}; {trained[1]} say {', '.join(map(str, trained[0]))}",
                     "serving.draft_config",
                     hint=hint + f": {[x.index - 1 for x in trained[0]]}",
@@ -147,7 +147,7 @@ def check_dflash(contract: Contract, report: LayoutReport) -> list[Finding]:
                     found=shown,
                     extra={"guessed_ids": taps},
                 )
-        if trained is not None and "EC517" not in {p.code for p in res.problems}:
+        if trained is not None and "EC522" not in {p.code for p in res.problems}:
             if trained[0] != served:
                 report.add(
                     "EC501",

@@ -45,7 +45,7 @@ ENGINES = ("sglang", "vllm", "llama.cpp")
 GGUF_KEY = "gguf:dflash.target_layers"
 LLAMACPP_READ = "0.3.36"  # the llama-cpp-python sdist whose vendored llama.cpp was read
 SGLANG_DEFAULT_ARCH = "LlamaForCausalLM"
-_GUESS: Final = "EC517"
+_GUESS: Final = "EC522"
 
 
 @dataclass(frozen=True)
@@ -203,7 +203,7 @@ def resolve_dflash(
     runner: str | None = None,
 ) -> Resolution:
     """The draft's taps on ``engine`` as canonical layers, in the order the engine
-    concatenates them. A guessed tap list is an EC517 problem. Raises Unservable."""
+    concatenates them. A guessed tap list is an EC522 problem. Raises Unservable."""
     q = Query(engine, num_layers, draft.taps, arch, version)
     if engine == "sglang":
         return _sglang(q, draft)

@@ -3,6 +3,7 @@ dtype, the target slot's norm, id order and the launch line."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Unpack
 
 from ..contract.model import Contract, ServingSpec, TrainingSpec
@@ -34,11 +35,22 @@ class LayoutReport:
         )
 
 
-def lint_launch(report: LayoutReport, serving: ServingSpec, serving_args: str | None) -> None:
+def lint_launch(
+    report: LayoutReport,
+    serving: ServingSpec,
+    serving_args: str | None,
+    serving_env: Mapping[str, str] | None = None,
+    env_label: str = "",
+) -> None:
+    """SGLang's silently changed settings (EC512), and for every engine the benchmark knobs
+    that fake acceptance (EC517-EC520) in the launch line and the serving environment."""
+    from ..engines.knobs import launch_knobs
+
     command = serving_args or serving.launch
-    if command and serving.engine == "sglang":
-        for problem in lint_sglang(command):
-            report.add(problem.code, problem.message, "serving.launch", hint=problem.hint)
+    problems = lint_sglang(command) if command and serving.engine == "sglang" else []
+    problems += launch_knobs(command or "", serving_env, env_label)
+    for problem in problems:
+        report.add(problem.code, problem.message, "serving.launch", hint=problem.hint)
 
 
 IDS_CODES = frozenset({"EC501", "EC502", "EC506", "EC514"})

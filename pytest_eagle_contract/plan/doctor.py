@@ -42,6 +42,8 @@ class Inputs:
     version: str | None = None
     serving_args: str | None = None
     contract: Contract | None = None
+    serving_env: dict[str, str] | None = None  # --serving-env's variables (EC517-EC520)
+    serving_env_label: str = ""
 
 
 class Skipped(Exception):
@@ -93,7 +95,12 @@ class Setup:
         if "layout" not in self.kept:
             from ..checks.layout import check_layout
 
-            self.kept["layout"] = check_layout(contract, self.inputs.serving_args)
+            self.kept["layout"] = check_layout(
+                contract,
+                self.inputs.serving_args,
+                serving_env=self.inputs.serving_env,
+                env_label=self.inputs.serving_env_label,
+            )
         return self.kept["layout"]
 
 
@@ -153,7 +160,7 @@ LAYOUT_CODES: frozenset[str] = frozenset(
     {"EC501", "EC502", "EC503", "EC504", "EC505", "EC506", "EC515"}
 )
 ENGINE_CODES: frozenset[str] = frozenset({"EC507", "EC508", "EC510", "EC511", "EC514", "EC516"})
-LAUNCH_CODES: frozenset[str] = frozenset({"EC512"})
+LAUNCH_CODES: frozenset[str] = frozenset({"EC512", "EC517", "EC518", "EC519", "EC520"})
 
 
 def _layout(s: Setup) -> list[Finding]:
@@ -173,12 +180,10 @@ def _engine_rules(s: Setup) -> list[Finding]:
 def _serving_args(s: Setup) -> list[Finding]:
     contract = s.serving_contract("serving-args")
     assert contract.serving is not None
-    if not (s.inputs.serving_args or contract.serving.launch):
-        raise Skipped("no launch command line", 'pass --serving-args "..." (or set serving.launch)')
-    if contract.serving.engine != "sglang":
+    if not (s.inputs.serving_args or contract.serving.launch or s.inputs.serving_env):
         raise Skipped(
-            f"the launch line is linted for SGLang only, not {contract.serving.engine}",
-            "none for this engine: read its launch settings by hand",
+            "no launch command line or serving environment",
+            'pass --serving-args "..." (or set serving.launch) and --serving-env FILE',
         )
     return [f for f in s.layout("serving-args") if f.code in LAUNCH_CODES]
 

@@ -10,7 +10,7 @@ Each knob was read in the engine's own code (cited per knob below and in the doc
 - vLLM: ``"rejection_sample_method": "synthetic"`` with ``synthetic_acceptance_length`` or
   ``synthetic_acceptance_rates`` in ``--speculative-config``: ``vllm/config/speculative.py``
   (vllm-project/vllm at 002e77c1, the stored snapshot; no release wheel was read).
-- TensorRT-LLM: ``TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS`` (int, 0 = off; counts accepted
+- TensorRT-LLM: ``TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS`` (0 = off; counts accepted
   draft tokens, not the bonus one): ``tensorrt_llm/_torch/speculative/interface.py``,
   ``get_force_num_accepted_tokens`` (NVIDIA/TensorRT-LLM, the stored snapshot).
 - sglang-jax: ``SIMULATE_ACC_LEN`` (and ``SIMULATE_ACC_METHOD``) read with ``os.environ.get``
@@ -176,10 +176,9 @@ def _active(knob: Knob, value: str) -> bool:
     if knob.name == "SGLANG_SIMULATE_ACC_LEN":
         return number is not None and number > 0
     if knob.name == "TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS":
-        try:
-            return int(value.strip()) != 0
-        except ValueError:
-            return False
+        # the snapshot read parses an int (a float falls back to 0 with a warning); benchmark
+        # recipes set floats (1.78) for releases that read them: any non-zero number counts
+        return number is not None and number != 0
     return value.strip() != ""
 
 

@@ -22,6 +22,9 @@ def profile(args: argparse.Namespace) -> int:
 
     if not 0.0 <= args.max_drop < 1.0:
         raise UsageError(f"--max-drop {args.max_drop}: give a fraction in [0, 1)")
+    for option, path in (("FILE", args.file), ("--compare", args.compare)):
+        if path is not None and not path.is_file():
+            raise UsageError(f"{option} {path}: no such file")
     if args.serving_args is not None:
         try:
             shlex.split(args.serving_args)

@@ -54,6 +54,7 @@ KINDS: dict[str, tuple[str, ...]] = {
         "test_vocabulary",
     ),
     "cli": (
+        "test_acceptance_profiles",
         "test_action",
         "test_audit",
         "test_audit_ray",
@@ -80,6 +81,7 @@ KINDS: dict[str, tuple[str, ...]] = {
         "test_report_browser",
         "test_reports",
         "test_schema_home",
+        "test_serving_knobs",
         "test_shipped",
     ),
     "plugin": ("test_plugin", "test_plugin_checks"),

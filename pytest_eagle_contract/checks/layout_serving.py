@@ -50,7 +50,13 @@ def lint_launch(
     problems = lint_sglang(command) if command and serving.engine == "sglang" else []
     problems += launch_knobs(command or "", serving_env, env_label)
     for problem in problems:
-        report.add(problem.code, problem.message, "serving.launch", hint=problem.hint)
+        report.add(
+            problem.code,
+            problem.message,
+            "serving.launch",
+            hint=problem.hint,
+            severity=problem.severity,
+        )
 
 
 IDS_CODES = frozenset({"EC501", "EC502", "EC506", "EC514"})

@@ -209,6 +209,7 @@ def env_knobs(env: Mapping[str, str], where: str) -> list[Problem]:
                     f"{where} sets {shaper}={env[shaper]}, which shapes {of}'s faked "
                     f"acceptance: inert while {of} is off, a benchmark setting left behind",
                     f"unset {shaper}",
+                    severity="warning",
                 )
             )
     return out

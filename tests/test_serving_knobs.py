@@ -204,9 +204,7 @@ def _draft(tmp_path: Path) -> Path:
 def test_doctor_json_fails_the_serving_args_seam_on_a_knob(cli, tmp_path):
     contract, draft = _contract(tmp_path, "vllm"), _draft(tmp_path)
     env = _env(tmp_path, "TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS=1\n")
-    res = cli(
-        "doctor", "--draft", draft, "--contract", contract, "--serving-env", env, "--json"
-    )
+    res = cli("doctor", "--draft", draft, "--contract", contract, "--serving-env", env, "--json")
     no_traceback(res)
     seams = {s["name"]: s for s in json.loads(res.stdout)["seams"]}
     launch = seams["serving-args"]
@@ -214,7 +212,13 @@ def test_doctor_json_fails_the_serving_args_seam_on_a_knob(cli, tmp_path):
     assert [f["code"] for f in launch["findings"]] == ["EC519"]
     assert res.returncode == 1
     ok = cli(
-        "doctor", "--draft", draft, "--contract", contract, "--serving-args", VLLM_STANDARD,
+        "doctor",
+        "--draft",
+        draft,
+        "--contract",
+        contract,
+        "--serving-args",
+        VLLM_STANDARD,
         "--json",
     )
     seams = {s["name"]: s for s in json.loads(ok.stdout)["seams"]}

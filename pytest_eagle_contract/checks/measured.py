@@ -120,11 +120,15 @@ def findings_of(
     ``serving.min_accept_length``, a warning when only a lower bound is known and it is under."""
     from .profile import saturated
 
-    exact = [] if measured.lower_bound else saturated(
-        measured.accept_length,
-        steps_of(measured),
-        f"{measured.engine}'s measured accept length",
-        contract=contract,
+    exact = (
+        []
+        if measured.lower_bound
+        else saturated(
+            measured.accept_length,
+            steps_of(measured),
+            f"{measured.engine}'s measured accept length",
+            contract=contract,
+        )
     )
     return exact + _below_floor(contract, measured, estimates)
 

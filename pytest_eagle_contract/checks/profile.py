@@ -86,7 +86,7 @@ def read_profile(path: Path) -> Profile:
             raise Unreadable(f"{name} holds a value that is not a rate in [0, 1]")
         vectors[name] = tuple(float(x) for x in value)
     mean = raw.get("mean_accept_length")
-    if not _number(mean) or not math.isfinite(mean):
+    if not isinstance(mean, (int, float)) or isinstance(mean, bool) or not math.isfinite(mean):
         raise Unreadable(f"mean_accept_length is {mean!r}, not a number")
     histogram: dict[int, int] = {}
     hist = raw.get("acceptance_length_histogram", {})

@@ -161,6 +161,14 @@ def launch_env(command: str) -> dict[str, str]:
     return env
 
 
+def _count(flags: Mapping[str, str], name: str) -> int:
+    """``--name N`` as a count; 0 when absent or not a number."""
+    try:
+        return int(flags.get(name, "0"))
+    except ValueError:
+        return 0
+
+
 def _number(value: str) -> float | None:
     try:
         return float(value)
@@ -232,7 +240,9 @@ def speculative_config(flags: Mapping[str, str]) -> tuple[dict[str, object] | No
 def config_knobs(config: Mapping[str, object]) -> list[Problem]:
     """EC518 when vLLM's speculative config asks for synthetic rejection sampling."""
     method = config.get("rejection_sample_method")
-    given = [k for k in ("synthetic_acceptance_length", "synthetic_acceptance_rates") if k in config]
+    given = [
+        k for k in ("synthetic_acceptance_length", "synthetic_acceptance_rates") if k in config
+    ]
     if method != "synthetic" and not given:
         return []
     shown = ", ".join(f"{k}={json.dumps(config[k])}" for k in given) or "no target given"
@@ -248,7 +258,9 @@ def config_knobs(config: Mapping[str, object]) -> list[Problem]:
     ]
 
 
-def launch_knobs(command: str, env: Mapping[str, str] | None = None, env_label: str = "") -> list[Problem]:
+def launch_knobs(
+    command: str, env: Mapping[str, str] | None = None, env_label: str = ""
+) -> list[Problem]:
     """Every faking knob in a launch line (its leading variables and vLLM's speculative
     config) and in ``env`` (a ``--serving-env`` listing, named ``env_label``)."""
     from .sglang_launch import parse_flags
@@ -294,35 +306,20 @@ def draft_length(command: str) -> DraftLength | None:
         n = config.get("num_speculative_tokens")
         if isinstance(n, int) and not isinstance(n, bool) and n > 0:
             return DraftLength(n, f"vLLM num_speculative_tokens {n}")
-    if "num-speculative-tokens" in flags:  # vLLM's old spelling
-        try:
-            n = int(flags["num-speculative-tokens"])
-        except ValueError:
-            n = 0
-        if n > 0:
-            return DraftLength(n, f"--num-speculative-tokens {n}")
-    steps_text = flags.get("speculative-num-steps")
-    if steps_text is not None:
-        try:
-            steps = int(steps_text)
-        except ValueError:
-            steps = 0
-        if steps > 0:
-            tokens = flags.get("speculative-num-draft-tokens")
-            said = f"SGLang --speculative-num-steps {steps}"
-            if tokens is not None:
-                said += f" (--speculative-num-draft-tokens {tokens} counts the root token)"
-            return DraftLength(steps, said)
-    tokens_text = flags.get("speculative-num-draft-tokens")
-    if tokens_text is not None and flags.get("speculative-eagle-topk", "1") == "1":
-        try:
-            tokens = int(tokens_text)
-        except ValueError:
-            tokens = 0
-        if tokens > 1:
-            return DraftLength(
-                tokens - 1,
-                f"SGLang --speculative-num-draft-tokens {tokens} (the root token, then "
-                f"{tokens - 1} drafted)",
-            )
+    n = _count(flags, "num-speculative-tokens")  # vLLM's old spelling
+    if n > 0:
+        return DraftLength(n, f"--num-speculative-tokens {n}")
+    steps = _count(flags, "speculative-num-steps")
+    tokens = _count(flags, "speculative-num-draft-tokens")
+    if steps > 0:
+        said = f"SGLang --speculative-num-steps {steps}"
+        if tokens:
+            said += f" (--speculative-num-draft-tokens {tokens} counts the root token)"
+        return DraftLength(steps, said)
+    if tokens > 1 and flags.get("speculative-eagle-topk", "1") == "1":
+        return DraftLength(
+            tokens - 1,
+            f"SGLang --speculative-num-draft-tokens {tokens} (the root token, then "
+            f"{tokens - 1} drafted)",
+        )
     return None

@@ -232,3 +232,27 @@ def test_bad_arguments_are_usage_errors(cli, tmp_path):
         res = cli("profile", *args)
         no_traceback(res)
         assert res.returncode == 2, (args, res.stdout, res.stderr)
+
+
+@pytest.mark.parametrize("engine", ["llama.cpp", "sglang", "vllm"])
+@pytest.mark.parametrize(
+    ("accepts", "said"),
+    [((0,), "is exactly 1: not one draft token"), ((4,), "is exactly 5: every one of the 4")],
+    ids=["nothing", "everything"],
+)
+def test_measure_holds_its_result_to_the_same_rule_ec725(cli, tmp_path, engine, accepts, said):
+    """measure against test_measure's engine stand-ins: every round accepting 0 of 4 draft
+    tokens, or all 4, is EC725; accepting 3 and 2 in turn (tests/test_measure.py) is not."""
+    from acceptance_standin import Engine, EngineStandin
+    from test_measure import measure, project
+
+    project(tmp_path, engine, floor=1.0)
+    with EngineStandin(Engine(engine, accepts=accepts, k=4)) as url:
+        res = measure(cli, tmp_path, engine, url)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "EC725 acceptance-saturated" in res.stderr
+    assert said in res.stderr
+    with EngineStandin(Engine(engine, accepts=(3, 2), k=4)) as url:
+        ok = measure(cli, tmp_path, engine, url)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "EC725" not in ok.stdout + ok.stderr

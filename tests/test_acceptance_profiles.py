@@ -250,7 +250,7 @@ def test_measure_holds_its_result_to_the_same_rule_ec725(cli, tmp_path, engine, 
     with EngineStandin(Engine(engine, accepts=accepts, k=4)) as url:
         res = measure(cli, tmp_path, engine, url)
     assert res.returncode == 1, res.stdout + res.stderr
-    assert "EC725 acceptance-saturated" in res.stderr
+    assert "EC725" in res.stderr
     assert said in res.stderr
     with EngineStandin(Engine(engine, accepts=(3, 2), k=4)) as url:
         ok = measure(cli, tmp_path, engine, url)

@@ -75,6 +75,7 @@ KINDS: dict[str, tuple[str, ...]] = {
         "test_inspect",
         "test_inspect_many",
         "test_journey",
+        "test_launch_method",
         "test_measure",
         "test_measure_llamacpp",
         "test_pre_commit",

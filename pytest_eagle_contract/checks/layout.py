@@ -91,6 +91,7 @@ def check_layout(
     from .layout_compare import compare
     from .layout_serving import (
         LayoutReport,
+        aux_states_off,
         fc_width,
         id_order,
         lint_launch,
@@ -117,6 +118,7 @@ def check_layout(
             report.add("EC510", str(exc), "serving.draft_config")
             return report.findings
     ids = read_ids(report, serving, draft)
+    aux_states_off(report, contract, serving, draft, serving_args)
     weights = (
         read_draft_weights(draft.path.parent, target.vocab_size, draft.draft_vocab_size)
         if draft is not None and draft.path.parent.is_dir()

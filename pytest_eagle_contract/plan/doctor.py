@@ -159,7 +159,9 @@ class Diagnosis:
 LAYOUT_CODES: frozenset[str] = frozenset(
     {"EC501", "EC502", "EC503", "EC504", "EC505", "EC506", "EC515"}
 )
-ENGINE_CODES: frozenset[str] = frozenset({"EC507", "EC508", "EC510", "EC511", "EC514", "EC516"})
+ENGINE_CODES: frozenset[str] = frozenset(
+    {"EC507", "EC508", "EC510", "EC511", "EC514", "EC516", "EC521"}
+)
 LAUNCH_CODES: frozenset[str] = frozenset({"EC512", "EC517", "EC518", "EC519", "EC520"})
 
 

@@ -216,10 +216,11 @@ EC517 sglang-simulated-acceptance  SGLANG_SIMULATE_ACC_LEN is set: SGLang fakes 
 EC518 vllm-synthetic-acceptance  vLLM's speculative config asks for synthetic rejection sampling
 EC519 trtllm-forced-acceptance   TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS forces TensorRT-LLM's
                                  accepted tokens
-EC520 sglang-jax-simulated-acceptance  SIMULATE_ACC_LEN is set: sglang-jax fakes the accept length
+EC520 sglang-jax-simulated-acceptance  SIMULATE_ACC_LEN is set: sglang-jax fakes the accept
+                                 length
 -- the method and mode a launch really runs
-EC521 aux-states-off             the draft's use_aux_hidden_state: false runs an EAGLE-3 draft without
-                                 its aux states
+EC521 aux-states-off             the draft's use_aux_hidden_state: false runs an EAGLE-3 draft
+                                 without its aux states
 -- EC6xx: evidence of what each slot is (reference capture, weights)
 EC601 embed-identity             a slot is (or is declared but is not) the embedding rows
 EC602 norm-kind                  a slot is post-norm where pre-norm is declared, or the reverse

@@ -223,3 +223,20 @@ def test_doctor_json_fails_the_serving_args_seam_on_a_knob(cli, tmp_path):
     )
     seams = {s["name"]: s for s in json.loads(ok.stdout)["seams"]}
     assert seams["serving-args"]["status"] == "pass", seams["serving-args"]
+
+
+def test_the_plugin_fails_the_layout_item_on_a_knob(pytester):
+    """``pytest --eagle-serving-env FILE``: the same knobs fail the contract's layout item."""
+    (pytester.path / "c.yaml").write_text(SERVING_ONLY.format(engine="sglang"))
+    env = pytester.path / "serving.env"
+    env.write_text("HOME=/root\n" + SGLANG_ENV)
+    result = pytester.runpytest("--eagle-contract", "c.yaml", "--eagle-serving-env", str(env))
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*EC517 sglang-simulated-acceptance*"])
+    env.write_text("HOME=/root\nSGLANG_SIMULATE_ACC_LEN=-1\n")
+    ok = pytester.runpytest("--eagle-contract", "c.yaml", "--eagle-serving-env", str(env))
+    ok.assert_outcomes(passed=1)
+    env.write_text("not a variable\n")
+    bad = pytester.runpytest("--eagle-contract", "c.yaml", "--eagle-serving-env", str(env))
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR
+    bad.stderr.fnmatch_lines(["*--eagle-serving-env*serving.env:1: not KEY=VALUE*"])

@@ -256,3 +256,25 @@ def test_measure_holds_its_result_to_the_same_rule_ec725(cli, tmp_path, engine, 
         ok = measure(cli, tmp_path, engine, url)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "EC725" not in ok.stdout + ok.stderr
+
+
+def test_measures_result_is_a_deploy_time_profile(cli, tmp_path):
+    """``measure --json`` against test_measure's SGLang stand-in (rounds accepting 3 and 2 of
+    4 draft tokens in turn), compared with a training-time profile at K = 4."""
+    from acceptance_standin import Engine, EngineStandin
+    from test_measure import measure, project
+
+    project(tmp_path, "sglang", floor=1.0)
+    with EngineStandin(Engine("sglang", accepts=(3, 2), k=4)) as url:
+        res = measure(cli, tmp_path, "sglang", url, "--json")
+    assert res.returncode == 0, res.stdout + res.stderr
+    measured = tmp_path / "measured.json"
+    measured.write_text(res.stdout)
+    like = profile_of({3: 500, 4: 500}, 4)  # the same rounds: 2 and 3 accepted, as lengths
+    worse = profile_of({4: 600, 5: 400}, 4)  # the training-time draft accepted more
+    same = cli("profile", write(tmp_path, "like.json", like), "--compare", measured)
+    assert same.returncode == 0, same.stdout
+    assert "measured on sglang, num_speculative_tokens 4" in same.stdout
+    drop = cli("profile", write(tmp_path, "worse.json", worse), "--compare", measured)
+    assert drop.returncode == 1, drop.stdout
+    assert "EC724 profile-drift" in drop.stdout

@@ -74,6 +74,8 @@ def read_profile(path: Path) -> Profile:
         raise Unreadable(f"is not JSON: {str(exc)[:120]}") from None
     if not isinstance(raw, dict):
         raise Unreadable("is not a JSON object")
+    if isinstance(raw.get("measured"), dict):
+        return _from_measure(path, raw["measured"])
     k = raw.get("num_speculative_tokens")
     if not isinstance(k, int) or isinstance(k, bool) or not 0 < k <= MAX_K:
         raise Unreadable(f"num_speculative_tokens is {k!r}, not a count in 1..{MAX_K}")
@@ -111,6 +113,34 @@ def read_profile(path: Path) -> Profile:
         histogram,
         method if isinstance(method, str) else None,
         conditions if isinstance(conditions, dict) else {},
+    )
+
+
+def _from_measure(path: Path, measured: dict[str, Any]) -> Profile:
+    """``eagle-contract measure --json``'s result as a deploy-time profile: its per-position
+    rates are the marginals (the share of rounds that accepted position i), its accept length
+    the mean; the conditionals are their ratios."""
+    per = measured.get("per_position")
+    length = measured.get("accept_length")
+    if measured.get("accept_length_is_lower_bound"):
+        raise Unreadable("holds measure's lower bound only (llama-server without --metrics)")
+    if not isinstance(per, list) or not 0 < len(per) <= MAX_K or not all(_rate(x) for x in per):
+        raise Unreadable("holds measure's result without per-position rates")
+    if not isinstance(length, (int, float)) or isinstance(length, bool):
+        raise Unreadable(f"measure's accept_length is {length!r}, not a number")
+    marginal = tuple(float(x) for x in per)
+    conditional = tuple(
+        m / (marginal[i - 1] if i else 1.0) if (marginal[i - 1] if i else 1.0) > 0 else 0.0
+        for i, m in enumerate(marginal)
+    )
+    engine = measured.get("engine")
+    return Profile(
+        str(path),
+        len(marginal),
+        conditional,
+        marginal,
+        float(length),
+        method=f"measured on {engine}" if isinstance(engine, str) else "measured",
     )
 
 

@@ -85,7 +85,8 @@ def add_parser(sub: Any) -> None:
         "--compare",
         type=Path,
         metavar="FILE",
-        help="a deploy-time speculation_profile.json: its accept length against FILE's",
+        help="a deploy-time speculation_profile.json (or `measure --json`'s output): its "
+        "accept length against FILE's",
     )
     pro.add_argument(
         "--max-drop",

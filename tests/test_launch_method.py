@@ -77,11 +77,15 @@ def test_use_aux_hidden_state_false_under_eagle3_is_ec521(cli, tmp_path, engine,
 
 
 def test_vllm_reads_the_flag_too(cli, tmp_path):
-    contract = project(tmp_path, "vllm", "0.11.0", use_aux=False)
+    contract = project(tmp_path, "vllm", "0.33.0", use_aux=False)
     res = cli("check", contract, "--checks", "layout")
     no_traceback(res)
     assert "EC521 aux-states-off" in res.stdout, res.stdout + res.stderr
     assert "llama_eagle3.py" in res.stdout
+    old = tmp_path / "old"
+    old.mkdir()
+    before = project(old, "vllm", "0.11.0", use_aux=False)  # its llama_eagle3.py reads no flag
+    assert "EC521" not in cli("check", before, "--checks", "layout").stdout
 
 
 @pytest.mark.parametrize("use_aux", [True, None], ids=["true", "absent"])

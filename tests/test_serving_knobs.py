@@ -82,6 +82,17 @@ def test_vllm_synthetic_rejection_in_the_speculative_config_fails(cli, tmp_path)
     assert "EC518" not in ok.stdout
 
 
+def test_vllm_0_19_synthetic_rate_fails(cli, tmp_path):
+    """vLLM 0.19.0 spelled the target ``synthetic_acceptance_rate`` (its speculative.py)."""
+    contract = _contract(tmp_path, "vllm")
+    line = VLLM_SYNTHETIC.replace(
+        '"synthetic_acceptance_length": 2.78', '"synthetic_acceptance_rate": 0.6'
+    )
+    res = cli("check", contract, "--serving-args", line)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "synthetic_acceptance_rate=0.6" in res.stdout
+
+
 def test_sglang_simulated_acceptance_in_the_serving_env_fails(cli, tmp_path):
     contract = _contract(tmp_path, "sglang")
     env = _env(tmp_path, SGLANG_ENV)

@@ -66,6 +66,11 @@ true), as 0.5.14's and 0.5.23's (``model_runner_components/spec_aux_hidden_state
 0.5.6 reads no such key and captures the aux states under EAGLE3 whatever the draft says."""
 
 
+VLLM_AUX_FLAG_SINCE = (0, 12, 0)
+"""vLLM's ``llama_eagle3.py`` reads ``eagle_config.use_aux_hidden_state`` in the release
+wheels 0.12.0, 0.13.0, 0.15.0, 0.20.0, 0.26.0 and 0.33.0; 0.11.0's reads no such key."""
+
+
 def aux_states_off(
     report: LayoutReport,
     contract: Contract,
@@ -100,7 +105,12 @@ def aux_states_off(
             "model_runner_components/spec_aux_hidden_state.py)"
         )
     elif serving.engine == "vllm":
-        reader = "vLLM (model_executor/models/llama_eagle3.py builds no fc)"
+        from ..engines.sglang_table import parse_version
+
+        given = serving.version
+        if given and given[0].isdigit() and parse_version(given) < VLLM_AUX_FLAG_SINCE:
+            return
+        reader = "vLLM (0.12.0 on: model_executor/models/llama_eagle3.py builds no fc)"
     else:
         return
     trained = f"{len(training.fc_input)} aux states" if training is not None else "aux states"

@@ -7,9 +7,10 @@ Each knob was read in the engine's own code (cited per knob below and in the doc
   ``SGLANG_SIMULATE_ACC_METHOD`` and ``SGLANG_SIMULATE_ACC_TOKEN_MODE`` shaping it:
   ``srt/environ.py`` and ``srt/speculative/spec_utils.py`` of sglang 0.5.23 (also 0.5.6,
   0.5.9, 0.5.14's ``environ.py``; ``_TOKEN_MODE`` is new after 0.5.14).
-- vLLM: ``"rejection_sample_method": "synthetic"`` with ``synthetic_acceptance_length`` or
-  ``synthetic_acceptance_rates`` in ``--speculative-config``: ``vllm/config/speculative.py``
-  (vllm-project/vllm at 002e77c1, the stored snapshot; no release wheel was read).
+- vLLM: ``"rejection_sample_method": "synthetic"`` in ``--speculative-config``, with
+  ``synthetic_acceptance_rate`` (0.19.0) or ``synthetic_acceptance_length`` /
+  ``synthetic_acceptance_rates`` (0.20.0 to 0.33.0): ``vllm/config/speculative.py`` of the
+  release wheels 0.19.0, 0.20.0, 0.26.0, 0.33.0 (0.18.0 and older have no synthetic method).
 - TensorRT-LLM: ``TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS`` (0 = off; counts accepted
   draft tokens, not the bonus one): ``tensorrt_llm/_torch/speculative/interface.py``,
   ``get_force_num_accepted_tokens`` (NVIDIA/TensorRT-LLM, the stored snapshot).
@@ -237,12 +238,17 @@ def speculative_config(flags: Mapping[str, str]) -> tuple[dict[str, object] | No
     return value, ""
 
 
+SYNTHETIC_KEYS = (
+    "synthetic_acceptance_length",  # vLLM 0.20.0 on
+    "synthetic_acceptance_rates",  # vLLM 0.20.0 on
+    "synthetic_acceptance_rate",  # vLLM 0.19.0
+)
+
+
 def config_knobs(config: Mapping[str, object]) -> list[Problem]:
     """EC518 when vLLM's speculative config asks for synthetic rejection sampling."""
     method = config.get("rejection_sample_method")
-    given = [
-        k for k in ("synthetic_acceptance_length", "synthetic_acceptance_rates") if k in config
-    ]
+    given = [k for k in SYNTHETIC_KEYS if k in config]
     if method != "synthetic" and not given:
         return []
     shown = ", ".join(f"{k}={json.dumps(config[k])}" for k in given) or "no target given"

@@ -114,6 +114,16 @@ def test_sglang_knob_on_the_launch_line_itself_fails(cli, tmp_path):
     assert "the launch line sets SGLANG_SIMULATE_ACC_LEN=1.0" in res.stdout
 
 
+def test_sglangs_old_unprefixed_name_is_sglangs_knob(cli, tmp_path):
+    """sglang 0.4.6 and 0.5.2 read SIMULATE_ACC_LEN (srt/speculative/eagle_utils.py), the
+    name sglang-jax keeps: served by SGLang it is EC517, by sglang-jax EC520."""
+    contract = _contract(tmp_path, "sglang")
+    res = cli("check", contract, "--serving-env", _env(tmp_path, JAX_ENV))
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "EC517 sglang-simulated-acceptance" in res.stdout
+    assert "0.4.6 to 0.5.2 read this name" in res.stdout
+
+
 def test_a_shaping_knob_alone_is_a_warning(cli, tmp_path):
     contract = _contract(tmp_path, "sglang")
     env = _env(tmp_path, "SGLANG_SIMULATE_ACC_METHOD=match-expected\n")

@@ -48,7 +48,7 @@ def lint_launch(
 
     command = serving_args or serving.launch
     problems = lint_sglang(command) if command and serving.engine == "sglang" else []
-    problems += launch_knobs(command or "", serving_env, env_label)
+    problems += launch_knobs(command or "", serving_env, env_label, serving.engine)
     for problem in problems:
         report.add(
             problem.code,

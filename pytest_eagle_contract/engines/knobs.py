@@ -191,10 +191,25 @@ def _active(knob: Knob, value: str) -> bool:
     return value.strip() != ""
 
 
-def env_knobs(env: Mapping[str, str], where: str) -> list[Problem]:
-    """A problem per acceptance-faking knob set in ``env`` (``where`` names the source)."""
+OLD_SGLANG = Knob(
+    "SIMULATE_ACC_LEN",
+    "EC517",
+    "SGLang",
+    "(0.4.6 to 0.5.2 read this name; 0.5.4 on SGLANG_SIMULATE_ACC_LEN) forces the accept "
+    "length to this mean, whatever the draft predicts",
+    "sglang 0.4.6 and 0.5.2 srt/speculative/eagle_utils.py",
+)
+"""sglang-jax's name is SGLang's old one: served by SGLang, it is SGLang's knob (EC517)."""
+
+
+def env_knobs(env: Mapping[str, str], where: str, engine: str | None = None) -> list[Problem]:
+    """A problem per acceptance-faking knob set in ``env`` (``where`` names the source;
+    ``engine``, the contract's serving engine, picks whose ``SIMULATE_ACC_LEN`` it is)."""
     out: list[Problem] = []
-    for knob in ENV_KNOBS:
+    knobs = [
+        OLD_SGLANG if k.name == OLD_SGLANG.name and engine == "sglang" else k for k in ENV_KNOBS
+    ]
+    for knob in knobs:
         if knob.name not in env:
             continue
         value = env[knob.name]
@@ -210,7 +225,7 @@ def env_knobs(env: Mapping[str, str], where: str) -> list[Problem]:
                 )
             )
     for shaper, of in SHAPERS.items():
-        knob = next(k for k in ENV_KNOBS if k.name == of)
+        knob = next(k for k in knobs if k.name == of)
         if shaper in env and not (of in env and _active(knob, env[of])):
             out.append(
                 Problem(
@@ -265,13 +280,16 @@ def config_knobs(config: Mapping[str, object]) -> list[Problem]:
 
 
 def launch_knobs(
-    command: str, env: Mapping[str, str] | None = None, env_label: str = ""
+    command: str,
+    env: Mapping[str, str] | None = None,
+    env_label: str = "",
+    engine: str | None = None,
 ) -> list[Problem]:
     """Every faking knob in a launch line (its leading variables and vLLM's speculative
     config) and in ``env`` (a ``--serving-env`` listing, named ``env_label``)."""
     from .sglang_launch import parse_flags
 
-    out = env_knobs(launch_env(command), "the launch line") if command else []
+    out = env_knobs(launch_env(command), "the launch line", engine) if command else []
     if command:
         try:
             flags = parse_flags(command)
@@ -281,7 +299,7 @@ def launch_knobs(
         if config is not None:
             out += config_knobs(config)
     if env:
-        out += env_knobs(env, env_label or "the serving environment")
+        out += env_knobs(env, env_label or "the serving environment", engine)
     return out
 
 

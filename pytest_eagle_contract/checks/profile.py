@@ -76,6 +76,8 @@ def read_profile(path: Path) -> Profile:
         raise Unreadable("is not a JSON object")
     if isinstance(raw.get("measured"), dict):
         return _from_measure(path, raw["measured"])
+    if isinstance(raw.get("layouts"), list) and "convention" in raw:
+        return _from_probe(path, raw["layouts"])
     k = raw.get("num_speculative_tokens")
     if not isinstance(k, int) or isinstance(k, bool) or not 0 < k <= MAX_K:
         raise Unreadable(f"num_speculative_tokens is {k!r}, not a count in 1..{MAX_K}")
@@ -141,6 +143,34 @@ def _from_measure(path: Path, measured: dict[str, Any]) -> Profile:
         marginal,
         float(length),
         method=f"measured on {engine}" if isinstance(engine, str) else "measured",
+    )
+
+
+def _from_probe(path: Path, layouts: list[Any]) -> Profile:
+    """``eagle-contract probe --json``'s estimate as a profile: the layout the engine serves
+    (the first not the trainer's alone, as the gate reads it), its ``per_step`` the
+    conditional rates (the share of chains reaching step s+1 that accept it), the marginals
+    their running products, its ``accept_length`` the mean."""
+    rows = [x for x in layouts if isinstance(x, dict)]
+    row = next((x for x in rows if x.get("name") != "trainer"), rows[0] if rows else None)
+    if row is None:
+        raise Unreadable("holds probe's result without a layout")
+    per, length = row.get("per_step"), row.get("accept_length")
+    if not isinstance(per, list) or not 0 < len(per) <= MAX_K or not all(_rate(x) for x in per):
+        raise Unreadable("holds probe's result without per-step rates")
+    if not isinstance(length, (int, float)) or isinstance(length, bool):
+        raise Unreadable(f"probe's accept_length is {length!r}, not a number")
+    conditional = tuple(float(x) for x in per)
+    marginal: list[float] = []
+    for c in conditional:
+        marginal.append(c * (marginal[-1] if marginal else 1.0))
+    return Profile(
+        str(path),
+        len(conditional),
+        conditional,
+        tuple(marginal),
+        float(length),
+        method=f"probe estimate, layout {row.get('name')!s}",
     )
 
 

@@ -100,6 +100,7 @@ KINDS: dict[str, tuple[str, ...]] = {
         "test_hostile_http",
         "test_hostile_matrix",
         "test_hostile_models",
+        "test_hostile_profiles",
         "test_hostile_shards",
         "test_interrupted",
         "test_load",

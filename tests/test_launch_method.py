@@ -103,10 +103,17 @@ def test_a_release_that_ignores_the_flag_passes(cli, tmp_path):
     assert "EC521" not in res.stdout, res.stdout
 
 
-def test_doctor_puts_it_in_the_engine_rules_seam(cli, tmp_path):
+def test_doctor_fails_its_method_seam(cli, tmp_path):
     contract = project(tmp_path, "sglang", "0.5.23", use_aux=False)
     res = cli("doctor", "--draft", tmp_path / "draft", "--contract", contract, "--json")
     no_traceback(res)
     seams = {s["name"]: s for s in json.loads(res.stdout)["seams"]}
-    assert seams["engine-rules"]["status"] == "fail", seams["engine-rules"]
-    assert "EC521" in [f["code"] for f in seams["engine-rules"]["findings"]]
+    assert seams["method"]["status"] == "fail", seams["method"]
+    assert [f["code"] for f in seams["method"]["findings"]] == ["EC521"]
+    assert res.returncode == 1
+    good = tmp_path / "good"
+    good.mkdir()
+    fine = project(good, "sglang", "0.5.23", use_aux=None)
+    ok = cli("doctor", "--draft", good / "draft", "--contract", fine, "--json")
+    seams = {s["name"]: s for s in json.loads(ok.stdout)["seams"]}
+    assert seams["method"]["status"] == "pass", seams["method"]

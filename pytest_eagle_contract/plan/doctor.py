@@ -5,7 +5,8 @@ A seam is one place where the draft meets what serves it: the layers the engine 
 (``layout``), what the engine does with the draft's ids (``engine-rules``), the checkpoint
 it loads (``draft-checkpoint``), the draft's config as trained and as served
 (``draft-config``), its vocabulary map (``vocabulary``), the tokenizer, the serving target
-against the training one (``target-identity``) and the launch line (``serving-args``).
+against the training one (``target-identity``), the method and mode the engine really runs
+(``method``) and the launch line and environment (``serving-args``).
 Each runs the check families' own functions on the draft folder and the folders given,
 under the user's contract or one made from the target's config.json, and ends ``pass``,
 ``warn``, ``fail`` or ``skipped`` (with the reason and what to give to run it). Seams are
@@ -159,9 +160,8 @@ class Diagnosis:
 LAYOUT_CODES: frozenset[str] = frozenset(
     {"EC501", "EC502", "EC503", "EC504", "EC505", "EC506", "EC515"}
 )
-ENGINE_CODES: frozenset[str] = frozenset(
-    {"EC507", "EC508", "EC510", "EC511", "EC514", "EC516", "EC521"}
-)
+ENGINE_CODES: frozenset[str] = frozenset({"EC507", "EC508", "EC510", "EC511", "EC514", "EC516"})
+METHOD_CODES: frozenset[str] = frozenset({"EC521"})
 LAUNCH_CODES: frozenset[str] = frozenset({"EC512", "EC517", "EC518", "EC519", "EC520"})
 
 
@@ -177,6 +177,12 @@ def _layout(s: Setup) -> list[Finding]:
 
 def _engine_rules(s: Setup) -> list[Finding]:
     return [f for f in s.layout("engine-rules") if f.code in ENGINE_CODES]
+
+
+def _method(s: Setup) -> list[Finding]:
+    """The method and mode the engine will really run with this draft (issue 39 item 1):
+    a draft config that turns the aux states off under EAGLE3 (EC521)."""
+    return [f for f in s.layout("method") if f.code in METHOD_CODES]
 
 
 def _serving_args(s: Setup) -> list[Finding]:
@@ -313,6 +319,13 @@ SEAMS: tuple[Seam, ...] = (
         "the engine refuses the draft, or silently reads its default or moved ids",
         "EC510",
         _engine_rules,
+    ),
+    Seam(
+        "method",
+        "the engine runs another method or mode than the draft was trained for (an EAGLE-3 "
+        "draft without its aux states): acceptance falls with no error",
+        "EC510",
+        _method,
     ),
     Seam(
         "draft-checkpoint",

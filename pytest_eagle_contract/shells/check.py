@@ -138,6 +138,8 @@ def check(args: argparse.Namespace) -> int:
         sglang_url=args.sglang_url,
         timeout=args.sglang_timeout,
         serving_args=args.serving_args,
+        serving_env=serving_env(args.serving_env),
+        serving_env_label=f"--serving-env {args.serving_env}" if args.serving_env else "",
     )
     return run_check(
         args.contract,
@@ -149,6 +151,16 @@ def check(args: argparse.Namespace) -> int:
         workers=workers_option(args.workers),
         json_out=args.json,
     )
+
+
+def serving_env(path: str | None) -> dict[str, str] | None:
+    """``--serving-env FILE`` read (``-``: stdin, as ``env | eagle-contract ...``); a bad
+    file is a usage error now, before any check runs."""
+    if path is None:
+        return None
+    from ..engines.knobs import read_env_file
+
+    return read_env_file(path, sys.stdin.read() if path == "-" else None)
 
 
 def _sharpness(

@@ -12,7 +12,19 @@ from pathlib import Path
 
 from ..contract.model import SCHEMA_FILE
 from ..errors import EagleContractError
-from . import audit, captures, check, commands, doctor, explain, matrix, measure, probe, vllm_record
+from . import (
+    audit,
+    captures,
+    check,
+    commands,
+    doctor,
+    explain,
+    matrix,
+    measure,
+    probe,
+    profile,
+    vllm_record,
+)
 from .args import (
     add_annotations,
     add_checks,
@@ -22,6 +34,7 @@ from .args import (
     add_quiet,
     add_report_json,
     add_sampling,
+    add_serving_env,
     add_serving_target_model,
     add_sglang,
     add_shards,
@@ -153,6 +166,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="COMMAND",
         help="the engine's launch command line (overrides serving.launch)",
     )
+    add_serving_env(chk)
     add_target_model(
         chk,
         "HF model directory of the target (overrides target.model): adds the "
@@ -363,6 +377,7 @@ def _parser() -> argparse.ArgumentParser:
     matrix.add_parser(sub)
     captures.add_parser(sub)
     doctor.add_parser(sub)
+    profile.add_parser(sub)
 
     sch = sub.add_parser("schema", help="print the contract JSON Schema (for editors)")
     sch.add_argument("--path", action="store_true", help="print the schema file's path instead")
@@ -423,6 +438,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "matrix": matrix.matrix,
     "compare-captures": captures.compare_captures,
     "doctor": doctor.doctor,
+    "profile": profile.profile,
     "explain": explain.explain,
 }
 

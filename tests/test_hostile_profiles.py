@@ -72,3 +72,26 @@ def test_fuzz_env_listing(tmp_path_factory: pytest.TempPathFactory, content: byt
         assert str(exc).startswith(f"--serving-env {path}")
         return
     assert all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())
+
+
+def test_a_profile_nested_too_deep_is_ec720(tmp_path: Path, capsys) -> None:
+    """Found by the hostile matrix's serving class: 100,000 nested arrays were a
+    RecursionError traceback."""
+    path = tmp_path / "profile.json"
+    path.write_bytes(b"[" * 100_000)
+    code = main(["profile", str(path), "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 1
+    assert [f["code"] for f in out["findings"]] == ["EC720"]
+
+
+def test_a_profile_that_is_a_fifo_is_refused_not_read(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    path = tmp_path / "profile.json"
+    os.mkfifo(path)
+    cmd = [sys.executable, "-m", "pytest_eagle_contract", "profile", str(path)]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr

@@ -61,7 +61,11 @@ def _fail(code: RuleCode, message: str, path: str, hint: str, **kw: Any) -> Find
 
 def read_profile(path: Path) -> Profile:
     """The profile at ``path``; :class:`Unreadable` saying why not."""
+    import stat
+
     try:
+        if not stat.S_ISREG(path.stat().st_mode):  # a FIFO would block, a device never end
+            raise Unreadable("is not a regular file")
         with path.open("rb") as fh:
             data = fh.read(MAX_PROFILE_BYTES + 1)
     except OSError as exc:
@@ -72,6 +76,8 @@ def read_profile(path: Path) -> Profile:
         raw = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise Unreadable(f"is not JSON: {str(exc)[:120]}") from None
+    except RecursionError:
+        raise Unreadable("is not JSON this reader takes: nested too deep") from None
     if not isinstance(raw, dict):
         raise Unreadable("is not a JSON object")
     if isinstance(raw.get("measured"), dict):

@@ -99,6 +99,7 @@ CLASSES = (
     "drafts",
     "captures",
     "http",
+    "serving",
     "fs",
     "outputs",
 )
@@ -316,6 +317,7 @@ def _families(
     target: bool = False,
     capture: bool = False,
     no_sharpness: bool = False,
+    measure: bool = False,
 ) -> frozenset[str]:
     """The families ``planner.families`` runs for a valid contract ``text`` and options, with
     ``shards`` (the files family: read errors) when a per-shard family runs."""
@@ -331,6 +333,7 @@ def _families(
             without=("sharpness",) if no_sharpness else (),
             target_model=Path(tmp) if target else None,
             capture=capture,
+            measure=measure,
         )
     names = {f.name for f in chosen}
     if any(BY_NAME[n].scope == "shard" for n in names):
@@ -1429,6 +1432,10 @@ def http_inputs() -> list[tuple[str, Make]]:
             for k in range(2):
                 shutil.copyfile(shard, folder / f"data_{k}.ckpt")
             shutil.copyfile(contract, folder / "c.yaml")
+            # the floor the measured-acceptance cells need (min_accept_length, with a draft)
+            (folder / "c-floor.yaml").write_text(
+                variant(contract.read_text(), draft=world.draft, floor=True)
+            )
 
         out.append((name, make))
     return out
@@ -1457,6 +1464,17 @@ def http_cells() -> list[Cell]:
     url = ["--sglang-url", "{url}", "--sglang-timeout", "5"]
     purl = ["--eagle-sglang-url", "{url}", "--eagle-sglang-timeout", "5"]
     shards = ["data_0.ckpt", "data_1.ckpt"]
+    measured = Cell(
+        "measured-acceptance",
+        "pytest",
+        lambda f, w: _pytest(
+            "c-floor.yaml",
+            shards,
+            *["--eagle-measure-sglang-url", "{url}", "--eagle-measure-timeout", "5"],
+            *["--eagle-checks", "measured-acceptance"],
+        ),
+        _fam(["measured-acceptance"], contract=DRAFT_ON | {"floor": True}, measure=True),
+    )
     return [
         Cell(
             "capture",
@@ -1480,7 +1498,112 @@ def http_cells() -> list[Cell]:
             ],
             _only(),
         ),
+        # issue 36: the acceptance an engine measures, read from the same hostile answers
+        Cell(
+            "measure",
+            "cli",
+            lambda f, w: [
+                "measure",
+                "c-floor.yaml",
+                *shards,
+                "--sglang-url",
+                "{url}",
+                "--timeout",
+                "5",
+            ],
+            _only("measured-acceptance"),
+        ),
+        measured,
+        _xdist(measured),
         *_with_capture("c.yaml", shards, *purl),
+    ]
+
+
+# what the engine is told (issue 39): speculation profiles and serving environments --------
+
+PROFILE = {  # the shape docs/acceptance-profiles.md reads (ModelOpt's open pull requests)
+    "method": "eagle3",
+    "num_speculative_tokens": 3,
+    "conditional_accept_rates": [0.8, 0.625, 0.5],
+    "marginal_accept_rates": [0.8, 0.5, 0.25],
+    "mean_accept_length": 2.55,
+    "acceptance_length_histogram": {"1": 20, "2": 30, "3": 25, "4": 25},
+}
+
+
+def serving_inputs() -> list[tuple[str, Make]]:
+    """A hostile speculation profile beside a hostile serving environment, each input both."""
+    rates = PROFILE["marginal_accept_rates"]
+    profiles: list[tuple[str, bytes]] = [
+        ("good", json.dumps(PROFILE).encode()),
+        ("NaN mean", json.dumps({**PROFILE, "mean_accept_length": float("nan")}).encode()),
+        ("1e400 rate", json.dumps(PROFILE).replace("0.8,", "1e400,", 1).encode()),
+        ("rates a string", json.dumps({**PROFILE, "marginal_accept_rates": "0.8"}).encode()),
+        ("10^6 rates", json.dumps({**PROFILE, "marginal_accept_rates": rates * 333_334}).encode()),
+        (
+            "histogram -5",
+            json.dumps({**PROFILE, "acceptance_length_histogram": {"1": -5}}).encode(),
+        ),
+        (
+            "histogram 10^9 keys",
+            json.dumps({**PROFILE, "acceptance_length_histogram": {"1" * 400: 1}}).encode(),
+        ),
+        ("nested 10^5", b"[" * 100_000),
+        ("top-level list", b"[1, 2, 3]"),
+        ("not UTF-8", b"\xff\xfe\x00{"),
+        ("empty", b""),
+        ("12 MB", b'{"pad": "' + b"x" * (12 << 20) + b'"}'),
+    ]
+    envs = [
+        b"SGLANG_SIMULATE_ACC_LEN=3.5\n",
+        b"no equals sign here\n",
+        b"A=1\x00B=2\x00SGLANG_SIMULATE_ACC_LEN=abc\x00",
+        b'export X="unterminated\n',
+        b"\xff\xfe binary \x00\x01",
+        b"K=" + b"v" * (3 << 20) + b"\n",
+        b"=no name\n",
+        b"TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS=1e400\n",
+        b"",
+        b"X=1\n" * 200_000,
+        b"SIMULATE_ACC_LEN=-1\n",
+        b"PATH=/usr/bin\n",
+    ]
+    out: list[tuple[str, Make]] = []
+    for (name, profile), env in zip(profiles, envs, strict=True):
+
+        def make(folder: Path, world: World, profile: bytes = profile, env: bytes = env) -> None:
+            (folder / "p.json").write_bytes(profile)
+            (folder / "env.txt").write_bytes(env)
+            _good_shard(folder)
+            write_variants(folder, world, _base_text())
+
+        out.append((f"profile {name}, env {env[:24]!r}", make))
+    return out
+
+
+def serving_cells() -> list[Cell]:
+    env = ["--eagle-serving-env", "env.txt", "--eagle-no-sharpness"]
+    gate = Cell(
+        "shard families (--eagle-serving-env)",
+        "pytest",
+        lambda f, w: _pytest("c-base.yaml", ["shards"], *env),
+        _fam(no_sharpness=True),
+    )
+    return [
+        Cell(
+            "profile",
+            "cli",
+            lambda f, w: ["profile", "p.json", "--compare", "p.json", "--json"],
+            _only("acceptance-profile"),
+        ),
+        Cell(
+            "check --serving-env",
+            "cli",
+            lambda f, w: _check("c-base.yaml", "shards", extra=["--serving-env", "env.txt"]),
+            _fam(),
+        ),
+        gate,
+        _xdist(gate),
     ]
 
 
@@ -1685,6 +1808,9 @@ def plan_matrix(
         elif klass == "http":
             inputs = http_inputs()
             cells_of = lambda name: http_cells()  # noqa: E731
+        elif klass == "serving":
+            inputs = serving_inputs()
+            cells_of = lambda name: serving_cells()  # noqa: E731
         elif klass == "fs":
             inputs = fs_inputs()
             cells_of = lambda name: fs_cells()  # noqa: E731

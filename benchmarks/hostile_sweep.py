@@ -13,7 +13,7 @@ an address-space limit and a timeout, and ends in one class, the first that appl
     overwrote     a file beside the input changed, vanished or appeared (outputs go to out/)
     hang          still running at the timeout (killed)
     >4GB          peak RSS over 4 GiB, or the run ran out of memory
-    traceback     a Python traceback on stderr, or an exit code outside {0, 1, 2}
+    traceback     a Python traceback on stderr, or an exit code outside {0, 1, 2, 69}
     changed verdict  (the matrix's fs class) not the exit code a normal run gives
     no finding    a shard's ``check`` has no finding for the bad file, or skipped the good one
     zero compared the run passed ("ok", exit 0) on 0 shards while running a family that
@@ -86,7 +86,7 @@ CLASSES = (
 )
 MEMORY_WORDS = ("MemoryError", "not enough memory", "Cannot allocate memory", "can't allocate")
 CRASH_WORDS = ("INTERNALERROR", "crashed while running", "node down:", "Segmentation fault")
-CLI_CODES = (0, 1, 2)  # passed, findings, usage error
+CLI_CODES = (0, 1, 2, 69)  # passed, findings, usage error, the engine never answered
 PYTEST_CODES = (0, 1, 4)  # passed, failed items, usage error (pytest.UsageError); not
 # 2 (interrupted: a collection error), 3 (internal error) or 5 (no items at all)
 

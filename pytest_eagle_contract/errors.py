@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
-    from .findings import Finding, RuleCode
+    from .findings import Finding, RuleCode, Severity
 
 
 class EagleContractError(Exception):
@@ -73,6 +73,7 @@ class Problem:
     code: RuleCode
     message: str
     hint: str = ""
+    severity: Severity = "error"
 
     def __str__(self) -> str:
         return f"{self.code} {self.message}"

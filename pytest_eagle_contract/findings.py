@@ -65,6 +65,12 @@ RuleCode = Literal[
     "EC514",
     "EC515",
     "EC516",
+    "EC517",
+    "EC518",
+    "EC519",
+    "EC520",
+    "EC521",
+    "EC522",
     "EC601",
     "EC602",
     "EC603",
@@ -92,6 +98,13 @@ RuleCode = Literal[
     "EC714",
     "EC715",
     "EC716",
+    "EC720",
+    "EC721",
+    "EC722",
+    "EC723",
+    "EC724",
+    "EC725",
+    "EC726",
     "EC801",
     "EC802",
     "EC901",
@@ -199,6 +212,18 @@ EC514 graph-default-ids          CUDA-graph passes capture the default layers, e
                                  draft's
 EC515 ids-disagree               the contract's aux_layer_ids differ from the draft config
 EC516 moved-id                   the engine silently captures another layer than the id names
+-- benchmark knobs that fake acceptance (launch line, --serving-env)
+EC517 sglang-simulated-acceptance  SGLANG_SIMULATE_ACC_LEN is set: SGLang fakes the accept length
+EC518 vllm-synthetic-acceptance  vLLM's speculative config asks for synthetic rejection sampling
+EC519 trtllm-forced-acceptance   TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS forces TensorRT-LLM's
+                                 accepted tokens
+EC520 sglang-jax-simulated-acceptance  SIMULATE_ACC_LEN is set: sglang-jax fakes the accept
+                                 length
+-- the method and mode a launch really runs
+EC521 aux-states-off             the draft's use_aux_hidden_state: false runs an EAGLE-3 draft
+                                 without its aux states
+EC522 guessed-taps               the draft config has no tap list: the engine guesses the layers
+                                 by a formula
 -- EC6xx: evidence of what each slot is (reference capture, weights)
 EC601 embed-identity             a slot is (or is declared but is not) the embedding rows
 EC602 norm-kind                  a slot is post-norm where pre-norm is declared, or the reverse
@@ -238,6 +263,14 @@ EC713 measure-no-counters        the engine reports no speculative counters: no 
 EC714 measure-counters-invalid   the engine's counters contradict each other
 EC715 measure-unreachable        the engine cannot be reached or gave no usable answer
 EC716 measure-no-prompts         no sampled shard gives a prompt (no loss mask marks a reply)
+-- acceptance profiles (profile): ModelOpt's speculation_profile.json
+EC720 profile-unreadable         the acceptance profile cannot be read or lacks a field it needs
+EC721 profile-mean-length        1 + sum(marginal rates) differs from the mean accept length
+EC722 profile-conditional        the conditional rates differ from the marginal ones' ratios
+EC723 profile-histogram          the histogram disagrees with the rates or the mean accept length
+EC724 profile-drift              a deploy-time profile accepts less than the training-time one
+EC725 acceptance-saturated       acceptance is exactly 1.0 or exactly the maximum: nothing measured
+EC726 draft-length-mismatch      the profile was measured at another draft length than served
 -- EC8xx: contract sharpness (mutations)
 EC801 not-sharp                  a class of pipeline bug passes the contract
 EC802 baseline-fails             a shard built to the contract's own description fails it

@@ -9,7 +9,9 @@ from __future__ import annotations
 import difflib
 import importlib.util
 import os
+import re
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -92,6 +94,68 @@ def test_the_report_screenshot_is_of_the_current_report(demo: tuple[Path, str], 
     head = "docs/img/report.png shows another report (word by word):"
     fix = "run: python scripts/regen_docs_output.py"
     assert drawn == now, "\n".join([head, *list(diff)[:60], fix])
+
+
+FIVE = "Your own pipeline in five commands"
+FIRST = ROOT / "docs" / "first-contract.md"
+
+
+def _five(page: Path) -> list[tuple[str, int]]:
+    """The commands of the first ```bash block after the line naming FIVE, each with the
+    exit status its trailing comment states (`exit 1`; 0 where it names none)."""
+    text = page.read_text()
+    block = re.search(r"```bash\n(.*?)```", text[text.index(FIVE) :], re.S)
+    assert block, f"{page.name}: no bash block after {FIVE!r}"
+    out = []
+    for line in block.group(1).splitlines():
+        if not line.strip() or line.startswith("#"):  # a comment on its own line
+            continue
+        command, _, comment = line.partition("  #")
+        status = re.search(r"\bexit (\d)\b", comment)
+        out.append((command.strip(), int(status[1]) if status else 0))
+    return out
+
+
+def test_the_readme_and_the_home_page_give_the_same_five_commands() -> None:
+    readme = _five(ROOT / "README.md")
+    assert len(readme) == 5
+    assert [c for c, _ in _five(ROOT / "docs" / "index.md")] == [c for c, _ in readme]
+    steps = [s.command for b in regen.blocks(FIRST) for s in b.steps]
+    assert [c for c in steps if c in dict(readme)] == [c for c, _ in readme], (
+        "README's five commands are first-contract.md's steps, in its order"
+    )
+
+
+@pytest.mark.slow
+def test_the_five_commands_run_in_order_on_the_demos_output_anywhere(
+    demo: tuple[Path, str], tmp_path: Path
+) -> None:
+    """README's first-contract commands, in order, in a folder that holds the demo's output
+    and nothing of the checkout (no contracts/): each exits as its comment says and prints
+    what first-contract.md shows. The demo's last line is the command that starts them."""
+    root, output = demo
+    five = _five(ROOT / "README.md")
+    assert regen.shown_form(output, root)[-1].strip() == five[1][0]
+    shown = {s.command: s.shown for b in regen.blocks(FIRST) for s in b.steps}
+    where = tmp_path / "anywhere"
+    where.mkdir()
+    shutil.copytree(root / regen.DEMO_DIR, where / regen.DEMO_DIR)
+    env = regen.command_env(root / "cache")
+    for command, status in five:
+        done = subprocess.run(
+            ["bash", "-c", command],
+            cwd=where,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=regen.TIMEOUT_S,
+        )
+        printed = regen.shown_form(done.stdout, where)
+        assert done.returncode == status, f"`{command}` exited {done.returncode}:\n{done.stdout}"
+        diff = "\n".join(difflib.unified_diff(shown[command], printed, lineterm=""))
+        assert regen.matches(shown[command], printed), f"`{command}`:\n{diff}"
+    assert (where / "contracts" / "mine.yaml").is_file()
 
 
 PAGE = """# A page

@@ -29,9 +29,9 @@ def quick() -> list[matrix.Planned]:
 
 
 def unreachable(shell: str) -> set[str]:
-    """What a shell cannot run: audit is a CLI command (on-request families run in pytest
-    with --eagle-checks)."""
-    return set() if shell == "cli" else {"audit"}
+    """What a shell cannot run: audit and profile (the acceptance-profile family) are CLI
+    commands (on-request families run in pytest with --eagle-checks)."""
+    return set() if shell == "cli" else {"audit", "acceptance-profile"}
 
 
 @pytest.mark.parametrize("shell", matrix.SHELLS)

@@ -156,6 +156,10 @@ def test_every_rule_code_has_a_failing_case():
     identity |= {"EC625"}  # tests/test_probe.py: the probe's target is not the shards'
     tokens = {code for code in RULES if code[:4] in ("EC33", "EC34")}  # tests/test_tokens.py
     fp8 = {"EC207", "EC310", "EC311", "EC312", "EC313", "EC624"}  # tests/test_numerics.py
+    measured = {"EC712", "EC713", "EC714", "EC715", "EC716"}  # tests/test_measure.py
+    # EC517-EC520: tests/test_serving_knobs.py; EC521: tests/test_launch_method.py
+    knobs = {"EC517", "EC518", "EC519", "EC520", "EC521"}
+    profiles = {code for code in RULES if code.startswith("EC72")}  # test_acceptance_profiles
     covered = (
         set(CASES)
         | set(SHARD_CASES)
@@ -169,6 +173,10 @@ def test_every_rule_code_has_a_failing_case():
         | identity
         | tokens
         | fp8
+        | measured
+        | knobs
+        | profiles
+        | {"EC522"}  # tests/test_dflash.py: guessed DFlash taps
     )
     assert covered == set(RULES)
 

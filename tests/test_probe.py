@@ -183,6 +183,53 @@ def test_probe_cli(
     assert all(len(x["per_step"]) == 2 and x["accept_length"] >= 1 for x in out["layouts"])
 
 
+def test_probe_estimate_reads_as_a_profile_against_a_training_time_one(
+    pair: tuple[Path, Path, Any, EagleDraft],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    cli: Any,
+) -> None:
+    """Issue 39: ``profile TRAINING --compare probe.json``: the probe's per-step rates are the
+    conditional ones, compared per position with a speculation_profile.json's."""
+    from pytest_eagle_contract.shells.cli import main
+
+    target, draft, _, _ = pair
+    args = [
+        "probe", "--draft", str(draft), "--target-model", str(target), "--engine", "vllm",
+        "--layout", "residual:2", "residual:4", "residual:6",
+        "--sequences", "4", "--length", "40", "--prompt", "8", "--steps", "2", "--json",
+    ]  # fmt: skip
+    assert main(args) == 0
+    probed = tmp_path / "probe.json"
+    probed.write_text(capsys.readouterr().out)
+    row = json.loads(probed.read_text())["layouts"][0]
+    conditional = row["per_step"]
+    marginal = [conditional[0], conditional[0] * conditional[1]]
+
+    def profile(cond: list[float], marg: list[float]) -> Path:
+        path = tmp_path / f"trained-{len(list(tmp_path.iterdir()))}.json"
+        path.write_text(
+            json.dumps(
+                {
+                    "method": "eagle3",
+                    "num_speculative_tokens": 2,
+                    "conditional_accept_rates": cond,
+                    "marginal_accept_rates": marg,
+                    "mean_accept_length": 1 + sum(marg),
+                }
+            )
+        )
+        return path
+
+    alike = cli("profile", profile(conditional, marginal), "--compare", probed)
+    assert alike.returncode == 0, alike.stdout + alike.stderr
+    assert "probe estimate, layout layout 1" in alike.stdout
+    better = cli("profile", profile([1.0, 0.99], [1.0, 0.99]), "--compare", probed)
+    dropped = (2.99 - (1 + sum(marginal))) / 2.99 > 0.05  # the tiny draft accepts less
+    assert (better.returncode == 1) == dropped, better.stdout
+    assert ("EC724 profile-drift" in better.stdout) == dropped
+
+
 def _write_contract(root: Path, target: Path, draft: Path, engine: str, floors: str) -> Path:
     # vLLM 0.22.0 starts its V1 runner, which reads the draft's nested eagle_config ids
     # (the V2 runner newer releases start does not: see test_probe_cli)

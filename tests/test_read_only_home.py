@@ -138,7 +138,7 @@ def baseline(world: Path) -> dict[str, object]:
         "check",
         "bad.yaml",
         "--no-sharpness",
-        "--json",
+        "--json-report",
         world.parent / "base" / "r.json",
         home=ok,
     )
@@ -169,7 +169,7 @@ def test_check_gives_the_same_findings_where_no_cache_can_be_used(world, baselin
         "check",
         world / "bad.yaml",
         "--no-sharpness",
-        "--json",
+        "--json-report",
         "r.json",
         "-v",
         home=world.parent / "homes" / home,
@@ -206,7 +206,7 @@ def test_every_command_runs_with_a_home_of_another_users(world, baseline):
     assert (out / SCHEMA_FILE).read_text() == schema_path().read_text()
     valid = run(world, "validate", out / "c.yaml", home=home)
     assert valid.returncode == 0 and "valid" in clean(valid)
-    audit = run(world, "audit", "bad.yaml", "--json", out / "a.json", "-v", home=home)
+    audit = run(world, "audit", "bad.yaml", "--json-report", out / "a.json", "-v", home=home)
     assert audit.returncode == 1 and "FAILED: audit of 3 shard(s)" in clean(audit)
     assert any("the audit cache is skipped" in n for n in notes_of(audit))
     asked = run(world, "audit", "good.yaml", "--cache", home / "audit", home=home)
@@ -266,7 +266,13 @@ def test_a_read_only_checkout(world, baseline):
         home = world.parent / "homes" / "ok"
         before = sorted(p.relative_to(checkout) for p in checkout.rglob("*"))
         check = run(
-            checkout, "check", "bad.yaml", "--no-sharpness", "--json", "out/r.json", home=home
+            checkout,
+            "check",
+            "bad.yaml",
+            "--no-sharpness",
+            "--json-report",
+            "out/r.json",
+            home=home,
         )
         assert check.returncode == 1 and codes(checkout / "out" / "r.json") == baseline["findings"]
         clean(check)
@@ -277,7 +283,7 @@ def test_a_read_only_checkout(world, baseline):
         assert infer.returncode == 0, clean(infer)
         for asked in (
             ["infer", "good", "--num-layers", "8", "-o", "c2.yaml"],
-            ["check", "good.yaml", "--no-sharpness", "--json", "r.json"],
+            ["check", "good.yaml", "--no-sharpness", "--json-report", "r.json"],
             ["infer", "--update", "good.yaml"],
         ):
             refused = run(checkout, *asked, home=home)
@@ -328,10 +334,10 @@ def test_a_home_on_a_read_only_file_system(world, baseline):
                 env=env,
             )
 
-        check = ro("check", "bad.yaml", "--no-sharpness", "--json", out / "r.json", "-v")
+        check = ro("check", "bad.yaml", "--no-sharpness", "--json-report", out / "r.json", "-v")
         assert check.returncode == 1 and codes(out / "r.json") == baseline["findings"]
         assert "read-only file system" in clean(check)
-        refused = ro("check", "good.yaml", "--no-sharpness", "--json", home / "r.json")
+        refused = ro("check", "good.yaml", "--no-sharpness", "--json-report", home / "r.json")
         assert refused.returncode == 2 and "on a read-only file system" in clean(refused)
         assert list(home.iterdir()) == []
     finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,21 @@ def test_demo_command_passes_good_and_catches_the_bug(tmp_path, cli):
     folder = str(tmp_path)  # a line naming the test's own folder is as wide as its name
     wide = [line for line in out.splitlines() if len(line) > 120 and folder not in line]
     assert all(line.startswith("demo:") for line in wide), wide  # the closing verdict
+    # its contract beside its shards, checking them from anywhere (no checkout, no copy)
+    beside = tmp_path / "demo" / "demo-tiny-llama-eagle3.yaml"
+    assert f"{beside}: the contract the checks below run" in out
+    assert (tmp_path / "demo" / "contract-v1.schema.json").is_file()  # its $schema line's
+    assert beside.read_text().splitlines()[0].endswith("$schema=contract-v1.schema.json")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    res = cli("check", beside, "--sample", "2", "--no-sharpness", cwd=elsewhere)
+    assert res.returncode == 0 and "on 2 shard(s) passed" in res.stdout, res.stdout
+    # and it ends with the next command, which runs on its output
+    *_, header, command = out.splitlines()
+    assert header.startswith("next: ") and "docs/first-contract.md" in header
+    res = cli(*shlex.split(command.strip())[1:], cwd=elsewhere)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert (elsewhere / "contracts" / "mine.yaml").is_file()
 
 
 @pytest.mark.slow

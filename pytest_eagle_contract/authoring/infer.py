@@ -420,8 +420,10 @@ def _serving(
     side = get_engine(name)
     if side not in serving_engines():
         raise UsageError(f"--engine {name} is a trainer, not a serving engine")
-    releases = _releases(name)
     arch = [f"  arch: {d.arch}"] if d.arch else []
+    if draft is not None and _draft_method(draft) == "dflash":
+        return _dflash_serving(draft, draft_ref, engine, name, arch)
+    releases = _releases(name)
     if draft is not None:
         from ..engines.draft_config import read_draft_config
 
@@ -464,6 +466,49 @@ def _serving(
         f"  # aux_layer_ids: none, {side.title}'s default capture feeds these layers"
         if ids is None
         else f"  aux_layer_ids: {list(ids)}  # the draft's {key}",
+    ]
+
+
+def _draft_method(draft: Path) -> str | None:
+    """The method a draft's config.json names (methods.detect), None for a GGUF or an
+    unreadable file (the EAGLE-3 reader says why)."""
+    from ..engines import gguf_meta
+    from ..engines.draft_config import read_draft_json
+    from ..methods import detect
+
+    path = draft / "config.json" if draft.is_dir() else draft
+    if not path.is_file() or gguf_meta.is_gguf(path):
+        return None
+    try:
+        return detect(read_draft_json(path))
+    except EagleContractError:
+        return None
+
+
+def _dflash_serving(
+    draft: Path, draft_ref: str | None, engine: str | None, default: str, arch: list[str]
+) -> list[str]:
+    """``method: dflash`` and a serving section for a DFlash draft (docs/dflash.md): the
+    engine asked for, else the shards' pipeline's where it serves DFlash, else SGLang."""
+    from ..engines.dflash import ENGINES, TAP_KEYS, read_dflash_draft
+
+    name = engine or (default if default in ENGINES else "sglang")
+    if name not in ENGINES:
+        raise UsageError(
+            f"--engine {name}: no DFlash tap rules of it are read here; one of {', '.join(ENGINES)}"
+        )
+    config = read_dflash_draft(draft)
+    read = (
+        f"taps {list(config.taps)} under {config.tap_key}"
+        if config.taps is not None
+        else f"no tap list ({' / '.join(TAP_KEYS)}): the engine guesses them (EC522)"
+    )
+    return [
+        "method: dflash  # the draft config names a DFlash draft (docs/dflash.md)",
+        "serving:",
+        f"  engine: {name}",
+        *arch,
+        f"  draft_config: {draft_ref or str(draft.resolve())}  # {read}",
     ]
 
 

@@ -31,7 +31,7 @@ FAMILY = CheckFamily(
     "capture",
     "shard",
     "each fc-input slot against the state the server feeds the draft",
-    codes=codes("EC7", but=("EC712", "EC713", "EC714", "EC715", "EC716")),
+    codes=codes("EC70") + codes("EC71", but=("EC712", "EC713", "EC714", "EC715", "EC716")),
     keys=("training.fc_input", "serving"),
     run=_run,
     needs=frozenset({"training", "capture"}),

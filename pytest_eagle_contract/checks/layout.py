@@ -8,7 +8,7 @@ resolved per engine version to canonical layers. Compared position by position.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -69,11 +69,15 @@ def check_layout(
     identified: dict[int, Any] | None = None,
     *,
     explain: bool = True,
+    serving_env: Mapping[str, str] | None = None,
+    env_label: str = "",
 ) -> list[Finding]:
     """Findings of the training-vs-serving layout check (contract level).
 
     ``identified`` (slot -> evidence.Identification from a reference capture) replaces the
     declared layers on the training side; the report says which evidence it relied on.
+    ``serving_env`` (a ``--serving-env`` listing, named ``env_label``) is searched for the
+    benchmark knobs that fake acceptance, as the launch line is.
     ``explain=False`` leaves out EC501's fix search and every-engine table (the self-test
     asks only which codes a mutation raises; the search tries thousands of id lists).
     """
@@ -87,6 +91,7 @@ def check_layout(
     from .layout_compare import compare
     from .layout_serving import (
         LayoutReport,
+        aux_states_off,
         fc_width,
         id_order,
         lint_launch,
@@ -100,6 +105,10 @@ def check_layout(
     if serving is None:
         return []
     report = LayoutReport(contract)
+    if contract.method == "dflash":  # the taps by DFlash's rules (engines/dflash.py)
+        from .layout_dflash import check_dflash
+
+        return check_dflash(contract, report)
     target = contract.target
     L, H = target.num_hidden_layers, target.hidden_size
     arch = serving.arch or target.arch
@@ -113,6 +122,7 @@ def check_layout(
             report.add("EC510", str(exc), "serving.draft_config")
             return report.findings
     ids = read_ids(report, serving, draft)
+    aux_states_off(report, contract, serving, draft, serving_args)
     weights = (
         read_draft_weights(draft.path.parent, target.vocab_size, draft.draft_vocab_size)
         if draft is not None and draft.path.parent.is_dir()
@@ -128,7 +138,7 @@ def check_layout(
                 continue
             for p in span.resolution.problems:
                 report.add(p.code, f"{engine}: {p.message}", "serving")
-        lint_launch(report, serving, serving_args)
+        lint_launch(report, serving, serving_args, serving_env, env_label)
         return placed_at_ids(report.findings, contract, serving, draft)
     fc_layers = [training.slots[i].layer for i in training.fc_input]
     evidence = "declared in the contract" + (
@@ -196,7 +206,7 @@ def check_layout(
             "serving.draft_config",
             hint="regenerate d2t/t2d from the same token frequencies, with the target's vocab_size",
         )
-    lint_launch(report, serving, serving_args)
+    lint_launch(report, serving, serving_args, serving_env, env_label)
     return placed_at_ids(report.findings, contract, serving, draft)
 
 
@@ -204,7 +214,15 @@ def _run(runner: Resources, unit: Unit) -> list[Finding]:
     """Layout, with a sampled shard's norms (and identities, given the target's weights)
     behind the hints."""
     stats_of, identified, notes = _evidence(runner, unit)
-    found = check_layout(unit.contract, runner.settings.serving_args, stats_of, identified)
+    settings = runner.settings
+    found = check_layout(
+        unit.contract,
+        settings.serving_args,
+        stats_of,
+        identified,
+        serving_env=dict(settings.serving_env),
+        env_label=settings.serving_env_label,
+    )
     return [*notes, *found]
 
 

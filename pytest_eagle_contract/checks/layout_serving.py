@@ -3,6 +3,7 @@ dtype, the target slot's norm, id order and the launch line."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Unpack
 
 from ..contract.model import Contract, ServingSpec, TrainingSpec
@@ -34,11 +35,96 @@ class LayoutReport:
         )
 
 
-def lint_launch(report: LayoutReport, serving: ServingSpec, serving_args: str | None) -> None:
+def lint_launch(
+    report: LayoutReport,
+    serving: ServingSpec,
+    serving_args: str | None,
+    serving_env: Mapping[str, str] | None = None,
+    env_label: str = "",
+) -> None:
+    """SGLang's silently changed settings (EC512), and for every engine the benchmark knobs
+    that fake acceptance (EC517-EC520) in the launch line and the serving environment."""
+    from ..engines.knobs import launch_knobs
+
     command = serving_args or serving.launch
-    if command and serving.engine == "sglang":
-        for problem in lint_sglang(command):
-            report.add(problem.code, problem.message, "serving.launch", hint=problem.hint)
+    problems = lint_sglang(command) if command and serving.engine == "sglang" else []
+    problems += launch_knobs(command or "", serving_env, env_label, serving.engine)
+    for problem in problems:
+        report.add(
+            problem.code,
+            problem.message,
+            "serving.launch",
+            hint=problem.hint,
+            severity=problem.severity,
+        )
+
+
+AUX_FLAG_SINCE = (0, 5, 9)
+"""The first SGLang release read that honours ``eagle_config.use_aux_hidden_state``: 0.5.9's
+``model_executor/model_runner.py`` and ``speculative/eagle_worker.py`` read it (default
+true), as 0.5.14's and 0.5.23's (``model_runner_components/spec_aux_hidden_state.py``) do;
+0.5.6 reads no such key and captures the aux states under EAGLE3 whatever the draft says."""
+
+
+VLLM_AUX_FLAG_SINCE = (0, 12, 0)
+"""vLLM's ``llama_eagle3.py`` reads ``eagle_config.use_aux_hidden_state`` in the release
+wheels 0.12.0, 0.13.0, 0.15.0, 0.20.0, 0.26.0 and 0.33.0; 0.11.0's reads no such key."""
+
+
+def aux_states_off(
+    report: LayoutReport,
+    contract: Contract,
+    serving: ServingSpec,
+    draft: DraftConfig | None,
+    serving_args: str | None,
+) -> None:
+    """EC521: the draft's ``eagle_config.use_aux_hidden_state: false`` makes the engine run
+    the EAGLE-3 draft on the last hidden state alone, with no error, where the draft was
+    trained on aux states (more than one fc input)."""
+    if draft is None or draft.use_aux_hidden_state is not False:
+        return
+    training = contract.training
+    if training is not None and len(training.fc_input) <= 1:
+        return  # trained on one state: the flag says what was trained
+    command = serving_args or serving.launch or ""
+    if serving.engine == "sglang":
+        from ..engines.sglang_launch import parse_flags
+        from ..engines.sglang_table import parse_version
+
+        versions = [v for v in get_engine("sglang").versions(serving.version) if v]
+        if versions and all(parse_version(v) < AUX_FLAG_SINCE for v in versions):
+            return
+        try:
+            algorithm = parse_flags(command).get("speculative-algorithm", "").upper()
+        except ValueError:
+            algorithm = ""
+        if algorithm and algorithm != "EAGLE3":
+            return  # EAGLE captures no aux states anyway (EC512)
+        reader = (
+            "SGLang (0.5.9 on: model_runner.py; 0.5.23: "
+            "model_runner_components/spec_aux_hidden_state.py)"
+        )
+    elif serving.engine == "vllm":
+        from ..engines.sglang_table import parse_version
+
+        given = serving.version
+        if given and given[0].isdigit() and parse_version(given) < VLLM_AUX_FLAG_SINCE:
+            return
+        reader = "vLLM (0.12.0 on: model_executor/models/llama_eagle3.py builds no fc)"
+    else:
+        return
+    trained = f"{len(training.fc_input)} aux states" if training is not None else "aux states"
+    report.add(
+        "EC521",
+        f"{draft.path}: eagle_config.use_aux_hidden_state is false: {reader} then feeds the "
+        f"EAGLE-3 draft the last hidden state alone, with no error, where it was trained on "
+        f"{trained}",
+        "serving.draft_config",
+        expected="use_aux_hidden_state true (or absent)",
+        found="use_aux_hidden_state false",
+        hint="remove use_aux_hidden_state: false from the draft's eagle_config (ATOM and "
+        "tpu-inference#2841 ran such drafts without their aux states)",
+    )
 
 
 IDS_CODES = frozenset({"EC501", "EC502", "EC506", "EC514"})

@@ -115,8 +115,27 @@ def served_estimate(estimates: list[Estimate]) -> Estimate | None:
 def findings_of(
     contract: Contract, measured: Measured, estimates: list[Estimate] | None = None
 ) -> list[Finding]:
-    """EC712 when the measured accept length is under ``serving.min_accept_length``; a
-    warning when only a lower bound is known and it is under."""
+    """EC725 when the measured accept length is exactly 1.0 or exactly K + 1 (nothing
+    measured: checks/profile.py ``saturated``); EC712 when it is under
+    ``serving.min_accept_length``, a warning when only a lower bound is known and it is under."""
+    from .profile import saturated
+
+    exact = (
+        []
+        if measured.lower_bound
+        else saturated(
+            measured.accept_length,
+            steps_of(measured),
+            f"{measured.engine}'s measured accept length",
+            contract=contract,
+        )
+    )
+    return exact + _below_floor(contract, measured, estimates)
+
+
+def _below_floor(
+    contract: Contract, measured: Measured, estimates: list[Estimate] | None
+) -> list[Finding]:
     serving = contract.serving
     floor = serving.min_accept_length if serving is not None else None
     length = measured.accept_length

@@ -59,6 +59,8 @@ class Settings:
     contract's, capture folders and a live SGLang server."""
 
     serving_args: str | None = None
+    serving_env: tuple[tuple[str, str], ...] = ()  # --serving-env's variables (EC517-EC520)
+    serving_env_label: str = ""  # where they were read
     target_model: Path | None = None
     serving_target_model: Path | None = None  # the checkpoint served (target identity)
     tokenizer: Path | None = None  # the serving tokenizer folder (the tokens families)

@@ -146,6 +146,7 @@ class Contract:
     waivers: dict[str, str] = field(default_factory=dict)
     lines: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
     tokenizer: TokenizerSpec | None = None
+    method: str = "eagle3"  # the drafting method (pytest_eagle_contract/methods.py)
 
     def line_of(self, key_path: str) -> int:
         """Line of ``key_path`` (``training.slots[0].norm``), else of its nearest parent."""
@@ -229,7 +230,14 @@ def _schema_problems(
                     ContractProblem(file, line, col, child, f"unknown key {extra!r}{hint}")
                 )
             continue
-        if error.validator == "anyOf" and path.endswith(".norm"):
+        if error.validator == "enum" and path == "method" and isinstance(error.instance, str):
+            guess = difflib.get_close_matches(error.instance, error.validator_value, n=1)
+            message = f"unknown method {error.instance!r}" + (
+                f" (did you mean {guess[0]!r}?)"
+                if guess
+                else f"; one of {', '.join(error.validator_value)}"
+            )
+        elif error.validator == "anyOf" and path.endswith(".norm"):
             message = "norm needs 'median' with 'rtol', or 'min' and/or 'max'"
         elif (
             error.validator == "type"
@@ -339,6 +347,9 @@ def _build(data: dict[str, Any], path: Path, lines: dict[str, int]) -> Contract:
         problem("target.reference_capture", "reference_capture needs target.model")
     training = _training(data["training"], target, r) if "training" in data else None
     serving = _serving(data["serving"], training, r) if "serving" in data else None
+    method = data.get("method", "eagle3")
+    if serving is not None:
+        _method_served(method, serving.engine, r)
     waivers: dict[str, str] = {}
     for i, w in enumerate(data.get("waive", [])):
         if w["code"] not in RULES:
@@ -348,8 +359,34 @@ def _build(data: dict[str, Any], path: Path, lines: dict[str, int]) -> Contract:
     if r.problems:
         raise _error(r.problems)
     return Contract(
-        data["contract"], path, target, training, serving, waivers, lines, tokenizer=tokenizer
+        data["contract"],
+        path,
+        target,
+        training,
+        serving,
+        waivers,
+        lines,
+        tokenizer=tokenizer,
+        method=method,
     )
+
+
+def _method_served(method: str, engine: str, r: _Reading) -> None:
+    """A problem where no rules of ``engine`` for ``method`` are read here: its checks would
+    otherwise resolve the draft's taps by another method's rules."""
+    from ..methods import get_method
+
+    m = get_method(method)
+    if m.serves(engine):
+        return
+    if m.engines:
+        r.problem(
+            "serving.engine",
+            f"{engine}: no {m.title} tap rules are read here; method {method} is resolved "
+            f"for {', '.join(m.engines)} (docs/methods.md)",
+        )
+    else:
+        r.problem("method", f"{m.title}: {m.rules_note}; give no serving section (docs/methods.md)")
 
 
 def _training(tr: dict[str, Any], target: TargetSpec, r: _Reading) -> TrainingSpec:

@@ -28,6 +28,9 @@ class DraftConfig:
     hidden_size: int | None
     draft_vocab_size: int | None
     vocab_size: int | None
+    # eagle_config.use_aux_hidden_state as written (None: not written; the engines default
+    # to true): false makes SGLang (0.5.9 on) and vLLM feed the draft the last state only
+    use_aux_hidden_state: bool | None = None
 
     @property
     def fc_in_hidden(self) -> int | None:
@@ -119,4 +122,13 @@ def read_draft_config(path: str | Path) -> DraftConfig:
         hidden_size=_size(data, "hidden_size", path, transformer),
         draft_vocab_size=_size(data, "draft_vocab_size", path),
         vocab_size=_size(data, "vocab_size", path, transformer),
+        use_aux_hidden_state=_use_aux(data),
     )
+
+
+def _use_aux(data: dict[str, Any]) -> bool | None:
+    """``eagle_config.use_aux_hidden_state`` where it is a boolean (the key SGLang's
+    ``spec_aux_hidden_state.py`` and vLLM's ``llama_eagle3.py`` read)."""
+    eagle = data.get("eagle_config")
+    value = eagle.get("use_aux_hidden_state") if isinstance(eagle, dict) else None
+    return value if isinstance(value, bool) else None

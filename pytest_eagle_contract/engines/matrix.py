@@ -11,11 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..errors import EagleContractError
 from ..layers import Layer
 from .base import Engine
 from .fixes import ANY, inverse, layer_list, relabel, runs, span_label
+
+if TYPE_CHECKING:
+    from .dflash import DFlashDraft
 
 _ALL = ">=0"
 _V = "\x00"  # the version in a refusal, so that versions refused alike collapse
@@ -216,3 +220,58 @@ def _fix(row: dict[str, object]) -> str:
         return "-"
     fix = row.get("fix")
     return str(fix) if isinstance(fix, list) else "none"
+
+
+def dflash_matrix(
+    trained: Sequence[Layer],
+    num_layers: int,
+    arch: str | None,
+    draft: DFlashDraft,
+    own: tuple[str, Sequence[str]] | None,
+) -> list[Row]:
+    """The rows of a DFlash draft (``method: dflash``) on every engine whose DFlash rules are
+    read (``engines/dflash.py``), each release read; ``fix``: the taps that would make a row
+    feed the trained layers (tap t = residual:t+1 where the engine maps so)."""
+    from . import dflash
+    from .resolve import get_engine
+
+    trained = tuple(trained)
+    rows: list[Row] = []
+    for name in dflash.ENGINES:
+        mine = list(own[1]) if own is not None and own[0] == name else []
+        versions = [v for v in dflash.releases(name) if v not in mine] + mine
+        versions = sorted(set(versions), key=dflash.version_order)
+        cells = {
+            v: _dflash_cell(name, v, draft, trained, num_layers, arch, v in mine) for v in versions
+        }
+        rows += [
+            Row(get_engine(name), tuple(run), draft.taps, *cells[run[0]])
+            for run in runs(list(cells), cells.__getitem__)
+        ]
+    return rows
+
+
+def _dflash_cell(
+    name: str,
+    version: str,
+    draft: DFlashDraft,
+    trained: tuple[Layer, ...],
+    num_layers: int,
+    arch: str | None,
+    own: bool,
+) -> tuple[
+    tuple[Layer, ...] | None, str | None, tuple[str, ...], bool, tuple[int, ...] | None, bool
+]:
+    from .dflash import resolve_dflash, taps_for
+
+    def fix() -> tuple[int, ...] | None:
+        return taps_for(name, num_layers, trained, arch, version, draft.num_hidden_layers)
+
+    try:
+        res = resolve_dflash(name, num_layers, draft, arch, version)
+    except EagleContractError as exc:
+        return None, relabel(str(exc), version, _V), (), False, fix(), own
+    problems = tuple(sorted({p.code for p in res.problems}))
+    if res.layers == trained:
+        return res.layers, None, problems, True, None, own
+    return res.layers, None, problems, False, fix(), own

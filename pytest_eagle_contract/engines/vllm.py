@@ -163,6 +163,11 @@ class VLLM(Engine):
         wanted = default if used is None else list(used)
         return self._capture(q, wanted, cap, rel, runner, used)
 
+    def launch_runner(self, rel: rules.Release, arch: str) -> tuple[str, str]:
+        """The runner this release starts for ``arch`` (or the one asked for), and why:
+        what ``resolve`` answers for, for any method (DFlash too, ``dflash.py``)."""
+        return self._runner(rel, arch)
+
     def _runner(self, rel: rules.Release, arch: str) -> tuple[str, str]:
         """The runner this release starts for ``arch`` (or the one asked for), and why."""
         choice = rel.choice

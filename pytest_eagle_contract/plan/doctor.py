@@ -5,7 +5,8 @@ A seam is one place where the draft meets what serves it: the layers the engine 
 (``layout``), what the engine does with the draft's ids (``engine-rules``), the checkpoint
 it loads (``draft-checkpoint``), the draft's config as trained and as served
 (``draft-config``), its vocabulary map (``vocabulary``), the tokenizer, the serving target
-against the training one (``target-identity``) and the launch line (``serving-args``).
+against the training one (``target-identity``), the method and mode the engine really runs
+(``method``) and the launch line and environment (``serving-args``).
 Each runs the check families' own functions on the draft folder and the folders given,
 under the user's contract or one made from the target's config.json, and ends ``pass``,
 ``warn``, ``fail`` or ``skipped`` (with the reason and what to give to run it). Seams are
@@ -42,6 +43,8 @@ class Inputs:
     version: str | None = None
     serving_args: str | None = None
     contract: Contract | None = None
+    serving_env: dict[str, str] | None = None  # --serving-env's variables (EC517-EC520)
+    serving_env_label: str = ""
 
 
 class Skipped(Exception):
@@ -93,7 +96,12 @@ class Setup:
         if "layout" not in self.kept:
             from ..checks.layout import check_layout
 
-            self.kept["layout"] = check_layout(contract, self.inputs.serving_args)
+            self.kept["layout"] = check_layout(
+                contract,
+                self.inputs.serving_args,
+                serving_env=self.inputs.serving_env,
+                env_label=self.inputs.serving_env_label,
+            )
         return self.kept["layout"]
 
 
@@ -152,8 +160,11 @@ class Diagnosis:
 LAYOUT_CODES: frozenset[str] = frozenset(
     {"EC501", "EC502", "EC503", "EC504", "EC505", "EC506", "EC515"}
 )
-ENGINE_CODES: frozenset[str] = frozenset({"EC507", "EC508", "EC510", "EC511", "EC514", "EC516"})
-LAUNCH_CODES: frozenset[str] = frozenset({"EC512"})
+ENGINE_CODES: frozenset[str] = frozenset(
+    {"EC507", "EC508", "EC510", "EC511", "EC514", "EC516", "EC522"}
+)
+METHOD_CODES: frozenset[str] = frozenset({"EC521"})
+LAUNCH_CODES: frozenset[str] = frozenset({"EC512", "EC517", "EC518", "EC519", "EC520"})
 
 
 def _layout(s: Setup) -> list[Finding]:
@@ -170,15 +181,19 @@ def _engine_rules(s: Setup) -> list[Finding]:
     return [f for f in s.layout("engine-rules") if f.code in ENGINE_CODES]
 
 
+def _method(s: Setup) -> list[Finding]:
+    """The method and mode the engine will really run with this draft (issue 39 item 1):
+    a draft config that turns the aux states off under EAGLE3 (EC521)."""
+    return [f for f in s.layout("method") if f.code in METHOD_CODES]
+
+
 def _serving_args(s: Setup) -> list[Finding]:
     contract = s.serving_contract("serving-args")
     assert contract.serving is not None
-    if not (s.inputs.serving_args or contract.serving.launch):
-        raise Skipped("no launch command line", 'pass --serving-args "..." (or set serving.launch)')
-    if contract.serving.engine != "sglang":
+    if not (s.inputs.serving_args or contract.serving.launch or s.inputs.serving_env):
         raise Skipped(
-            f"the launch line is linted for SGLang only, not {contract.serving.engine}",
-            "none for this engine: read its launch settings by hand",
+            "no launch command line or serving environment",
+            'pass --serving-args "..." (or set serving.launch) and --serving-env FILE',
         )
     return [f for f in s.layout("serving-args") if f.code in LAUNCH_CODES]
 
@@ -306,6 +321,13 @@ SEAMS: tuple[Seam, ...] = (
         "the engine refuses the draft, or silently reads its default or moved ids",
         "EC510",
         _engine_rules,
+    ),
+    Seam(
+        "method",
+        "the engine runs another method or mode than the draft was trained for (an EAGLE-3 "
+        "draft without its aux states): acceptance falls with no error",
+        "EC510",
+        _method,
     ),
     Seam(
         "draft-checkpoint",

@@ -5,7 +5,7 @@ and run from it alone."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -48,6 +48,8 @@ class CheckRequest:
         sglang_url: str | None = None,
         timeout: float = 60.0,
         serving_args: str | None = None,
+        serving_env: Mapping[str, str] | None = None,
+        serving_env_label: str = "",
         tokenizer: Path | None = None,
         conversations: Path | None = None,
         render_url: str | None = None,
@@ -56,6 +58,8 @@ class CheckRequest:
         """The one mapping from the shells' options to a request."""
         settings = Settings(
             serving_args=serving_args,
+            serving_env=tuple(sorted((serving_env or {}).items())),
+            serving_env_label=serving_env_label,
             target_model=target_model,
             serving_target_model=serving_target_model,
             reference=reference,

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..contract.model import Contract
+    from ..engines.dflash import DFlashDraft
     from .run import CheckRun
 
 
@@ -119,21 +120,23 @@ def layout_spans(contract: Contract, side: TrainingSide | None = None) -> list[L
     assert side is not None
     fc = side.layers
     try:
-        ids = engine_aux_ids(serving)
+        ids = engine_aux_ids(serving) if contract.method != "dflash" else None
         versions = [v or "any" for v in get_engine(serving.engine).versions(serving.version)]
+        draft = _dflash_draft(contract)
     except EagleContractError:
         return []
     arch = serving.arch or contract.target.arch
     spans: list[LayoutSpan] = []
     for version in versions:
         try:
-            res = resolve(
-                serving.engine,
-                contract.target.num_hidden_layers,
-                ids,
-                arch,
-                None if version == "any" else version,
-            )
+            asked = None if version == "any" else version
+            L = contract.target.num_hidden_layers
+            if draft is not None:
+                from ..engines.dflash import resolve_dflash
+
+                res = resolve_dflash(serving.engine, L, draft, arch, asked)
+            else:
+                res = resolve(serving.engine, L, ids, arch, asked)
             served, refused = [str(x) for x in res.layers], ""
         except Unservable as exc:
             served, refused = [], str(exc)
@@ -143,3 +146,17 @@ def layout_spans(contract: Contract, side: TrainingSide | None = None) -> list[L
         else:
             spans.append(LayoutSpan(serving.engine, [version], fc, served, refused, side))
     return spans
+
+
+def _dflash_draft(contract: Contract) -> DFlashDraft | None:
+    """A DFlash contract's draft taps (its draft config, else its aux_layer_ids as taps);
+    None for another method. Raises EagleContractError."""
+    serving = contract.serving
+    if contract.method != "dflash" or serving is None:
+        return None
+    from ..engines.dflash import TAP_KEYS, DFlashDraft, read_dflash_draft
+
+    if serving.draft_config is not None:
+        return read_dflash_draft(serving.draft_config)
+    ids = serving.aux_layer_ids
+    return DFlashDraft(None, {TAP_KEYS[0]: ids} if ids else {})

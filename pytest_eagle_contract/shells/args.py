@@ -109,6 +109,18 @@ def add_serving_target_model(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_serving_env(parser: argparse.ArgumentParser) -> None:
+    """``--serving-env FILE``: the serving process's environment, searched for the benchmark
+    knobs that fake acceptance (engines/knobs.py, EC517-EC520)."""
+    parser.add_argument(
+        "--serving-env",
+        metavar="FILE",
+        help="the serving process's environment: `env` output, one KEY=VALUE a line, or "
+        "/proc/PID/environ; - reads stdin (`env | eagle-contract ...`): acceptance-faking "
+        "knobs are errors",
+    )
+
+
 def add_tokenizer(parser: argparse.ArgumentParser, help: str) -> None:
     """``--tokenizer DIR``: a tokenizer folder (tokenizer.json, tokenizer_config.json), read
     as data: no remote code runs (docs/tokens.md)."""

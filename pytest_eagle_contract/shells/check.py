@@ -175,6 +175,8 @@ def check(args: argparse.Namespace) -> int:
         sglang_url=args.sglang_url,
         timeout=args.sglang_timeout,
         serving_args=args.serving_args,
+        serving_env=serving_env(args.serving_env),
+        serving_env_label=f"--serving-env {args.serving_env}" if args.serving_env else "",
     )
     return run_check(
         args.contract,
@@ -187,6 +189,16 @@ def check(args: argparse.Namespace) -> int:
         json_out=args.json,
         verbose=args.verbose,
     )
+
+
+def serving_env(path: str | None) -> dict[str, str] | None:
+    """``--serving-env FILE`` read (``-``: stdin, as ``env | eagle-contract ...``); a bad
+    file is a usage error now, before any check runs."""
+    if path is None:
+        return None
+    from ..engines.knobs import read_env_file
+
+    return read_env_file(path, sys.stdin.read() if path == "-" else None)
 
 
 def _sharpness(
@@ -251,7 +263,8 @@ def demo(args: argparse.Namespace) -> int:
     from ..outputs import folder
     from . import demo
 
-    folder(args.out, "--out", within=("good", "embed-in-front", "target", "probe"))
+    names = (demo.CONTRACT_NAME, demo.SCHEMA_NAME)
+    folder(args.out, "--out", within=("good", "embed-in-front", "target", "probe", *names))
     start = time.perf_counter()
     spec = demo.SPEC
     print(
@@ -268,13 +281,13 @@ def demo(args: argparse.Namespace) -> int:
     except (OSError, RuntimeError, SafetensorError) as exc:  # a full disk, no permission
         raise UsageError(f"--out {args.out}: cannot write: {str(exc)[:200]}") from None
     from ..plan.request import CheckRequest
-    from ..render import display_path
 
-    contract = Path(display_path(str(demo.shipped_contract())))
+    contract = _write_demo_contract(args.out)
     target = args.out / "target"
     print(f"  {good}: fc input cat({', '.join(map(str, demo.GOOD[:-1]))}), target final_norm")
     print(f"  {buggy}: the real bug, fc input cat({', '.join(map(str, demo.BUGGY[:-1]))})")
     print(f"  {target}: the target's weights, for the evidence checks")
+    print(f"  {contract}: the contract the checks below run (its shards: {good})")
     results = {}
     shown: list[Finding] = []  # the second look at the buggy set names these, once
     runs = (
@@ -301,10 +314,9 @@ def demo(args: argparse.Namespace) -> int:
         if ok
         else f"UNEXPECTED: exit codes {results}"
     )
-    print(
-        f"\ndemo: {verdict} ({took:.1f} s). The same gate in pytest:\n"
-        f"  pytest --eagle-contract {contract} --eagle-shards {buggy}"
-    )
+    print(f"\ndemo: {verdict} ({took:.1f} s)")
+    print("next: your own contract, drafted from the good set (docs/first-contract.md):")
+    print(f"  {demo.next_command(args.out)}")
     return EXIT_OK if ok else EXIT_FINDINGS
 
 
@@ -319,3 +331,20 @@ def _heading(command: str) -> str:
             line = "    "
         line += " " + word
     return "\n".join([*lines, line + " =="])
+
+
+def _write_demo_contract(out: Path) -> Path:
+    """The demo's contract beside its shards, and the schema its first line names."""
+    from .. import outputs
+    from . import demo
+    from .commands import write_schema
+
+    contract = outputs.write_text(
+        out / demo.CONTRACT_NAME,
+        demo.contract_text(),
+        "-o",
+        ours=b"contract: demo-tiny-llama-eagle3\n",
+        kind="the demo's contract",
+    )
+    write_schema(out / demo.SCHEMA_NAME, "-o")
+    return out / contract.name

@@ -22,6 +22,7 @@ from . import (
     matrix,
     measure,
     probe,
+    profile,
     progress,
     vllm_record,
 )
@@ -33,6 +34,7 @@ from .args import (
     add_print_json,
     add_report_json,
     add_sampling,
+    add_serving_env,
     add_serving_target_model,
     add_sglang,
     add_shards,
@@ -49,7 +51,10 @@ from .terminal import Erasing, QuietPipe
 
 def _parser() -> argparse.ArgumentParser:
     from ..engines.names import ENGINE_NAMES
+    from ..methods import METHODS
     from ..version import __version__
+
+    METHOD_NAMES = list(METHODS)
 
     p = argparse.ArgumentParser(
         prog="eagle-contract",
@@ -161,6 +166,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="COMMAND",
         help="the engine's launch command line (overrides serving.launch)",
     )
+    add_serving_env(chk)
     add_target_model(
         chk,
         "HF model directory of the target (overrides target.model): adds the "
@@ -319,6 +325,16 @@ def _parser() -> argparse.ArgumentParser:
         help="print the ids that make the engine feed these layers (embed, residual:K, "
         "final_norm), per span of --version, or why none exist",
     )
+    res.add_argument(
+        "--method",
+        choices=METHOD_NAMES,
+        default="eagle3",
+        metavar="METHOD",
+        help="the drafting method whose tap rules resolve the ids (default eagle3; dflash: "
+        "--ids are the draft's target_layer_ids, --draft-config its dflash_config; one of: "
+        + ", ".join(METHOD_NAMES)
+        + ")",
+    )
     add_print_json(res)
     res.add_argument(
         "--source",
@@ -361,6 +377,7 @@ def _parser() -> argparse.ArgumentParser:
     matrix.add_parser(sub)
     captures.add_parser(sub)
     doctor.add_parser(sub)
+    profile.add_parser(sub)
 
     sch = sub.add_parser("schema", help="print the contract JSON Schema (for editors)")
     sch.add_argument("--path", action="store_true", help="print the schema file's path instead")
@@ -415,6 +432,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "matrix": matrix.matrix,
     "compare-captures": captures.compare_captures,
     "doctor": doctor.doctor,
+    "profile": profile.profile,
     "explain": explain.explain,
 }
 

@@ -13,7 +13,7 @@ from ..errors import EagleContractError, UsageError
 from .exit_codes import EXIT_FINDINGS, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
 
 if TYPE_CHECKING:
-    pass
+    from ..engines.base import Resolution
 
 
 def inspect(args: argparse.Namespace) -> int:
@@ -332,6 +332,14 @@ def _target_config(args: argparse.Namespace) -> None:
 
 def resolve(args: argparse.Namespace) -> int:
     _target_config(args)
+    method = getattr(args, "method", "eagle3")
+    if method == "dflash":
+        return _resolve_dflash(args)
+    if method not in ("eagle3", "eagle3.1"):
+        from ..methods import get_method
+
+        m = get_method(method)
+        raise UsageError(f"--method {method}: {m.rules_note} (docs/methods.md)")
     if args.want is not None:
         from .matrix import want
 
@@ -339,7 +347,6 @@ def resolve(args: argparse.Namespace) -> int:
     from ..engines.resolve import get_engine
     from ..errors import SilentlyWrong, Unservable
     from ..render import to_json
-    from ..tables import table
 
     ids = args.ids
     if args.draft_config is not None:
@@ -380,8 +387,16 @@ def resolve(args: argparse.Namespace) -> int:
         )
         print(f"eagle-contract resolve: {args.engine} {how}: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    return _print_resolution(args, res)
+
+
+def _print_resolution(args: argparse.Namespace, res: Resolution) -> int:
+    """``resolve``'s answer, as JSON (``--json``) or text; exit 1 where it has problems."""
+    from ..render import to_json
+    from ..tables import table
+
     if args.json:
-        print(to_json(res.to_dict()))
+        print(to_json({**res.to_dict(), "method": getattr(args, "method", "eagle3")}))
         return EXIT_FINDINGS if res.problems else EXIT_OK
     head = f"{res.engine} {res.version or ''} {res.arch or ''}".split()
     print(
@@ -405,6 +420,130 @@ def resolve(args: argparse.Namespace) -> int:
     for problem in res.problems:
         print(f"{problem.code}: {problem.message}")
     return EXIT_FINDINGS if res.problems else EXIT_OK
+
+
+def _resolve_dflash(args: argparse.Namespace) -> int:
+    """``resolve --method dflash``: the draft's taps (``--ids``: its target_layer_ids, or its
+    ``--draft-config``) on the engine (engines/dflash.py)."""
+    from ..engines.dflash import ENGINES, TAP_KEYS, DFlashDraft, read_dflash_draft, resolve_dflash
+    from ..errors import Unservable
+    from ..render import to_json
+
+    if args.num_layers < 1:
+        raise UsageError(f"--num-layers {args.num_layers}: a target has at least one layer")
+    if args.engine not in ENGINES:
+        raise UsageError(
+            f"--method dflash: no DFlash tap rules of {args.engine} are read here; one of "
+            f"{', '.join(ENGINES)} (docs/methods.md)"
+        )
+    if args.want is not None:
+        return _want_dflash(args)
+    if args.ids is not None and args.draft_config is not None:
+        raise UsageError("give --ids or --draft-config, not both")
+    if args.draft_config is not None:
+        draft = read_dflash_draft(args.draft_config)
+    elif args.ids:
+        draft = DFlashDraft(None, {TAP_KEYS[0]: tuple(args.ids)})
+    else:
+        raise UsageError(
+            "--method dflash needs --draft-config (its tap list, or its num_hidden_layers for "
+            "the engine's fallback) or --ids (its target_layer_ids)"
+        )
+    runner = getattr(args, "runner", "auto")
+    if runner != "auto" and args.engine != "vllm":
+        raise UsageError("--runner is for --engine vllm")
+    try:
+        res = resolve_dflash(
+            args.engine,
+            args.num_layers,
+            draft,
+            args.arch,
+            args.version,
+            None if runner == "auto" else runner,
+        )
+    except Unservable as exc:
+        if args.json:
+            print(
+                to_json(
+                    {
+                        "engine": args.engine,
+                        "method": "dflash",
+                        "version": args.version,
+                        "arch": args.arch,
+                        "refused": str(exc),
+                        "silent": False,
+                        "layers": None,
+                    }
+                )
+            )
+        print(f"eagle-contract resolve: {args.engine} would not serve this: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    return _print_resolution(args, res)
+
+
+def _want_dflash(args: argparse.Namespace) -> int:
+    """``resolve --method dflash --want LAYER ...``: the one tap list that makes every asked
+    release of the engine feed those layers, or why none does."""
+    import json
+
+    from ..engines.dflash import TAP_KEYS, releases, taps_for
+    from ..engines.resolve import get_engine
+    from ..layers import Layer
+    from ..render import to_json
+
+    if args.ids is not None or args.draft_config is not None:
+        raise UsageError("--want asks for the taps: give it without --ids or --draft-config")
+    try:
+        wanted = [Layer.parse(text) for text in args.want]
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if args.version is None:
+        versions: list[str | None] = [None]
+    elif args.engine == "sglang":
+        from ..engines.base import releases_for
+
+        versions = list(releases_for(args.version, releases("sglang"), "SGLang"))
+    else:
+        versions = list(get_engine(args.engine).versions(args.version))
+    found = {v: taps_for(args.engine, args.num_layers, wanted, args.arch, v) for v in versions}
+    common = set(found.values())
+    taps = found[versions[0]] if len(common) == 1 else None
+    label = args.version or "(newest read)"
+    line = (
+        None
+        if taps is None
+        else f'"dflash_config": {{"target_layer_ids": {json.dumps(list(taps))}}}'
+    )
+    if args.json:
+        print(
+            to_json(
+                {
+                    "engine": args.engine,
+                    "method": "dflash",
+                    "version": args.version,
+                    "arch": args.arch,
+                    "num_layers": args.num_layers,
+                    "want": [str(x) for x in wanted],
+                    "taps": None if taps is None else list(taps),
+                    "config_key": TAP_KEYS[0],
+                    "config_line": line,
+                    "per_version": {
+                        str(v): None if t is None else list(t) for v, t in found.items()
+                    },
+                }
+            )
+        )
+    elif taps is None:
+        print(
+            f"no one tap list makes {args.engine} {label} feed "
+            f"{', '.join(map(str, wanted))}: "
+            + ", ".join(f"{v}: {'none' if t is None else list(t)}" for v, t in found.items()),
+            file=sys.stderr,
+        )
+    else:
+        print(f"{args.engine} {label} feeds {', '.join(map(str, wanted))} with the taps")
+        print(f"  {line}")
+    return EXIT_OK if taps is not None else EXIT_FINDINGS
 
 
 def schema(args: argparse.Namespace) -> int:

@@ -1,7 +1,12 @@
 """The built-in demo: a tiny real transformer, shards captured the way SGLang would, and
 the contract gate run on a good set and on a set carrying the real bug.
 
-    eagle-contract demo [--out DIR]
+    eagle-contract demo [-o DIR]
+
+It writes, under DIR, the two shard sets, the target's weights and the demo's contract
+(``demo-tiny-llama-eagle3.yaml``, its shard path relative to itself, with the schema its
+first line names), so docs/first-contract.md can be followed anywhere; it ends with the
+next command to run.
 
 The target is a random-weight Llama (8 layers, H=64, no download). SpecForge prepares
 shards through SGLang: its default aux ids [1, L//2-1, L-4] get SGLang's +1, so the fc
@@ -69,6 +74,29 @@ def write_demo_shards(
             slots = [states[layer].to(torch.bfloat16) for layer in layers]
             write_shard(root, "specforge", i, ids, mask, slots)
     return good, buggy
+
+
+SCHEMA_NAME = "contract-v1.schema.json"  # beside the contract, as `infer -o` writes it
+SHIPPED_SHARDS = "../eagle-demo/good"  # the shipped copy's path, from contracts/
+
+
+def contract_text() -> str:
+    """The shipped contract as written beside the demo's shards: its shard path is the
+    folder beside it, and its first line names the schema copy beside it."""
+    lines = shipped_contract().read_text("utf-8").splitlines(keepends=True)
+    assert lines[0].startswith("# yaml-language-server: $schema=")
+    text = f"# yaml-language-server: $schema={SCHEMA_NAME}\n" + "".join(lines[1:])
+    assert text.count(f"shards: {SHIPPED_SHARDS} ") == 1
+    pad = " " * (len(SHIPPED_SHARDS) - len("good"))  # the comment stays where it was
+    return text.replace(f"shards: {SHIPPED_SHARDS} ", f"shards: good{pad} ", 1)
+
+
+def next_command(out: Path) -> str:
+    """What to run after the demo: step 2 of docs/first-contract.md on the demo's output."""
+    import shlex
+
+    good, target = shlex.quote(str(out / "good")), shlex.quote(str(out / "target"))
+    return f"eagle-contract infer {good} --target-model {target} -o contracts/mine.yaml"
 
 
 def shipped_contract() -> Path:

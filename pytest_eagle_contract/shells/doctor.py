@@ -8,7 +8,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .args import add_print_json, add_serving_target_model, add_target_model
+from .args import add_print_json, add_serving_env, add_serving_target_model, add_target_model
 from .exit_codes import EXIT_FINDINGS, EXIT_OK
 
 if TYPE_CHECKING:
@@ -50,6 +50,7 @@ def doctor(args: argparse.Namespace) -> int:
     from ..contract.model import load_contract
     from ..plan.doctor import Inputs, diagnose
     from ..render import to_json
+    from .check import serving_env
 
     contract = load_contract(args.contract) if args.contract is not None else None
     diagnosis = diagnose(
@@ -61,6 +62,8 @@ def doctor(args: argparse.Namespace) -> int:
             version=args.version,
             serving_args=args.serving_args,
             contract=contract,
+            serving_env=serving_env(args.serving_env),
+            serving_env_label=f"--serving-env {args.serving_env}" if args.serving_env else "",
         )
     )
     print(to_json(diagnosis.to_dict()) if args.json else render(diagnosis))
@@ -96,6 +99,7 @@ def add_parser(sub: Any) -> None:
         metavar="COMMAND",
         help="the engine's launch command line (overrides serving.launch)",
     )
+    add_serving_env(doc)
     doc.add_argument(
         "--contract",
         type=Path,

@@ -59,13 +59,24 @@ def matrix(args: argparse.Namespace) -> int:
         return None if serving is None else engine_aux_ids(serving, draft, engine.name)
 
     num_layers = contract.target.num_hidden_layers
-    rows = core.matrix(trained, num_layers, arch, ids_of, own)
+    if contract.method == "dflash":  # the taps by DFlash's rules, on the engines that serve it
+        from ..engines.dflash import TAP_KEYS, DFlashDraft, read_dflash_draft
+
+        if serving is not None and serving.draft_config is not None:
+            taps = read_dflash_draft(serving.draft_config)
+        else:
+            given = serving.aux_layer_ids if serving is not None else None
+            taps = DFlashDraft(None, {TAP_KEYS[0]: given} if given else {})
+        rows = core.dflash_matrix(trained, num_layers, arch, taps, own)
+    else:
+        rows = core.matrix(trained, num_layers, arch, ids_of, own)
     differs = any(r.own and not r.same for r in rows)
     if args.json:
         print(
             to_json(
                 {
                     "contract": contract.name,
+                    "method": contract.method,
                     "arch": arch,
                     "num_layers": num_layers,
                     "trained": [str(x) for x in trained],

@@ -248,6 +248,14 @@ def add_options(parser: pytest.Parser) -> None:
         "the layout check (overrides serving.launch)",
     )
     group.addoption(
+        "--eagle-serving-env",
+        dest="eagle_serving_env",
+        metavar="FILE",
+        default=None,
+        help="the serving process's environment (`env` output, /proc/PID/environ): "
+        "acceptance-faking knobs are errors (as eagle-contract check --serving-env)",
+    )
+    group.addoption(
         "--eagle-batch",
         dest="eagle_batch",
         metavar="N|auto",

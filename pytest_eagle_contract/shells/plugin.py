@@ -357,6 +357,17 @@ def _request(config: pytest.Config) -> CheckRequest:
             except UsageError as exc:
                 message = str(exc).replace("--render-url", "--eagle-render-url")
                 raise pytest.UsageError(message) from None
+        env_file = config.getoption("eagle_serving_env")
+        serving_env = None
+        if env_file is not None:
+            from ..engines.knobs import read_env_file
+            from ..errors import UsageError
+
+            try:
+                serving_env = read_env_file(env_file)
+            except UsageError as exc:
+                message = str(exc).replace("--serving-env", "--eagle-serving-env")
+                raise pytest.UsageError(message) from None
         sample, seed = options.sampling(config)
         chosen = options.measure_settings(config)
         measure = None
@@ -380,6 +391,8 @@ def _request(config: pytest.Config) -> CheckRequest:
             sglang_url=config.getoption("eagle_sglang_url"),
             timeout=config.getoption("eagle_sglang_timeout"),
             serving_args=config.getoption("eagle_serving_args"),
+            serving_env=serving_env,
+            serving_env_label=f"--eagle-serving-env {env_file}" if env_file else "",
             measure=measure,
         )
     return config.stash[_REQUEST]

@@ -1,0 +1,162 @@
+"""The layout check for a DFlash contract (``method: dflash``): the draft's taps as the engine
+resolves them (``engines/dflash.py``) against the layers the draft was trained on.
+
+Trained layers: the contract's training slots picked by ``fc_input`` where it has a training
+section with slots, else the taps of the trainer's own draft config
+(``training.draft.config``), tap t being the output of layer t (``residual:t+1``).
+A tap list the engine guesses (EC522) is a warning where nothing says what was trained, an
+error where the trained layers differ from the guess, and nothing where they agree.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..layers import Layer
+
+if TYPE_CHECKING:
+    from ..contract.model import Contract
+    from ..engines.base import Resolution
+    from ..engines.dflash import DFlashDraft
+    from ..findings import Finding
+    from .layout_serving import LayoutReport
+
+
+def _draft(report: LayoutReport) -> DFlashDraft | None:
+    from ..engines.dflash import TAP_KEYS, DFlashDraft, read_dflash_draft
+    from ..errors import EagleContractError
+
+    serving = report.contract.serving
+    assert serving is not None
+    if serving.draft_config is not None:
+        try:
+            return read_dflash_draft(serving.draft_config)
+        except EagleContractError as exc:
+            report.add("EC510", str(exc), "serving.draft_config")
+            return None
+    if serving.aux_layer_ids is not None:
+        return DFlashDraft(None, {TAP_KEYS[0]: serving.aux_layer_ids})
+    report.add(
+        "EC510",
+        "a DFlash serving section needs serving.draft_config (the draft's tap list, or its "
+        "num_hidden_layers for the engine's fallback) or serving.aux_layer_ids (its taps)",
+        "serving",
+    )
+    return None
+
+
+def trained_layers(report: LayoutReport) -> tuple[list[Layer], str, str] | None:
+    """The layers the draft was trained on, where they come from, and the contract key."""
+    from ..engines.dflash import read_dflash_draft
+    from ..errors import EagleContractError
+
+    training = report.contract.training
+    if training is None:
+        return None
+    if training.slots:
+        return (
+            [training.slots[i].layer for i in training.fc_input],
+            "the contract's training slots",
+            "training.fc_input" if "training.fc_input" in report.contract.lines else "training",
+        )
+    trainer = training.draft.config if training.draft is not None else None
+    if trainer is None:
+        return None
+    try:
+        taps = read_dflash_draft(trainer).taps
+    except EagleContractError as exc:
+        report.add("EC920", str(exc), "training.draft.config")
+        return None
+    if taps is None:
+        return None
+    return (
+        [Layer(t + 1) for t in sorted(set(taps))],
+        f"the trainer's config {trainer.name}",
+        ("training.draft.config"),
+    )
+
+
+def check_dflash(contract: Contract, report: LayoutReport) -> list[Finding]:
+    from ..engines.dflash import TAP_KEYS, resolve_dflash
+    from ..engines.fixes import relabel, runs, span_label
+    from ..engines.resolve import get_engine
+    from ..errors import Unservable
+
+    serving = contract.serving
+    assert serving is not None
+    draft = _draft(report)
+    if draft is None:
+        return report.findings
+    L = contract.target.num_hidden_layers
+    arch = serving.arch or contract.target.arch
+    trained = trained_layers(report)
+    versions = get_engine(serving.engine).versions(serving.version)
+    answers: dict[str | None, Resolution | str] = {}
+    for version in versions:
+        try:
+            answers[version] = resolve_dflash(serving.engine, L, draft, arch, version)
+        except Unservable as exc:
+            answers[version] = str(exc)
+
+    def key(version: str | None) -> object:
+        got = answers[version]
+        if isinstance(got, str):
+            return relabel(got, version, "\x00")
+        return got.layers, tuple(
+            (p.code, relabel(p.message, version, "\x00")) for p in got.problems
+        )
+
+    for run in runs(list(versions), key):  # type: ignore[arg-type]
+        label = span_label([v or "" for v in run])
+        engine = f"{serving.engine} {label}" if run[0] else serving.engine
+        got = answers[run[0]]
+        if isinstance(got, str):
+            said = relabel(got, run[0], label)
+            report.add("EC510", f"{engine} would not serve this DFlash draft: {said}", "serving")
+            continue
+        res = got
+        served = list(res.layers)
+        shown = ", ".join(map(str, served))
+        for p in res.problems:
+            message = relabel(p.message, run[0], label)
+            if p.code != "EC522":
+                report.add(p.code, f"{engine}: {message}", "serving")
+                continue
+            taps = [pos.capture for pos in res.positions]
+            hint = (
+                f"write the taps the draft was trained on into its config.json under {TAP_KEYS[0]}"
+            )
+            if trained is None:
+                report.add(
+                    "EC522",
+                    f"{engine}: {message}",
+                    "serving.draft_config",
+                    hint=hint + " (nothing in this contract says which they were)",
+                    expected="the draft's own tap list",
+                    found=f"a guess: {shown}",
+                    severity="warning",
+                    extra={"guessed_ids": taps},
+                )
+            elif trained[0] != served:
+                report.add(
+                    "EC522",
+                    f"{engine}: {message}; {trained[1]} say {', '.join(map(str, trained[0]))}",
+                    "serving.draft_config",
+                    hint=hint + f": {[x.index - 1 for x in trained[0]]}",
+                    expected=", ".join(map(str, trained[0])),
+                    found=shown,
+                    extra={"guessed_ids": taps},
+                )
+        if trained is not None and "EC522" not in {p.code for p in res.problems}:
+            if trained[0] != served:
+                report.add(
+                    "EC501",
+                    f"{engine} feeds the DFlash draft {shown}; {trained[1]} say "
+                    f"{', '.join(map(str, trained[0]))}",
+                    trained[2],
+                    hint="make the draft config's tap list name the trained layers (tap t = "
+                    "the output of layer t = residual:t+1)",
+                    expected=", ".join(map(str, trained[0])),
+                    found=shown,
+                )
+    return report.findings

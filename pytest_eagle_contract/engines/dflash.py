@@ -1,0 +1,531 @@
+"""DFlash: the draft's taps mapped onto canonical layers, per engine and release.
+
+A DFlash draft names its taps in ``dflash_config.target_layer_ids`` (top-level
+``target_layer_ids`` where SGLang reads it as a fallback): tap t is the output of target
+layer t, HF's ``hidden_states[t + 1]``, the residual stream entering layer t + 1
+(``residual:t+1``). Each engine maps the taps onto its own capture ids; where the list is
+absent it guesses. What each engine does, read from its released code (docs/methods.md,
+docs/layers.md):
+
+- SGLang (``dflash_rules.json``, ``scripts/gen_dflash_rules.py``, 0.5.11 on): the list under
+  ``dflash_config.target_layer_ids``, else top-level ``target_layer_ids``; absent, the
+  fallback ``build_target_layer_ids(L, n)`` (``speculative/dflash_utils.py``) with n the
+  draft's ``num_hidden_layers``; ids outside ``[0, L)`` refused; the target's
+  ``set_dflash_layers_to_capture`` captures before layer t + 1 for most architectures.
+- vLLM (``vllm_rules.json``: the keys each runner reads, what it adds): from 0.20.0 the V1
+  runner reads ``dflash_config.target_layer_ids`` as vLLM ids (0.20.x-0.21.x as they are,
+  from 0.22.0 + 1); absent, vLLM's EAGLE-3 default ``(2, L//2, L-3)`` while the DFlash fc
+  takes one state per draft layer (``qwen3_dflash.py`` 0.34.0).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from ..errors import EagleContractError, Problem, Unservable
+from ..layers import Layer
+from .base import Position, Query, Resolution, eagle3_default_ids
+
+TAP_KEYS = ("dflash_config.target_layer_ids", "target_layer_ids")
+# every dotted key some engine reads DFlash-era ids from (vLLM's reader reads them all)
+_READ_KEYS = (
+    *TAP_KEYS,
+    "eagle_aux_hidden_state_layer_ids",
+    "eagle_config.eagle_aux_hidden_state_layer_ids",
+    "dspark_target_layer_ids",
+    "dflash_config.layer_ids",
+    "eagle_config.layer_ids",
+)
+ENGINES = ("sglang", "vllm", "llama.cpp")
+GGUF_KEY = "gguf:dflash.target_layers"
+LLAMACPP_READ = "0.3.36"  # the llama-cpp-python sdist whose vendored llama.cpp was read
+SGLANG_DEFAULT_ARCH = "LlamaForCausalLM"
+_GUESS: Final = "EC522"
+
+
+@dataclass(frozen=True)
+class DFlashDraft:
+    """What a DFlash draft's config.json says about its taps."""
+
+    path: Path | None
+    found: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # dotted key -> ids
+    num_hidden_layers: int | None = None
+    num_target_layers: int | None = None
+    block_size: int | None = None
+    mask_token_id: int | None = None
+
+    @property
+    def taps(self) -> tuple[int, ...] | None:
+        """The tap list as the draft states it (its first DFlash key), or None."""
+        return next((self.found[k] for k in TAP_KEYS if k in self.found), None)
+
+    @property
+    def tap_key(self) -> str | None:
+        return next((k for k in TAP_KEYS if k in self.found), None)
+
+
+def _get(data: Mapping[str, Any], dotted: str) -> Any:
+    outer, _, inner = dotted.rpartition(".")
+    holder = data.get(outer) if outer else data
+    return holder.get(inner) if isinstance(holder, dict) else None
+
+
+def _ids(value: Any, key: str, path: Path | None) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(
+        isinstance(i, int) and not isinstance(i, bool) for i in value
+    ):
+        raise EagleContractError(f"{path}: {key} must be a list of integers, not {value!r:.80}")
+    return tuple(value) if value else None
+
+
+def _size(data: Mapping[str, Any], key: str, path: Path | None) -> int | None:
+    for where in (data.get("dflash_config"), data):
+        value = where.get(key) if isinstance(where, dict) else None
+        if value is None:
+            continue
+        if type(value) is not int or value < 0:
+            raise EagleContractError(f"{path}: {key} must be a whole number, not {value!r:.40}")
+        return value
+    return None
+
+
+def parse_dflash_draft(data: Mapping[str, Any], path: Path | None = None) -> DFlashDraft:
+    """A DFlash draft config's tap keys and sizes. Raises EagleContractError."""
+    found = {}
+    for key in _READ_KEYS:
+        ids = _ids(_get(data, key), key, path)
+        if ids is not None:
+            found[key] = ids
+    return DFlashDraft(
+        path,
+        found,
+        _size(data, "num_hidden_layers", path),
+        _size(data, "num_target_layers", path),
+        _size(data, "block_size", path),
+        _size(data, "mask_token_id", path),
+    )
+
+
+def read_dflash_draft(path: str | Path) -> DFlashDraft:
+    """A DFlash draft's config.json (or its folder), or a GGUF DFlash draft (its
+    ``dflash.target_layers``). Raises EagleContractError."""
+    from . import gguf_meta
+    from .draft_config import read_draft_json
+
+    path = Path(path)
+    if path.is_dir():
+        path = path / "config.json"
+    if gguf_meta.is_gguf(path):
+        meta = gguf_meta.read_metadata(path)
+        found = {k: v for k, v in gguf_meta.draft_ids(path, meta).items() if k == GGUF_KEY}
+        return DFlashDraft(path, found, gguf_meta.size(meta, "dflash.block_count"))
+    return parse_dflash_draft(read_draft_json(path), path)
+
+
+def zlab_formula(num_layers: int, n: int) -> list[int]:
+    """SGLang's ``build_target_layer_ids(L, n)`` (``speculative/dflash_utils.py``, 0.5.11 to
+    0.5.23 alike; it says it mirrors z-lab's DFlash helper): n taps spread from layer 1 to
+    layer L - 3, ``[L // 2]`` for one. Raises Unservable where SGLang raises."""
+    if n <= 0:
+        raise Unservable(f"DFlash fallback: the draft's num_hidden_layers is {n}")
+    if n == 1:
+        return [num_layers // 2]
+    if num_layers - 3 < 1:
+        raise Unservable(
+            f"DFlash layer selection requires num_target_layers >= 4 (L = {num_layers})"
+        )
+    span = num_layers - 4
+    return [round(1 + i * span / (n - 1)) for i in range(n)]
+
+
+FORMULAS = {"zlab": ("build_target_layer_ids", zlab_formula)}
+
+
+@functools.cache
+def _table() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(Path(__file__).with_name("dflash_rules.json").read_text())
+    return data
+
+
+def sglang_releases() -> list[str]:
+    """The SGLang releases whose wheels were read (with or without DFlash), oldest first."""
+    return list(_table()["sglang"]["releases"])
+
+
+def releases(engine: str) -> list[str]:
+    """The releases of ``engine`` whose DFlash rules are read (those with DFlash)."""
+    from packaging.version import Version
+
+    if engine == "sglang":
+        first = Version(_table()["sglang"]["rows"][0]["since"])
+        return [v for v in sglang_releases() if Version(v) >= first]
+    if engine == "vllm":
+        return list(_table()["vllm"]["releases"])
+    if engine == "llama.cpp":
+        return [LLAMACPP_READ]
+    return []
+
+
+def version_order(version: str) -> tuple[int, ...]:
+    import re
+
+    return tuple(int(x) for x in re.findall(r"\d+", version))
+
+
+def _sglang_row(version: str) -> dict[str, Any] | None:
+    from packaging.version import Version
+
+    v = Version(version)
+    for row in _table()["sglang"]["rows"]:
+        until = row["until"]
+        if Version(row["since"]) <= v and (until is None or v < Version(until)):
+            return dict(row)
+    return None
+
+
+def _span(row: Mapping[str, Any]) -> str:
+    return f"{row['since']}" + (f"-{row['until']} (excl.)" if row["until"] else " on")
+
+
+def resolve_dflash(
+    engine: str,
+    num_layers: int,
+    draft: DFlashDraft,
+    arch: str | None = None,
+    version: str | None = None,
+    runner: str | None = None,
+) -> Resolution:
+    """The draft's taps on ``engine`` as canonical layers, in the order the engine
+    concatenates them. A guessed tap list is an EC522 problem. Raises Unservable."""
+    q = Query(engine, num_layers, draft.taps, arch, version)
+    if engine == "sglang":
+        return _sglang(q, draft)
+    if engine == "vllm":
+        return _vllm(q, draft, runner)
+    if engine == "llama.cpp":
+        return _llamacpp(q, draft)
+    raise Unservable(
+        f"{engine}: no DFlash tap rules are read here (DFlash is resolved for "
+        f"{', '.join(ENGINES)}; docs/methods.md)"
+    )
+
+
+def _guess_problem(engine: str, how: str, taps: Sequence[int], layers: Sequence[Layer]) -> Problem:
+    return Problem(
+        _GUESS,
+        f"the draft config has no tap list ({' / '.join(TAP_KEYS)}): {engine} {how} = "
+        f"{list(taps)}, feeding {', '.join(map(str, layers))}; the draft may have been "
+        "trained on other layers",
+    )
+
+
+def _sglang(q: Query, draft: DFlashDraft) -> Resolution:
+    from packaging.version import Version
+
+    releases = sglang_releases()
+    version = q.assume(releases[-1], "SGLang")
+    if version not in releases and not (
+        Version(releases[0]) <= Version(version) <= Version(releases[-1])
+    ):
+        raise Unservable(
+            f"SGLang {version}: DFlash rules are read for the releases {releases[0]} to "
+            f"{releases[-1]} (docs/methods.md)"
+        )
+    if version not in releases:
+        raise Unservable(f"SGLang {version}: that release's wheel was not read (docs/methods.md)")
+    row = _sglang_row(version)
+    if row is None:
+        raise Unservable(f"SGLang {version} has no DFlash (no speculative/dflash_utils.py)")
+    archs: dict[str, str] = row["archs"]
+    if not q.arch:
+        q.notes.append(f"no --arch: {SGLANG_DEFAULT_ARCH}'s rule")
+        q.arch = SGLANG_DEFAULT_ARCH
+    from .arch_names import pick
+
+    q.arch, how = pick(q.arch, archs.keys())
+    if how:
+        q.notes.append(how)
+    rule = archs.get(q.arch)
+    if rule is None:
+        raise Unservable(
+            f"SGLang {version}: {q.arch[:80]} has no set_dflash_layers_to_capture (not a "
+            "DFlash target there)"
+        )
+    if rule == "unfollowed" or q.arch.startswith("Muse"):
+        raise Unservable(
+            f"SGLang {version}: {q.arch}'s set_dflash_layers_to_capture stores the ids where "
+            "the generator does not follow them (or remaps them first): not resolved here"
+        )
+    L = q.num_layers
+    picked = next(((k, draft.found[k]) for k in row["keys"] if k in draft.found), None)
+    if picked is None:
+        n = draft.num_hidden_layers
+        if n is None:
+            raise Unservable(
+                "the draft config has no tap list and no num_hidden_layers: SGLang refuses "
+                "(DFLASH requires draft num_hidden_layers)"
+            )
+        name, formula = FORMULAS[row["fallback"]]
+        taps = formula(L, n)
+        how = f"{version} falls back to {name}(L={L}, n={n})"
+    else:
+        taps = list(picked[1])
+        how = ""
+        if len(draft.found.keys() & set(row["keys"])) > 1:
+            q.notes.append(f"SGLang {version} reads {picked[0]}")
+    bad = [t for t in taps if t < 0 or t >= L]
+    if bad:
+        raise Unservable(
+            f"SGLang {version}: tap ids {bad} lie outside [0, {L}): ValueError at start-up "
+            "(resolve_target_layer_ids)"
+        )
+    plus = 1 if rule == "plus1" else 0
+    captures = [t + plus for t in taps]
+    if len(set(captures)) != len(captures):
+        raise Unservable(
+            f"SGLang {version}: duplicate taps {taps} capture each layer once: fewer states "
+            "than the draft's fc takes (shape mismatch at the first forward)"
+        )
+    layers = _sglang_layers(q, version, captures)
+    q.note_order(taps, "SGLang concatenates the states in layer order")
+    order = sorted(range(len(taps)), key=lambda i: captures[i])
+    positions = tuple(Position(taps[i], captures[i], layers[i]) for i in order)
+    if picked is None:
+        q.problems.append(_guess_problem("SGLang", how, taps, [p.layer for p in positions]))
+    keys = ", ".join(row["keys"])
+    shift = "capture t + 1 (the state entering layer t + 1)" if plus else "capture t"
+    return q.answer(
+        positions,
+        f"built-in rules: SGLang {_span(row)} speculative/dflash_utils.py reads {keys}, "
+        f"else {FORMULAS[row['fallback']][0]}(L, draft num_hidden_layers); "
+        f"{q.arch}.set_dflash_layers_to_capture: tap t = {shift}",
+        taps,
+    )
+
+
+def _sglang_layers(q: Query, version: str, captures: Sequence[int]) -> list[Layer]:
+    """Capture index c is the state entering layer c; index L only where the architecture's
+    forward captures after its loop (its EAGLE-3 row in sglang_rules.json, the same loop)."""
+    from . import sglang_table
+
+    L = q.num_layers
+    row = sglang_table.row_for(q.arch or "", version)
+    out = []
+    for c in captures:
+        if c == 0 and (row is None or row.index0 != "embed"):
+            raise Unservable(
+                f"SGLang {version}: capture index 0 in {q.arch}'s loop adds hidden_states + "
+                "residual where residual is None (or is not read here): refused"
+            )
+        if c >= L:
+            if row is None or row.beyond != "final":
+                what = "not read here" if row is None else f"{row.beyond} ({row.source})"
+                raise Unservable(
+                    f"SGLang {version}: capture index {c} (the last layer's output) in "
+                    f"{q.arch}'s loop is {what}: fewer states than the draft's fc takes"
+                )
+            out.append(Layer(L))
+            continue
+        out.append(Layer(c))
+    return out
+
+
+def _vllm(q: Query, draft: DFlashDraft, runner_asked: str | None) -> Resolution:
+    from . import vllm_rules as rules
+    from .vllm import VLLM, _arch
+
+    rel = rules.release(q.assume(rules.releases()[-1], "vLLM"))
+    q.arch, cap = _arch(q.arch, rel.version, q.notes)
+    if not any(k in TAP_KEYS for keys in rel.runners.values() for k, _ in keys):
+        raise Unservable(
+            f"vLLM {rel.span} reads no DFlash tap key in any runner: DFlash is not resolved there"
+        )
+    vrow = _vllm_row(rel.version)
+    if vrow is None:
+        raise Unservable(
+            f"vLLM {rel.version}: its wheel was not read for DFlash (docs/methods.md); read: "
+            f"{', '.join(_table()['vllm']['releases'])}"
+        )
+    v2_runs = vrow["v2_runs_dflash"]
+    if runner_asked is None and rel.choice.how == "auto" and v2_runs is False:
+        runner, why = (
+            "v1",
+            (
+                f"vLLM {rel.version}: use_v2_model_runner starts V1 for speculative method "
+                "'dflash' (_get_v2_model_runner_unsupported_features)"
+            ),
+        )
+    else:
+        runner, why = VLLM(runner_asked).launch_runner(rel, q.arch)
+    q.assumed.append(("runner", runner, why))
+    keys = rel.runners[runner]
+    if not any(k in TAP_KEYS for k, _ in keys):
+        raise Unservable(
+            f"vLLM {rel.span} ({runner} runner) reads no DFlash tap key "
+            f"({', '.join(k for k, _ in keys) or 'none'}): DFlash is not resolved there"
+        )
+    picked = next(((k, [i + s for i in draft.found[k]]) for k, s in keys if k in draft.found), None)
+    L = q.num_layers
+    guess = ""
+    fc = _vllm_fc(vrow["fc"], draft, picked[1] if picked else None)
+    if picked is None:
+        ids = eagle3_default_ids(L)
+        guess = f"no tap list read: vLLM feeds its EAGLE-3 default {ids}; "
+        q.notes.append(
+            f"no key read: vLLM's EAGLE-3 default {ids}; the DFlash fc takes one state per "
+            "draft layer (models/qwen3_dflash.py)"
+        )
+        shift = 0
+    else:
+        ids = picked[1]
+        shift = dict(keys)[picked[0]]
+        q.notes.append(
+            f"vLLM {rel.version} ({runner} runner) reads {picked[0]}"
+            + (f" (+{shift})" if shift else " (as they are)")
+        )
+        if picked[0] in TAP_KEYS and shift == 0:
+            q.problems.append(
+                Problem(
+                    "EC516",
+                    f"vLLM {rel.span} ({runner} runner) adds nothing to {picked[0]}: tap t "
+                    "feeds the state entering layer t, one layer before the output of "
+                    "layer t the draft was trained on (from 0.22.0 vLLM adds 1)",
+                )
+            )
+    low = 1 if cap.id0 == "never" else 0
+    high = L - 1 + cap.last
+    reached = sorted({i for i in ids if low <= i <= high})
+    where = f"vLLM {cap.span} {cap.file}"
+    if 0 in reached and cap.id0 == "crash":
+        raise Unservable(f"id 0: {where} adds hidden_states + residual where residual is None")
+    if fc is None or len(reached) != fc:
+        dropped = sorted({i for i in ids if not low <= i <= high})
+        lost = f"ids {dropped} lie outside [{low}, {high}], " if dropped else ""
+        raise Unservable(
+            f"{guess}{where}: {lost}{len(reached)} distinct states captured, the DFlash fc takes "
+            f"{fc if fc is not None else 'num_hidden_layers (absent)'}: ValueError at the first "
+            "forward (qwen3_dflash.py combine_hidden_states)"
+        )
+    positions = tuple(Position(i - shift, i, Layer(i + cap.plus)) for i in reached)
+    if picked is None:
+        q.problems.append(
+            _guess_problem(
+                "vLLM",
+                f"{rel.version} feeds its EAGLE-3 default",
+                ids,
+                [p.layer for p in positions],
+            )
+        )
+    return q.answer(
+        positions,
+        f"built-in rules: vLLM {rel.span}, {runner} runner reads "
+        f"{[k + (f' (+{s})' if s else '') for k, s in keys]}; {cap.file} ({cap.span}): id k = "
+        f"residual:k{f'+{cap.plus}' if cap.plus else ''}; DFlash fc for {fc} states",
+        draft.found[picked[0]] if picked else None,
+    )
+
+
+def _vllm_row(version: str) -> dict[str, Any] | None:
+    from packaging.version import Version
+
+    data = _table()["vllm"]
+    if version not in data["releases"]:
+        return None
+    v = Version(version)
+    for row in data["rows"]:
+        if Version(row["since"]) <= v and (row["until"] is None or v < Version(row["until"])):
+            return dict(row)
+    return None
+
+
+def _vllm_fc(rule: str | None, draft: DFlashDraft, read: Sequence[int] | None) -> int | None:
+    """How many states the release's DFlash fc takes (``models/qwen3_dflash.py``): the
+    length of the dflash_config list (``dflash_config``) or of the ids read (``read``), else
+    the draft's num_hidden_layers."""
+    if rule is None:
+        raise Unservable("this vLLM release has no models/qwen3_dflash.py")
+    if rule == "dflash_config":
+        listed = draft.found.get(TAP_KEYS[0]) or draft.found.get("dflash_config.layer_ids")
+        return len(listed) if listed else draft.num_hidden_layers
+    return len(read) if read else draft.num_hidden_layers
+
+
+def _llamacpp(q: Query, draft: DFlashDraft) -> Resolution:
+    """llama.cpp as vendored in llama-cpp-python 0.3.36: the GGUF draft's
+    ``dflash.target_layers`` (src/models/dflash.cpp refuses a draft without them), each id k
+    read as ``llama_get_embeddings_layer_inp(ctx_tgt, k)``, the input of layer k
+    (common/speculative.cpp), in the listed order. An HF draft is what the release's
+    converter makes of it (conversion/qwen.py ``DFlashModel``: target_layer_ids + 1; none
+    written where the config has none)."""
+    version = q.assume(LLAMACPP_READ, "llama-cpp-python")
+    if version != LLAMACPP_READ:
+        raise Unservable(
+            f"llama-cpp-python {version}: DFlash is read here for {LLAMACPP_READ} only "
+            "(docs/methods.md)"
+        )
+    L = q.num_layers
+    if GGUF_KEY in draft.found:
+        ids = list(draft.found[GGUF_KEY])
+        how = "the GGUF's dflash.target_layers"
+        read: tuple[int, ...] = draft.found[GGUF_KEY]
+    elif draft.taps is not None:
+        ids = [t + 1 for t in draft.taps]
+        how = f"converted: {draft.tap_key} + 1 (conversion/qwen.py DFlashModel)"
+        read = draft.taps
+        q.notes.append(f"an HF draft config: {how}")
+    else:
+        raise Unservable(
+            "the draft has no tap list: llama.cpp's converter writes no dflash.target_layers "
+            "and its loader refuses the GGUF ('DFlash model requires target_layers', "
+            "src/models/dflash.cpp)"
+        )
+    bad = [i for i in ids if i < 0 or i >= L]
+    if bad:
+        raise Unservable(
+            f"llama.cpp ids {bad}: only the inputs of layers 0..{L - 1} are read here (the "
+            "last layer's output is not resolved for DFlash)"
+        )
+    q.note_order(ids, "llama.cpp concatenates them in this order (it does not sort)")
+    positions = tuple(
+        Position(r, i, Layer(i)) for r, i in zip(read if GGUF_KEY not in draft.found else ids, ids)
+    )
+    return q.answer(
+        positions,
+        f"built-in rules: llama.cpp (llama-cpp-python {LLAMACPP_READ}) reads {how}; id k = the "
+        "input of layer k = residual:k (common/speculative.cpp llama_get_embeddings_layer_inp)",
+        read,
+    )
+
+
+def taps_for(
+    engine: str,
+    num_layers: int,
+    wanted: Sequence[Layer],
+    arch: str | None,
+    version: str | None,
+    draft_layers: int | None = None,
+) -> tuple[int, ...] | None:
+    """The tap list that makes ``engine`` feed ``wanted`` (in its order), or None: the
+    layers named as layer outputs (t = k - 1, DFlash's own convention), else as layer inputs
+    (t = k, where a release adds nothing), each checked by ``resolve_dflash``."""
+    if not wanted or any(x.is_final_norm for x in wanted):
+        return None
+    want = tuple(wanted)
+    for back in (1, 0):
+        taps = tuple(x.index - back for x in want)
+        if min(taps) < 0:
+            continue
+        probe = DFlashDraft(None, {TAP_KEYS[0]: taps}, draft_layers)
+        try:
+            if resolve_dflash(engine, num_layers, probe, arch, version).layers == want:
+                return taps
+        except (Unservable, EagleContractError):
+            continue
+    return None

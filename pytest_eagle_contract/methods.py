@@ -1,0 +1,160 @@
+"""The drafting methods a contract may name (``method:``), one registry entry each.
+
+A method is what the draft reads of the target: EAGLE-3 reads a few aux states through its
+``fc``; DFlash reads one tap per draft layer (its ``dflash_config.target_layer_ids``); others
+(DSpark, PARD, MTP) read their own. Each entry says which draft config.json keys carry the
+method's settings, how many taps it takes, which engines' tap -> canonical layer rules are
+read here (``resolve --method``), and which ``architectures`` names a draft config of it
+(``infer``). See docs/methods.md. Importing this module loads nothing else of the package.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .named import by_name, lookup
+
+DEFAULT = "eagle3"
+
+EAGLE3_ENGINES = (
+    "sglang",
+    "vllm",
+    "trtllm",
+    "llama.cpp",
+    "mlx",
+    "tpu-inference",
+    "vllm-ascend",
+    "trtllm-autodeploy",
+    "sglang-jax",
+    "atom",
+    "openvino",
+)
+
+
+@dataclass(frozen=True)
+class Method:
+    """One drafting method."""
+
+    name: str
+    title: str
+    config_keys: tuple[str, ...]  # draft config.json keys of its settings, dotted
+    tap_keys: tuple[str, ...]  # where its tap list may be written, dotted
+    tap_count: str  # how many taps it takes, in words
+    engines: tuple[str, ...]  # engines whose tap rules for it are read here
+    architectures: tuple[str, ...] = ()  # draft config ``architectures`` that name it
+    config_markers: tuple[str, ...] = ()  # top-level draft config keys that name it
+    rules_note: str = ""  # why no engine's rules are read, where none are
+
+    def serves(self, engine: str) -> bool:
+        return engine in self.engines
+
+
+METHODS: dict[str, Method] = by_name(
+    [
+        Method(
+            "eagle3",
+            "EAGLE-3",
+            (
+                "eagle_config.eagle_aux_hidden_state_layer_ids",
+                "eagle_aux_hidden_state_layer_ids",
+                "num_aux_hidden_states",
+                "target_hidden_size",
+                "draft_vocab_size",
+            ),
+            ("eagle_config.eagle_aux_hidden_state_layer_ids", "eagle_aux_hidden_state_layer_ids"),
+            "3 aux states unless the engine reads num_aux_hidden_states or the id list's "
+            "length (docs/layers.md)",
+            EAGLE3_ENGINES,
+            ("LlamaForCausalLMEagle3",),
+            ("eagle_config",),
+        ),
+        Method(
+            "eagle3.1",
+            "EAGLE-3.1",
+            (
+                "eagle_config.eagle_aux_hidden_state_layer_ids",
+                "eagle_aux_hidden_state_layer_ids",
+                "num_aux_hidden_states",
+                "fc_norm",
+                "norm_output",
+            ),
+            ("eagle_config.eagle_aux_hidden_state_layer_ids", "eagle_aux_hidden_state_layer_ids"),
+            "as EAGLE-3; its fc_norm / norm_output flags are EC927's",
+            EAGLE3_ENGINES,
+        ),
+        Method(
+            "dflash",
+            "DFlash",
+            (
+                "dflash_config.target_layer_ids",
+                "target_layer_ids",
+                "dflash_config.mask_token_id",
+                "block_size",
+                "num_hidden_layers",
+                "num_target_layers",
+            ),
+            ("dflash_config.target_layer_ids", "target_layer_ids"),
+            "the tap list's length; without one, one tap per draft layer (num_hidden_layers)",
+            ("sglang", "vllm", "llama.cpp"),
+            ("DFlashDraftModel",),
+            ("dflash_config",),
+        ),
+        Method(
+            "dflash2",
+            "DFlash2",
+            ("dflash_config.target_layer_ids",),
+            ("dflash_config.target_layer_ids",),
+            "not read here",
+            (),
+            rules_note="no engine's DFlash2 tap rules are read here yet",
+        ),
+        Method(
+            "dspark",
+            "DSpark",
+            ("dspark_target_layer_ids", "target_layer_ids"),
+            ("dspark_target_layer_ids", "target_layer_ids"),
+            "not read here",
+            (),
+            rules_note="no engine's DSpark tap rules are read here yet",
+        ),
+        Method(
+            "pard",
+            "PARD",
+            ("target_proj",),
+            (),
+            "not read here",
+            (),
+            rules_note="no engine's PARD rules are read here yet",
+        ),
+        Method(
+            "mtp",
+            "MTP",
+            (),
+            (),
+            "not read here",
+            (),
+            rules_note="no engine's MTP rules are read here yet",
+        ),
+    ]
+)
+
+
+def get_method(name: str) -> Method:
+    """The method named ``name``. Raises EagleContractError listing the known ones."""
+    return lookup(METHODS, name, "method")
+
+
+def detect(config: Mapping[str, Any]) -> str | None:
+    """The method a draft config.json names (its ``architectures``, then a key only that
+    method writes), or None where it names none of them."""
+    archs = config.get("architectures")
+    names = [a for a in archs if isinstance(a, str)] if isinstance(archs, list) else []
+    for method in METHODS.values():
+        if any(a in method.architectures for a in names):
+            return method.name
+    for method in METHODS.values():
+        if any(isinstance(config.get(k), dict) for k in method.config_markers):
+            return method.name
+    return None

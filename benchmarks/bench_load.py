@@ -51,6 +51,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+import kinds
+
+sys.path.extend(kinds.folders())
 
 T, H = 32, 64
 UNITS_PER_SHARD = 3  # structure, values, norms

@@ -32,7 +32,7 @@ Seams and cases (tiny real transformers targets made in code, ``models.tiny``'s 
   0.001 alone before this benchmark; EC623 mean cosine < 0.9):
   ``models.identity.check_target_identity`` on 60-300 fresh token ids. Good: the target
   saved as bfloat16, as float16, and saved again as float32. Bad: a QuaRot-rotated twin
-  (tests/test_target_identity.py's), a target of another seed. Reported, not judged: an
+  (tests/unit/test_target_identity.py's), a target of another seed. Reported, not judged: an
   int8 round-to-nearest twin (its drift must show as a number: EC622) and an int4 one.
 - ``vocabulary`` (EC933 coverage floor: the recorded one; with none recorded a warning
   below 0.95 and an error below 0.5; a warning, ``(w)``, does not fail the gate): a real
@@ -66,6 +66,9 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
+import kinds  # noqa: E402  (the test folders: the identity tests' targets are reused)
+
+sys.path.extend(kinds.folders())
 sys.path.insert(0, str(HERE))
 from false_alarms import loaded  # noqa: E402  (the same model cache)
 

@@ -1,7 +1,7 @@
 """The hostile inputs of benchmarks/hostile_sweep.py, made in code, one folder each: shards,
 contracts, target model folders, capture files, server answers (the SGLang stand-in of
 tests/sglang_standin.py) and output paths. Most come from the regression cases of
-tests/test_hostile_*.py; the rest are seeded random edits and contents."""
+tests/hostile/test_hostile_*.py; the rest are seeded random edits and contents."""
 
 from __future__ import annotations
 
@@ -22,6 +22,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
+import kinds  # noqa: E402  (the test folders: the hostile tests' cases are reused)
+
+sys.path.extend(kinds.folders())
 
 import torch  # noqa: E402
 
@@ -271,7 +274,7 @@ def model_cases(root: Path) -> list[Case]:
 
 
 def demo_world(root: Path) -> tuple[Path, Path, dict[str, Any]]:
-    """A demo shard, the shipped contract, and what tests/test_hostile_captures.py's cases
+    """A demo shard, the shipped contract, and what tests/hostile/test_hostile_captures.py's cases
     are made from."""
     from pytest_eagle_contract.capture.files import CaptureMeta, write_capture
     from pytest_eagle_contract.shards.discovery import discover
@@ -315,8 +318,9 @@ def capture_cases(root: Path, world: tuple[Path, Path, dict[str, Any]]) -> list[
 
 
 def vllm_file_cases(root: Path) -> list[Case]:
-    """One hostile vLLM hidden-state file per case (tests/test_hostile_vllm_files.py), given to
-    ``record --vllm-files`` beside the shipped contract: EC707 or exit 2, never a traceback."""
+    """One hostile vLLM hidden-state file per case (tests/hostile/test_hostile_vllm_files.py),
+    given to ``record --vllm-files`` beside the shipped contract: EC707 or exit 2, never a
+    traceback."""
     import test_hostile_vllm_files as hv
 
     from pytest_eagle_contract.shells.demo import shipped_contract
@@ -334,7 +338,7 @@ def vllm_file_cases(root: Path) -> list[Case]:
 
 
 def gguf_cases(root: Path, rng: random.Random) -> list[Case]:
-    """One hostile GGUF draft per case (tests/test_llamacpp.py's HOSTILE_GGUF, then random
+    """One hostile GGUF draft per case (tests/release/test_llamacpp.py's HOSTILE_GGUF, then random
     byte flips of a good one), given to ``resolve --engine llama.cpp --draft-config``: exit 2
     naming the file, never a traceback."""
     import test_llamacpp as tl
@@ -384,7 +388,7 @@ def _tiny_shard(folder: Path, g: torch.Generator, vocab: int) -> None:
 
 
 def draft_config_cases(root: Path, rng: random.Random) -> list[Case]:
-    """One hostile draft folder per case (tests/test_draft_config.py's bad configs, then
+    """One hostile draft folder per case (tests/unit/test_draft_config.py's bad configs, then
     random edits of a good config.json, then broken d2t/t2d maps), given to ``check
     --checks draft-config,vocabulary``: a finding or exit 2, never a traceback."""
     from safetensors.torch import save_file

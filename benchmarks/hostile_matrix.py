@@ -75,6 +75,9 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
+import kinds  # noqa: E402  (the test folders: the hostile tests' cases are reused)
+
+sys.path.extend(kinds.folders())
 sys.path.insert(0, str(HERE))
 
 import torch  # noqa: E402

@@ -1,11 +1,11 @@
 """Throw issue 16's classes of hostile input at the ``eagle-contract`` CLI and tally the ends.
 
 Inputs are made in code, each in a folder of its own: shards (the regression cases of
-tests/test_hostile_shards.py, pickles that run code, a gzip bomb, truncations, flipped
-bytes, random contents, safetensors headers), contracts (tests/test_hostile_contracts.py's
-cases and random edits of a valid one), target model folders (tests/test_hostile_models.py),
-capture files (tests/test_hostile_captures.py), HTTP answers from the SGLang stand-in
-(tests/test_hostile_http.py's faults, a trickling and a silent server) and output paths
+tests/hostile/test_hostile_shards.py, pickles that run code, a gzip bomb, truncations, flipped
+bytes, random contents, safetensors headers), contracts (tests/hostile/test_hostile_contracts.py's
+cases and random edits of a valid one), target model folders (tests/hostile/test_hostile_models.py),
+capture files (tests/hostile/test_hostile_captures.py), HTTP answers from the SGLang stand-in
+(tests/hostile/test_hostile_http.py's faults, a trickling and a silent server) and output paths
 (onto a shard, a contract, /dev/full, through a link). Each runs as a child process with
 an address-space limit and a timeout, and ends in one class, the first that applies:
 
@@ -51,6 +51,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+import kinds
+
+sys.path.extend(kinds.folders())
 
 import torch
 from hostile_inputs import (

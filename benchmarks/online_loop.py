@@ -1,7 +1,7 @@
 """A tiny online EAGLE-3 training loop on CPU: the demo's target (a random-weight Llama made
 in code, 8 layers, H=64, deterministic) runs beside the trainer, its aux states stream into
 SpecForge-layout batches, and a tiny EAGLE-3-like draft trains on them. Used by
-tests/test_guard.py (failures injected mid-run) and benchmarks/bench_guard.py (the cost).
+tests/unit/test_guard.py (failures injected mid-run) and benchmarks/bench_guard.py (the cost).
 """
 
 from __future__ import annotations

@@ -301,7 +301,7 @@ EC935 vocab-byte-tokens          byte tokens the data trains on are not in the m
 """
 """Every rule, in order: its code, its name and its summary (a longer one goes on in the
 summary's column on the next line); a line that starts with ``--`` heads a series. Parsed
-once into RULES; tests/test_architecture.py ties its codes to RuleCode."""
+once into RULES; tests/unit/test_architecture.py ties its codes to RuleCode."""
 
 
 def _parse(table: str) -> dict[RuleCode, Rule]:

@@ -17,7 +17,7 @@ __version__ = "0.1.0"
 REPOSITORY = "pytest-eagle-contract/pytest-eagle-contract"
 """Where the project lives (GitHub owner/name): the one place it is spelled. The docs links
 of findings, the JSON Schemas' ``$id`` and the install lines in docs/ci.md, README.md,
-action.yml and .pre-commit-hooks.yaml are tested against it (tests/test_onramp.py)."""
+action.yml and .pre-commit-hooks.yaml are tested against it (tests/unit/test_ci_snippets.py)."""
 HOME = f"https://github.com/{REPOSITORY}"
 RAW = f"https://raw.githubusercontent.com/{REPOSITORY}/main"
 """Files as served raw (JSON as JSON, not a page): what an editor fetches a schema from."""

@@ -1,5 +1,5 @@
 """Write docs/cli-reference.md from the command line's own argparse parsers, so the reference
-cannot drift from the commands (tests/test_docs_site.py checks the file equals this output).
+cannot drift from the commands (tests/unit/test_docs_site.py checks the file equals this output).
 
     python scripts/gen_cli_reference.py [--check]
 """

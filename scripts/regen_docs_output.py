@@ -3,7 +3,7 @@ say they print; remake the report screenshot from the current report.
 
     python scripts/regen_docs_output.py [PAGE ...] [--check] [--no-screenshot]
 
-tests/test_docs_run.py runs the same code: a page whose blocks drift from the tool fails CI.
+tests/cli/test_docs_run.py runs the same code: a page whose blocks drift from the tool fails CI.
 
 The convention. A code block (fenced or indented) right after the line
 
@@ -429,7 +429,7 @@ def make_report(demo_root: Path, scratch: Path) -> Path:
 
 def screenshot(report: Path, out: Path) -> None:
     """Draw ``report`` in headless Chromium, crop the blank foot, and keep the page's text
-    in the PNG (tests/test_docs_run.py compares it with the current report's)."""
+    in the PNG (tests/cli/test_docs_run.py compares it with the current report's)."""
     from PIL import Image, ImageChops, PngImagePlugin
 
     browser = chromium()

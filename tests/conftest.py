@@ -12,6 +12,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
+from kinds import KINDS, TESTS
 
 # torch is imported here, once per process (each xdist worker), before any in-process
 # pytester run: pytester restores sys.modules after each run, so a torch first imported
@@ -20,139 +21,21 @@ from hypothesis import strategies as st
 
 pytest_plugins = ["pytester"]
 
-# Every test module's kind, selectable with -m (a module missing here fails
-# test_every_test_module_has_a_kind). The slow marker (a test over ~2 s: a model, a
-# subprocess, a sweep) is set per test; the quick loop is `pytest -m "not slow" -n 2`.
-KINDS: dict[str, tuple[str, ...]] = {
-    "unit": (
-        "test_architecture",
-        "test_arrow_rows",
-        "test_capture",
-        "test_ci_snippets",
-        "test_contract_loading",
-        "test_dependency_floors",
-        "test_docs",
-        "test_docs_site",
-        "test_draft",
-        "test_draft_config",
-        "test_draft_config_exporters",
-        "test_evidence",
-        "test_false_alarms",
-        "test_guard",
-        "test_guard_identity",
-        "test_guard_trainers",
-        "test_import_cost",
-        "test_layers",
-        "test_numerics",
-        "test_probe",
-        "test_sharpness",
-        "test_sharpness_cache",
-        "test_stored",
-        "test_strategies",
-        "test_target_identity",
-        "test_tokens",
-        "test_vocabulary",
-    ),
-    "cli": (
-        "test_acceptance_profiles",
-        "test_action",
-        "test_audit",
-        "test_audit_ray",
-        "test_baseline",
-        "test_capture_cli",
-        "test_cli_args",
-        "test_cli_grammar",
-        "test_explain",
-        "test_capture_vllm",
-        "test_compare_captures",
-        "test_demo_probe",
-        "test_docs_run",
-        "test_doctor",
-        "test_first_contract",
-        "test_infer_check_formats",
-        "test_infer_engine",
-        "test_infer_sharp",
-        "test_inspect",
-        "test_inspect_many",
-        "test_journey",
-        "test_launch_method",
-        "test_measure",
-        "test_measure_llamacpp",
-        "test_pre_commit",
-        "test_progress",
-        "test_report_browser",
-        "test_reports",
-        "test_schema_home",
-        "test_serving_knobs",
-        "test_shipped",
-    ),
-    "plugin": ("test_plugin", "test_plugin_checks"),
-    "hostile": (
-        "test_audit_ray_failures",
-        "test_bad_input",
-        "test_fuzz_shards",
-        "test_hostile_batches",
-        "test_hostile_captures",
-        "test_hostile_vllm_files",
-        "test_hostile_classes",
-        "test_hostile_contracts",
-        "test_hostile_drafts",
-        "test_hostile_fixtures",
-        "test_hostile_http",
-        "test_hostile_matrix",
-        "test_hostile_models",
-        "test_hostile_profiles",
-        "test_hostile_shards",
-        "test_interrupted",
-        "test_load",
-        "test_model_inputs",
-        "test_no_silent_skips",
-        "test_output_paths",
-        "test_read_only_home",
-    ),
-    "engines": (
-        "test_ascend",
-        "test_ascend_releases",
-        "test_arch_spellings",
-        "test_atom",
-        "test_atom_source",
-        "test_autodeploy",
-        "test_dflash",
-        "test_fixes",
-        "test_layout",
-        "test_llamacpp",
-        "test_llamacpp_live",
-        "test_llamacpp_releases",
-        "test_matrix",
-        "test_mlx",
-        "test_mlx_releases",
-        "test_openvino",
-        "test_openvino_source",
-        "test_resolve",
-        "test_rules",
-        "test_sglang_hooks",
-        "test_sglang_jax",
-        "test_sglang_jax_source",
-        "test_sglang_releases",
-        "test_sglang_rules",
-        "test_sglang_table",
-        "test_tpu",
-        "test_tpu_releases",
-        "test_trtllm",
-        "test_trtllm_releases",
-        "test_vllm",
-        "test_vllm_releases",
-        "test_vllm_writer",
-    ),
-    "live": ("test_sglang_live",),
-}
-KIND_OF = {module: kind for kind, modules in KINDS.items() for module in modules}
+# Every test module's kind is its folder (tests/kinds.py), selectable with -m (a module
+# outside those folders fails test_every_test_module_has_a_kind). The slow marker (a test
+# over ~2 s: a model, a subprocess, a sweep) is set per test; the quick loop is
+# `pytest -m "not slow" -n 2`.
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for kind, what in KINDS.items():
+        config.addinivalue_line("markers", f"{kind}: {what} (the tests in tests/{kind}/)")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        kind = KIND_OF.get(item.path.stem)
-        if kind is not None:
+        kind = item.path.parent.name
+        if kind in KINDS and item.path.parent.parent.resolve() == TESTS:
             item.add_marker(kind)
 
 

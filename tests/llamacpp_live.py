@@ -1,4 +1,4 @@
-"""A real llama.cpp for tests/test_llamacpp_live.py (``tox -e llamacpp-live``): its binaries,
+"""A real llama.cpp for tests/live/test_llamacpp_live.py (``tox -e llamacpp-live``): its binaries,
 the models it serves, and its runs.
 
 The binaries come from ``scripts/build_llamacpp.py`` (the llama.cpp that the

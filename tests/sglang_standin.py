@@ -1,6 +1,6 @@
 """A STAND-IN for an SGLang HTTP server, for tests. It is not SGLang.
 
-The real engine runs on CPU only in aux-capture mode (tests/test_sglang_live.py runs it:
+The real engine runs on CPU only in aux-capture mode (tests/live/test_sglang_live.py runs it:
 no draft, no GPU topology, a minute or two to start), so for everything else this small
 server answers the few endpoints the capture client uses, in SGLang 0.5.23's wire format
 (read from its source, and held against the real server where it runs):

@@ -2,7 +2,7 @@
 files an ``extract_hidden_states`` server with ``ExampleHiddenStatesConnector`` writes, from
 a tiny transformers model's states, byte for byte as vLLM writes them.
 
-Why these bytes, from vLLM 0.34.0's wheel (``tests/test_vllm_writer.py`` runs vLLM's own
+Why these bytes, from vLLM 0.34.0's wheel (``tests/release/test_vllm_writer.py`` runs vLLM's own
 functions from the wheel, under ``tox -e vllm-writer``, and checks the bytes are equal):
 
 - ``v1/worker/gpu/spec_decode/extract_hidden_states.py:133``: the target's aux list is

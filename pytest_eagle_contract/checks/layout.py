@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..findings import Finding, codes, not_run
 from .family import CheckFamily
+from .layout_types import LayoutReport, Span
 
 # The engines' rules and the draft's files are imported by the functions that read them: a
 # contract without a serving section never loads them (the CLI's start-up, docs/audit.md).
@@ -22,21 +22,6 @@ if TYPE_CHECKING:
     from ..engines.draft_config import DraftConfig
     from ..engines.resolve import Resolution
     from .unit import Resources, Unit
-
-
-@dataclass(frozen=True)
-class Span:
-    """Consecutive engine versions that resolve alike."""
-
-    versions: list[str]
-    resolution: Resolution | None
-    refused: str | None
-
-    @property
-    def label(self) -> str:
-        from ..engines.fixes import span_label
-
-        return span_label(self.versions)
 
 
 def _resolve_spans(
@@ -90,7 +75,6 @@ def check_layout(
     from ..models.draft import read_draft_weights
     from .layout_compare import compare
     from .layout_serving import (
-        LayoutReport,
         aux_states_off,
         fc_width,
         id_order,

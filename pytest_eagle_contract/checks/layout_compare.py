@@ -8,7 +8,7 @@ from collections.abc import Callable
 from ..contract.model import TrainingSpec
 from ..engines.resolve import Resolution
 from ..layers import Layer
-from .layout_serving import LayoutReport
+from .layout_types import LayoutReport
 from .norms import embedding_like
 
 

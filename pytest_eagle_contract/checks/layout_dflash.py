@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from ..engines.base import Resolution
     from ..engines.dflash import DFlashDraft
     from ..findings import Finding
-    from .layout_serving import LayoutReport
+    from .layout_types import LayoutReport
 
 
 def _draft(report: LayoutReport) -> DFlashDraft | None:

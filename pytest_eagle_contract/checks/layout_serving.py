@@ -4,35 +4,16 @@ dtype, the target slot's norm, id order and the launch line."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Unpack
 
 from ..contract.model import Contract, ServingSpec, TrainingSpec
 from ..engines.draft_config import DraftConfig
 from ..engines.resolve import Resolution, engine_aux_ids, get_engine
 from ..engines.sglang_launch import lint_sglang, served_dtype
-from ..findings import Finding, Parts, RuleCode, finding
+from ..findings import Finding
 from ..layers import Layer
 from ..models.draft import DraftWeights
 from ..shards.formats import FORMATS
-
-if TYPE_CHECKING:
-    from .layout import Span
-
-
-class LayoutReport:
-    """The layout check's findings, each placed at a contract key."""
-
-    def __init__(self, contract: Contract) -> None:
-        self.contract = contract
-        self.findings: list[Finding] = []
-
-    def add(
-        self, code: RuleCode, message: str, key: str, hint: str = "", **parts: Unpack[Parts]
-    ) -> None:
-        """One finding at contract ``key``; ``parts`` as :func:`finding` takes them."""
-        self.findings.append(
-            finding(code, message, contract=self.contract, key=key, hint=hint, **parts)
-        )
+from .layout_types import LayoutReport, Span
 
 
 def lint_launch(

@@ -23,9 +23,10 @@ _MESSAGE_CHARS = 300
 _MAX_INT = 1 << 63  # beyond any count, size or index a contract holds
 _TAG = "tag:yaml.org,2002:"
 # What YAML forbids in a stream (the complement of PyYAML's Reader.NON_PRINTABLE's allowed
-# set, the same code points: tests/test_contract_yaml.py): refused up front with a location,
-# and in strings built from escapes ("\0", "\ud800"). Spelled as the few forbidden ranges,
-# which compile in a tenth of the time of the allowed ones (about 9 ms of every command).
+# set, the same code points: tests/hostile/test_hostile_contracts.py): refused up front with
+# a location, and in strings built from escapes ("\0", "\ud800"). Spelled as the few
+# forbidden ranges, which compile in a tenth of the time of the allowed ones (about 9 ms of
+# every command).
 _NON_PRINTABLE = re.compile(
     "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x84\x86-\x9f\ud800-\udfff\ufffe\uffff]"
 )

@@ -1,7 +1,7 @@
 """The engines' and trainers' names as users write them, in ``resolve.ENGINES``'s order: the
 CLI's ``--engine`` choices without loading a single engine's rules (a command that resolves
 nothing, such as ``check`` of a contract without a serving section, never imports them).
-``tests/test_resolve.py`` holds this tuple equal to ``resolve.ENGINES``."""
+``tests/release/test_resolve.py`` holds this tuple equal to ``resolve.ENGINES``."""
 
 from __future__ import annotations
 

@@ -84,7 +84,7 @@ def explain(args: argparse.Namespace) -> int:
         return EXIT_OK
     rule = _find(args.code)
     text = sections(rules_page()).get(rule.code)
-    if text is None:  # tests/test_rules.py keeps a section for every code
+    if text is None:  # tests/release/test_rules.py keeps a section for every code
         raise UsageError(f"explain: docs/rules.md has no section for {rule.code}")
     print(text.removeprefix("## ").rstrip())
     print(f"\ndocs: {rule.url}")

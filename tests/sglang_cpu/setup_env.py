@@ -7,7 +7,7 @@ Makes a virtual environment (default ``$EAGLE_CONTRACT_SGLANG_ENV``, else
 build, and prints its Python. The tests read that path from ``EAGLE_CONTRACT_SGLANG_PYTHON``::
 
     export EAGLE_CONTRACT_SGLANG_PYTHON="$(python tests/sglang_cpu/setup_env.py)"
-    python -m pytest tests/test_sglang_live.py
+    python -m pytest tests/live/test_sglang_live.py
 
 SGLang runs its CPU engine (``SGLANG_USE_CPU_ENGINE=1 --device cpu``) in aux-capture mode
 here: no draft is loaded, so no CUDA or AMX kernel is called. Two things on the package

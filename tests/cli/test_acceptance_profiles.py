@@ -1,0 +1,280 @@
+"""Issue 39 item 3: ``eagle-contract profile``, run as a user runs it, on speculation
+profiles laid out as NVIDIA/Model-Optimizer's writers lay them out (pull requests #2247,
+specdec_bench, and #2315, ar_validate: no released nvidia-modelopt writes the file; 0.47.0
+has no ``speculation_profile``). Each identity a profile must satisfy has a profile that
+breaks it (EC721-EC723, EC725) and the good one that keeps it; a training-time profile
+against a deploy-time one (EC724), and the draft length against another profile's and a
+launch line's (EC726, SGLang's root-counting --speculative-num-draft-tokens against vLLM's
+num_speculative_tokens). Unreadable input is EC720 or a usage error, never a traceback."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import no_traceback
+
+
+def profile_of(histogram: dict[int, int], k: int, **fields: Any) -> dict[str, Any]:
+    """A profile built from an accept-length histogram as the writers build it: marginal[i] =
+    P(len >= i+2), conditional[i] = P(len >= i+2) / P(len >= i+1), the per-step mean, each
+    rate rounded to 6 decimals, the histogram's keys the JSON strings ``json.dumps`` makes of
+    int keys; ``fields`` override."""
+    steps = sum(histogram.values())
+
+    def at_least(t: int) -> float:
+        return sum(c for n, c in histogram.items() if n >= t) / steps
+
+    marginal = [at_least(i + 2) for i in range(k)]
+    conditional = [at_least(i + 2) / at_least(i + 1) if at_least(i + 1) else 0.0 for i in range(k)]
+    mean = sum(n * c for n, c in histogram.items()) / steps
+    out: dict[str, Any] = {
+        "method": "eagle3",  # specdec_bench's writer (PR #2247); ar_validate's omits it
+        "num_speculative_tokens": k,
+        "conditional_accept_rates": [round(x, 6) for x in conditional],
+        "marginal_accept_rates": [round(x, 6) for x in marginal],
+        "mean_accept_length": round(mean, 6),
+        "mean_accept_length_per_request": round(mean + 0.013, 6),
+        "acceptance_length_histogram": histogram,
+        "measurement_conditions": {
+            "dataset": "mt_bench",
+            "osl": 256,
+            "num_samples": 80,
+            "validation": "online (ground truth recomputed after each accepted token)",
+        },
+    }
+    out.update(fields)
+    return out
+
+
+TRAINED = {1: 187, 2: 241, 3: 219, 4: 353}  # K = 3
+TRAINED_MEAN = sum(n * c for n, c in TRAINED.items()) / sum(TRAINED.values())  # 2.738
+DEPLOYED_SAME = {1: 190, 2: 240, 3: 220, 4: 350}
+DEPLOYED_WORSE = {1: 402, 2: 298, 3: 170, 4: 130}
+
+
+def write(tmp_path: Path, name: str, data: object) -> Path:
+    path = tmp_path / name
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_a_profile_as_modelopt_writes_it_passes(cli, tmp_path):
+    good = write(tmp_path, "speculation_profile.json", profile_of(TRAINED, 3))
+    res = cli("profile", good)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "ok: 1 profile(s) consistent" in res.stdout
+    assert f"mean accept length {TRAINED_MEAN:.3f}" in res.stdout
+    data = json.loads(cli("profile", good, "--json").stdout)
+    assert data["ok"] is True and data["findings"] == []
+    assert data["profiles"][0]["num_speculative_tokens"] == 3
+
+
+def test_ar_validate_profile_without_method_passes(cli, tmp_path):
+    """ar_validate's writer (PR #2315) leaves out ``method``."""
+    data = profile_of(TRAINED, 3)
+    del data["method"]
+    res = cli("profile", write(tmp_path, "p.json", data))
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "method not given" in res.stdout
+
+
+def test_mean_that_is_not_one_plus_the_marginals_fails_ec721(cli, tmp_path):
+    bad = write(tmp_path, "p.json", profile_of(TRAINED, 3, mean_accept_length=2.52))
+    res = cli("profile", bad)
+    assert res.returncode == 1
+    assert "EC721 profile-mean-length" in res.stdout
+    assert f"1 + sum(marginal_accept_rates) is {TRAINED_MEAN:.4f}" in res.stdout
+
+
+def test_conditionals_that_are_not_the_marginals_ratios_fail_ec722(cli, tmp_path):
+    data = profile_of(TRAINED, 3)
+    data["conditional_accept_rates"] = data["marginal_accept_rates"]  # the two conventions mixed
+    res = cli("profile", write(tmp_path, "p.json", data))
+    assert res.returncode == 1
+    assert "EC722 profile-conditional" in res.stdout
+    assert "position(s) [1, 2]" in res.stdout
+
+
+def test_a_histogram_of_another_measurement_fails_ec723(cli, tmp_path):
+    data = profile_of(TRAINED, 3, acceptance_length_histogram=DEPLOYED_WORSE)
+    res = cli("profile", write(tmp_path, "p.json", data))
+    assert res.returncode == 1
+    assert "EC723 profile-histogram" in res.stdout
+    out_of_range = profile_of(TRAINED, 3, acceptance_length_histogram={**TRAINED, 5: 1})
+    res = cli("profile", write(tmp_path, "q.json", out_of_range))
+    assert res.returncode == 1
+    assert "lengths [5] lie outside [1, num_speculative_tokens + 1 = 4]" in res.stdout
+
+
+@pytest.mark.parametrize(
+    ("histogram", "said"),
+    [
+        ({1: 500}, "is exactly 1: not one draft token was accepted"),
+        ({4: 500}, "is exactly 4: every one of the 3 draft tokens was accepted"),
+    ],
+    ids=["nothing-accepted", "everything-accepted"],
+)
+def test_acceptance_of_exactly_one_or_the_maximum_fails_ec725(cli, tmp_path, histogram, said):
+    res = cli("profile", write(tmp_path, "p.json", profile_of(histogram, 3)))
+    assert res.returncode == 1, res.stdout
+    assert "EC725 acceptance-saturated" in res.stdout
+    assert said in res.stdout
+
+
+def test_a_deploy_time_profile_that_accepts_less_fails_ec724(cli, tmp_path):
+    trained = write(tmp_path, "trained.json", profile_of(TRAINED, 3))
+    worse = write(tmp_path, "deployed.json", profile_of(DEPLOYED_WORSE, 3))
+    res = cli("profile", trained, "--compare", worse)
+    assert res.returncode == 1, res.stdout
+    assert "EC724 profile-drift" in res.stdout
+    assert "position 0: conditional 0.8130 -> 0.5980" in res.stdout
+    same = write(tmp_path, "same.json", profile_of(DEPLOYED_SAME, 3))
+    ok = cli("profile", trained, "--compare", same)
+    assert ok.returncode == 0, ok.stdout
+    loose = cli("profile", trained, "--compare", worse, "--max-drop", "0.5")
+    assert loose.returncode == 0, loose.stdout
+
+
+def test_profiles_at_other_draft_lengths_are_compared_on_the_common_positions(cli, tmp_path):
+    trained = write(tmp_path, "trained.json", profile_of(TRAINED, 3))
+    five = {1: 187, 2: 241, 3: 219, 4: 200, 5: 100, 6: 53}
+    deployed = write(tmp_path, "deployed.json", profile_of(five, 5))
+    res = cli("profile", trained, "--compare", deployed)
+    assert res.returncode == 0, res.stdout  # the first 3 positions accept alike
+    assert "warning: EC726 draft-length-mismatch" in res.stdout
+    assert "compared on the first 3 position(s)" in res.stdout
+
+
+@pytest.mark.parametrize(
+    ("launch", "served"),
+    [
+        (
+            "python -m sglang.launch_server --speculative-algorithm EAGLE3 "
+            "--speculative-num-steps 3 --speculative-eagle-topk 1 "
+            "--speculative-num-draft-tokens 4",
+            None,  # 4 draft tokens counting the root: 3 drafted, as the profile
+        ),
+        (
+            "python -m sglang.launch_server --speculative-algorithm EAGLE3 "
+            "--speculative-eagle-topk 1 --speculative-num-draft-tokens 4",
+            None,
+        ),
+        (
+            'vllm serve m --speculative-config \'{"method": "eagle3", "model": "d", '
+            '"num_speculative_tokens": 3}\'',
+            None,
+        ),
+        (
+            'vllm serve m --speculative-config \'{"method": "eagle3", "model": "d", '
+            '"num_speculative_tokens": 4}\'',
+            "drafts 4 (vLLM num_speculative_tokens 4)",
+        ),
+        (
+            "python -m sglang.launch_server --speculative-algorithm EAGLE3 "
+            "--speculative-num-steps 5 --speculative-eagle-topk 4 "
+            "--speculative-num-draft-tokens 16",
+            "drafts 5 (SGLang --speculative-num-steps 5",
+        ),
+    ],
+    ids=["sglang-steps", "sglang-draft-tokens", "vllm-same", "vllm-longer", "sglang-tree"],
+)
+def test_the_draft_length_served_is_one_quantity_ec726(cli, tmp_path, launch, served):
+    good = write(tmp_path, "p.json", profile_of(TRAINED, 3))
+    res = cli("profile", good, "--serving-args", launch)
+    assert res.returncode == 0, res.stdout
+    if served is None:
+        assert "EC726" not in res.stdout
+    else:
+        assert "warning: EC726 draft-length-mismatch" in res.stdout
+        assert served in res.stdout
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        ("{not json", "is not JSON"),
+        ("[1, 2]", "is not a JSON object"),
+        (json.dumps({"num_speculative_tokens": 3}), "conditional_accept_rates is not a list"),
+        (json.dumps(profile_of(TRAINED, 3, num_speculative_tokens=True)), "not a count"),
+        (
+            json.dumps(profile_of(TRAINED, 3, marginal_accept_rates=[0.8, 1.5, 0.2])),
+            "not a rate in [0, 1]",
+        ),
+        (
+            json.dumps(profile_of(TRAINED, 3, acceptance_length_histogram={"two": 3})),
+            "key 'two' is not a length",
+        ),
+        (json.dumps(profile_of(TRAINED, 3, mean_accept_length="2.7")), "not a number"),
+    ],
+    ids=["not-json", "a-list", "no-rates", "bool-k", "rate-above-one", "bad-key", "str-mean"],
+)
+def test_an_unreadable_profile_is_ec720(cli, tmp_path, content, said):
+    path = tmp_path / "p.json"
+    path.write_text(content)
+    res = cli("profile", path)
+    no_traceback(res)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "EC720 profile-unreadable" in res.stdout
+    assert said in res.stdout
+
+
+def test_bad_arguments_are_usage_errors(cli, tmp_path):
+    good = write(tmp_path, "p.json", profile_of(TRAINED, 3))
+    for args in (
+        (tmp_path / "missing.json",),
+        (good, "--compare", tmp_path / "missing.json"),
+        (good, "--max-drop", "1.5"),
+        (good, "--serving-args", "vllm serve 'unclosed"),
+    ):
+        res = cli("profile", *args)
+        no_traceback(res)
+        assert res.returncode == 2, (args, res.stdout, res.stderr)
+
+
+@pytest.mark.parametrize("engine", ["llama.cpp", "sglang", "vllm"])
+@pytest.mark.parametrize(
+    ("accepts", "said"),
+    [((0,), "is exactly 1: not one draft token"), ((4,), "is exactly 5: every one of the 4")],
+    ids=["nothing", "everything"],
+)
+def test_measure_holds_its_result_to_the_same_rule_ec725(cli, tmp_path, engine, accepts, said):
+    """measure against test_measure's engine stand-ins: every round accepting 0 of 4 draft
+    tokens, or all 4, is EC725; accepting 3 and 2 in turn (tests/cli/test_measure.py) is not."""
+    from acceptance_standin import Engine, EngineStandin
+    from test_measure import measure, project
+
+    project(tmp_path, engine, floor=1.0)
+    with EngineStandin(Engine(engine, accepts=accepts, k=4)) as url:
+        res = measure(cli, tmp_path, engine, url)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "EC725" in res.stderr
+    assert said in res.stderr
+    with EngineStandin(Engine(engine, accepts=(3, 2), k=4)) as url:
+        ok = measure(cli, tmp_path, engine, url)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "EC725" not in ok.stdout + ok.stderr
+
+
+def test_measures_result_is_a_deploy_time_profile(cli, tmp_path):
+    """``measure --json`` against test_measure's SGLang stand-in (rounds accepting 3 and 2 of
+    4 draft tokens in turn), compared with a training-time profile at K = 4."""
+    from acceptance_standin import Engine, EngineStandin
+    from test_measure import measure, project
+
+    project(tmp_path, "sglang", floor=1.0)
+    with EngineStandin(Engine("sglang", accepts=(3, 2), k=4)) as url:
+        res = measure(cli, tmp_path, "sglang", url, "--json")
+    assert res.returncode == 0, res.stdout + res.stderr
+    measured = tmp_path / "measured.json"
+    measured.write_text(res.stdout)
+    like = profile_of({3: 500, 4: 500}, 4)  # the same rounds: 2 and 3 accepted, as lengths
+    worse = profile_of({4: 600, 5: 400}, 4)  # the training-time draft accepted more
+    same = cli("profile", write(tmp_path, "like.json", like), "--compare", measured)
+    assert same.returncode == 0, same.stdout
+    assert "measured on sglang, num_speculative_tokens 4" in same.stdout
+    drop = cli("profile", write(tmp_path, "worse.json", worse), "--compare", measured)
+    assert drop.returncode == 1, drop.stdout
+    assert "EC724 profile-drift" in drop.stdout

@@ -1,0 +1,182 @@
+"""One grammar for the command line: every option has help, an option spelled alike means
+the same in every command, every ``--help`` ends with the exit codes, and the old spellings
+still work for one release with a warning (docs/cli.md, "Renamed options")."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from pytest_eagle_contract.shells import demo
+from pytest_eagle_contract.shells.cli import _parser
+from pytest_eagle_contract.shells.exit_codes import ExitCode, epilog
+
+ROOT = Path(__file__).resolve().parents[2]
+CONTRACT = demo.shipped_contract()
+
+# Spelled alike, meaning otherwise, on purpose: each with why (the test fails when one stops
+# colliding, so the list cannot outlive its reason).
+KNOWN = {
+    "--version": "the top level prints the tool's version (as every CLI does); in a "
+    "command it names the engine's version",
+}
+# One meaning, one spelling: the names a command may not use for these meanings.
+SYNONYMS = {"--out": "-o/--output", "--quiet": "-q/--quiet", "--output": "-o/--output"}
+
+
+def _parsers() -> dict[str, argparse.ArgumentParser]:
+    top = _parser()
+    (sub,) = (a for a in top._actions if isinstance(a, argparse._SubParsersAction))
+    return {"eagle-contract": top, **{f"eagle-contract {n}": p for n, p in sub.choices.items()}}
+
+
+def _options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    """What a user sees of a parser: less ``-h`` and the hidden old spellings."""
+    return [
+        a
+        for a in parser._actions  # argparse keeps no public list of a parser's arguments
+        if not isinstance(a, (argparse._HelpAction, argparse._SubParsersAction))
+        and a.help != argparse.SUPPRESS
+    ]
+
+
+def _meaning(action: argparse.Action) -> tuple[str, str, object]:
+    """What an option does, less its wording and default: its action, value type and count."""
+    kind = type(action).__name__.lstrip("_")
+    value = "-" if action.nargs == 0 else getattr(action.type, "__name__", "str")
+    return kind, value, action.nargs
+
+
+def test_every_option_and_argument_has_help() -> None:
+    missing = [
+        f"{command} {'/'.join(a.option_strings) or a.metavar or a.dest}"
+        for command, parser in _parsers().items()
+        for a in _options(parser)
+        if not (a.help or "").strip()
+    ]
+    assert missing == [], "no help text: " + ", ".join(missing)
+
+
+def test_options_spelled_alike_mean_the_same_in_every_command() -> None:
+    meanings: dict[str, dict[tuple[str, str, object], list[str]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
+    for command, parser in _parsers().items():
+        for action in _options(parser):
+            for flag in action.option_strings:
+                meanings[flag][_meaning(action)].append(command)
+    clashes = {
+        flag: {f"{kind} {value} nargs={n}": cmds for (kind, value, n), cmds in seen.items()}
+        for flag, seen in meanings.items()
+        if len(seen) > 1
+    }
+    unknown = {flag: seen for flag, seen in clashes.items() if flag not in KNOWN}
+    assert unknown == {}, f"one spelling, several meanings: {json.dumps(unknown, indent=1)}"
+    assert set(clashes) == set(KNOWN), "a known clash is gone: drop it from KNOWN"
+
+
+def test_one_meaning_has_one_spelling() -> None:
+    """A file or folder to write is ``-o/--output``; ``-q`` is ``--quiet``; no ``--out``."""
+    wrong = []
+    for command, parser in _parsers().items():
+        for action in _options(parser):
+            flags = set(action.option_strings)
+            if "--out" in flags:
+                wrong.append(f"{command} --out (use {SYNONYMS['--out']})")
+            if ("-o" in flags) != ("--output" in flags):
+                wrong.append(f"{command} {'/'.join(sorted(flags))} (use -o/--output)")
+            if ("-q" in flags) != ("--quiet" in flags):
+                wrong.append(f"{command} {'/'.join(sorted(flags))} (use -q/--quiet)")
+    assert wrong == []
+
+
+@pytest.mark.slow
+def test_every_help_ends_with_the_exit_codes(cli) -> None:
+    for command in _parsers():
+        words = command.split()[1:]
+        res = cli(*words, "--help")
+        assert res.returncode == 0, res.stderr
+        assert res.stdout.rstrip().endswith(epilog()), f"{command} --help:\n{res.stdout}"
+    assert "69" in epilog() and "130" in epilog()
+
+
+def test_docs_list_the_exit_codes_the_code_defines() -> None:
+    text = (ROOT / "docs" / "cli.md").read_text()
+    section = text.split("\n## Exit codes\n", 1)[1].split("\n## ", 1)[0]
+    listed = {int(c) for c in re.findall(r"^\| \*\*(\d+)\*\* \|", section, re.M)}
+    assert listed == {int(c) for c in ExitCode}
+
+
+# -- the old spellings, kept for one release ----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("grammar")
+    demo.write_demo_shards(root, shards=2)
+    return root
+
+
+@pytest.mark.slow
+def test_check_json_report_and_its_old_spelling(shards: Path, tmp_path: Path, cli) -> None:
+    args = ("check", CONTRACT, shards / "good", "--sample", "all", "--no-sharpness")
+    new = cli(*args, "--json-report", tmp_path / "new.json")
+    assert new.returncode == 0 and "deprecated" not in new.stderr, new.stderr
+    old = cli(*args, "--json", tmp_path / "old.json")
+    assert old.returncode == 0, old.stderr
+    assert "--json REPORT is deprecated" in old.stderr and "use --json-report" in old.stderr
+    for name in ("new.json", "old.json"):
+        report = json.loads((tmp_path / name).read_text())
+        assert report["kind"] == "check" and report["ok"] is True
+    printed = cli(*args, "--json")  # --json alone: the report on stdout, as in every command
+    assert printed.returncode == 0 and "deprecated" not in printed.stderr
+    report = json.loads(printed.stdout)
+    assert report["kind"] == "check" and report["schema_version"] == 1
+    bad = cli("check", CONTRACT, shards / "embed-in-front", "--sample", "all", "--json")
+    assert bad.returncode == 1
+    found = json.loads(bad.stdout)["findings"]
+    assert found and all(f["url"].endswith(f"#{f['code'].lower()}-{f['rule']}") for f in found)
+
+
+@pytest.mark.slow
+def test_the_newcomers_json_before_the_contract_says_what_happened(shards: Path, cli) -> None:
+    """``check --json CONTRACT DIR`` (the old spelling took CONTRACT as the report path):
+    still the old meaning for this release, and the warning says so."""
+    res = cli("check", "--json", CONTRACT, shards / "good")
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert "was taken as the report's path" in res.stderr
+    assert "write --json after the contract" in res.stderr
+
+
+@pytest.mark.slow
+def test_audit_json_report_and_its_old_spelling(shards: Path, tmp_path: Path, cli) -> None:
+    args = ("audit", CONTRACT, shards / "good", "--cache", tmp_path / "cache", "--workers", "1")
+    old = cli(*args, "--json", tmp_path / "old.json")
+    assert old.returncode == 0 and "use --json-report" in old.stderr, old.stderr
+    assert json.loads((tmp_path / "old.json").read_text())["kind"] == "audit"
+    printed = cli(*args, "--json")
+    assert printed.returncode == 0 and json.loads(printed.stdout)["kind"] == "audit"
+
+
+def test_record_and_demo_out_is_now_o_output(tmp_path: Path, cli) -> None:
+    """``--out`` still stores where ``-o/--output`` does, with a warning, and is in no help."""
+    for command in ("record", "demo"):
+        text = cli(command, "--help").stdout
+        assert "-o DIR, --output DIR" in text and "--out " not in text
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    for flag in ("--out", "-o", "--output"):
+        res = cli("demo", flag, afile)  # a file, not a folder: refused before any work
+        assert res.returncode == 2 and str(afile) in res.stderr, res.stderr
+        assert ("--out is deprecated" in res.stderr) == (flag == "--out")
+        assert "use -o/--output" in res.stderr or flag != "--out"
+
+
+def test_record_without_an_output_folder_is_a_usage_error(shards: Path, cli) -> None:
+    res = cli("record", CONTRACT, shards / "good", "--sglang-url", "http://127.0.0.1:9")
+    assert res.returncode == 2 and "-o/--output DIR" in res.stderr

@@ -1,0 +1,66 @@
+"""The docs site (mkdocs.yml, MkDocs with the Material theme): the command reference is
+generated from the argparse parsers and may not drift, every page is in the nav, and the
+site builds in strict mode (every link and anchor resolves; `.ci/run` builds it too)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _generator():
+    spec = importlib.util.spec_from_file_location("gen", ROOT / "scripts/gen_cli_reference.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_command_reference_is_the_parsers_own() -> None:
+    page = (ROOT / "docs/cli-reference.md").read_text()
+    assert page == _generator().reference(), "run python scripts/gen_cli_reference.py"
+    from pytest_eagle_contract.shells.cli import _COMMANDS
+
+    for name in _COMMANDS:  # every command, with every one of its options
+        assert f"## `eagle-contract {name}`" in page
+    assert "`--schema-file PATH`" in page and "`--eagle-batch" not in page
+
+
+def _pages(nav: list) -> list[str]:
+    out: list[str] = []
+    for entry in nav:
+        for value in entry.values() if isinstance(entry, dict) else [entry]:
+            out += _pages(value) if isinstance(value, list) else [value]
+    return out
+
+
+def test_every_page_is_in_the_nav() -> None:
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    assert config["strict"] is True
+    pages = _pages(config["nav"])
+    assert sorted(pages) == sorted(p.name for p in (ROOT / "docs").glob("*.md"))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("mkdocs") is None, reason="the docs extra: mkdocs-material")
+def test_the_site_builds_in_strict_mode(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (tmp_path / "cli-reference" / "index.html").is_file()
+    assert (tmp_path / "rules" / "index.html").is_file()

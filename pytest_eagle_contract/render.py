@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .findings import NOT_RUN, Finding
+from .tables import table
 
 WIDTH = 120
 """The widest line the short view prints (prose is wrapped; a table's row is not)."""
@@ -144,16 +145,65 @@ def _fit(line: str, width: int) -> list[str]:
     ) or [line]
 
 
+MATRIX_HEADING = "what the other engines and versions feed with these ids:"
+"""The line above EC501's every-engine table in its details (``engines.matrix.summary``)."""
+
+
 def _short_details(f: Finding) -> str:
     """``f.details`` with EC501's every-engine table cut to the rows that feed another input
     than the contract's own engine does (refusals and the rows like it counted in a line)."""
     rows = f.extra.get("matrix")
     if not isinstance(rows, list) or not rows:
         return f.details
-    from .engines.matrix import HEADING, short_table
+    head, sep, _ = f.details.partition("\n" + MATRIX_HEADING)
+    return head + "\n" + _short_table(rows) if sep else f.details
 
-    head, sep, _ = f.details.partition("\n" + HEADING)
-    return head + "\n" + short_table(rows) if sep else f.details
+
+def _short_table(rows: Sequence[dict[str, object]]) -> str:
+    """The short view of EC501's every-engine table: only the rows that feed the fc another
+    input than the contract's own engine does; the refusals and the rows that feed the same
+    are counted in one line that says where the whole table is."""
+    own = [r for r in rows if r.get("own")]
+    same = {_feeds(r) for r in own if r.get("feeds") is not None}
+    shown = [r for r in rows if not r.get("own") and r.get("feeds") is not None]
+    shown = [r for r in shown if _feeds(r) not in same]
+    rest = len(rows) - len(own) - len(shown)
+    lines = []
+    if shown:
+        lines.append("other engines that feed another input with these ids:")
+        lines.append(
+            table(
+                ["engine", "versions", "fc gets", "vs trainer", "ids that fix"],
+                [
+                    [
+                        r.get("title"),
+                        r.get("label"),
+                        ", ".join(_feeds(r)),
+                        r.get("shown"),
+                        _fix(r),
+                    ]
+                    for r in shown
+                ],
+            )
+        )
+    if rest:
+        lines.append(
+            f"{rest} more engine row(s) refuse these ids or feed what the contract's engine "
+            "feeds (the whole table: -v, or eagle-contract matrix)"
+        )
+    return "\n".join(lines)
+
+
+def _feeds(row: dict[str, object]) -> tuple[str, ...]:
+    feeds = row.get("feeds")
+    return tuple(str(x) for x in feeds) if isinstance(feeds, list) else ()
+
+
+def _fix(row: dict[str, object]) -> str:
+    if row.get("verdict") == "ok":
+        return "-"
+    fix = row.get("fix")
+    return str(fix) if isinstance(fix, list) else "none"
 
 
 def display_path(path: str) -> str:

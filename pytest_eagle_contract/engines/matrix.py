@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import EagleContractError
 from ..layers import Layer
+from ..render import MATRIX_HEADING
 from .base import Engine
 from .fixes import ANY, inverse, layer_list, relabel, runs, span_label
 
@@ -155,14 +156,11 @@ def render(rows: Sequence[Row], trained: Sequence[Layer]) -> str:
     return "\n".join(lines)
 
 
-HEADING = "what the other engines and versions feed with these ids:"
-
-
 def summary(rows: Sequence[Row]) -> str:
     """The table without the contract's own rows (for EC501's details: the findings already
     give those, one per span)."""
     others = [r for r in rows if not r.own]
-    return HEADING + "\n" + _table(others)
+    return MATRIX_HEADING + "\n" + _table(others)
 
 
 def listing(rows: Sequence[Row]) -> list[dict[str, object]]:
@@ -171,55 +169,6 @@ def listing(rows: Sequence[Row]) -> list[dict[str, object]]:
     return [
         {**r.to_dict(), "title": r.engine.title, "label": r.label, "shown": r.verdict} for r in rows
     ]
-
-
-def short_table(rows: Sequence[dict[str, object]]) -> str:
-    """The short view of EC501's every-engine table: only the rows that feed the fc another
-    input than the contract's own engine does; the refusals and the rows that feed the same
-    are counted in one line that says where the whole table is."""
-    from ..tables import table
-
-    own = [r for r in rows if r.get("own")]
-    same = {_feeds(r) for r in own if r.get("feeds") is not None}
-    shown = [r for r in rows if not r.get("own") and r.get("feeds") is not None]
-    shown = [r for r in shown if _feeds(r) not in same]
-    rest = len(rows) - len(own) - len(shown)
-    lines = []
-    if shown:
-        lines.append("other engines that feed another input with these ids:")
-        lines.append(
-            table(
-                ["engine", "versions", "fc gets", "vs trainer", "ids that fix"],
-                [
-                    [
-                        r.get("title"),
-                        r.get("label"),
-                        ", ".join(_feeds(r)),
-                        r.get("shown"),
-                        _fix(r),
-                    ]
-                    for r in shown
-                ],
-            )
-        )
-    if rest:
-        lines.append(
-            f"{rest} more engine row(s) refuse these ids or feed what the contract's engine "
-            "feeds (the whole table: -v, or eagle-contract matrix)"
-        )
-    return "\n".join(lines)
-
-
-def _feeds(row: dict[str, object]) -> tuple[str, ...]:
-    feeds = row.get("feeds")
-    return tuple(str(x) for x in feeds) if isinstance(feeds, list) else ()
-
-
-def _fix(row: dict[str, object]) -> str:
-    if row.get("verdict") == "ok":
-        return "-"
-    fix = row.get("fix")
-    return str(fix) if isinstance(fix, list) else "none"
 
 
 def dflash_matrix(

@@ -337,7 +337,7 @@ def _write_demo_contract(out: Path) -> Path:
     """The demo's contract beside its shards, and the schema its first line names."""
     from .. import outputs
     from . import demo
-    from .commands import write_schema
+    from .schema_copy import write_schema
 
     contract = outputs.write_text(
         out / demo.CONTRACT_NAME,

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import EagleContractError, UsageError
 from .exit_codes import EXIT_FINDINGS, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
+from .schema_copy import schema_current, write_schema
 
 if TYPE_CHECKING:
     from ..engines.base import Resolution
@@ -100,7 +101,7 @@ def infer(args: argparse.Namespace) -> int:
     if args.output is not None:
         if not args.no_schema_file:  # a copy beside the contract: a link that survives a commit
             schema_file = args.schema_file or args.output.parent / SCHEMA_FILE
-            if not _schema_current(schema_file):
+            if not schema_current(schema_file):
                 outputs.checked_output(
                     schema_file,
                     "--schema-file",
@@ -574,38 +575,6 @@ def _copy_schema(path: Path, reads: Sequence[Path], *, asked: bool) -> None:
         )
         return
     print(f"wrote {path} (the schema its first line names: commit it)", file=sys.stderr)
-
-
-def _schema_current(path: Path) -> bool:
-    """Whether ``path`` is a file (not a link) that holds the contract schema as shipped."""
-    from ..contract.model import schema_path
-
-    try:
-        if path.is_symlink() or not path.is_file():
-            return False
-        return path.read_bytes() == schema_path().read_bytes()
-    except OSError:
-        return False  # unreadable: the write says why
-
-
-def write_schema(path: Path, flag: str, *, reads: Sequence[Path] = ()) -> Path:
-    """A copy of the contract schema at ``path`` (an earlier copy is refreshed; any other
-    file there is refused), for editors to find beside committed contracts. A copy that
-    already holds the schema is left as it is (a read-only one too)."""
-    from .. import outputs
-    from ..contract.model import SCHEMA_MARK, schema_path
-
-    if _schema_current(path):
-        return path  # nothing to write
-    return outputs.write_text(
-        path,
-        schema_path().read_text("utf-8"),
-        flag,
-        reads=reads,
-        ours=SCHEMA_MARK,
-        kind="a copy of the contract schema",
-        parents=True,
-    )
 
 
 def validate(args: argparse.Namespace) -> int:

@@ -29,7 +29,7 @@ CHROMIUM = next(
     filter(None, map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))), None
 )
 NEEDED = os.environ.get("EAGLE_CONTRACT_NEED_BROWSER") == "1"  # .ci/run sets it: no skip
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = Path(os.environ.get("EAGLE_CONTRACT_ARTIFACTS") or ROOT / "artifacts") / "browser"
 pytestmark = [pytest.mark.slow]
 needs_browser = pytest.mark.skipif(

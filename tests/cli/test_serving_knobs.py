@@ -127,7 +127,7 @@ def test_sglangs_old_unprefixed_name_is_sglangs_knob(cli, tmp_path):
 def test_a_shaping_knob_alone_is_a_warning(cli, tmp_path):
     contract = _contract(tmp_path, "sglang")
     env = _env(tmp_path, "SGLANG_SIMULATE_ACC_METHOD=match-expected\n")
-    res = cli("check", contract, "--serving-env", env)
+    res = cli("check", contract, "--serving-env", env, "-v")
     assert res.returncode == 0, res.stdout + res.stderr
     assert "warning: EC517" in res.stdout
     assert "inert while SGLANG_SIMULATE_ACC_LEN is off" in res.stdout

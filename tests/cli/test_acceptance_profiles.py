@@ -110,18 +110,21 @@ def test_a_histogram_of_another_measurement_fails_ec723(cli, tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("histogram", "said"),
+    ("histogram", "said", "code"),
     [
-        ({1: 500}, "is exactly 1: not one draft token was accepted"),
-        ({4: 500}, "is exactly 4: every one of the 3 draft tokens was accepted"),
+        ({1: 500}, "is exactly 1: not one draft token was accepted", 1),
+        # a warning: a real draft on an easy workload can accept every token (the real
+        # llama-server in tests/live/test_measure_llamacpp.py measured 5.0 of 5)
+        ({4: 500}, "is exactly 4: every one of the 3 draft tokens was accepted", 0),
     ],
-    ids=["nothing-accepted", "everything-accepted"],
+    ids=["nothing-accepted-fails", "everything-accepted-warns"],
 )
-def test_acceptance_of_exactly_one_or_the_maximum_fails_ec725(cli, tmp_path, histogram, said):
-    res = cli("profile", write(tmp_path, "p.json", profile_of(histogram, 3)))
-    assert res.returncode == 1, res.stdout
+def test_acceptance_of_exactly_one_or_the_maximum_is_ec725(cli, tmp_path, histogram, said, code):
+    res = cli("profile", write(tmp_path, "p.json", profile_of(histogram, 3)), "-v")
+    assert res.returncode == code, res.stdout
     assert "EC725 acceptance-saturated" in res.stdout
-    assert said in res.stdout
+    assert said in " ".join(res.stdout.split())
+    assert ("warning: EC725" in res.stdout) == (code == 0)
 
 
 def test_a_deploy_time_profile_that_accepts_less_fails_ec724(cli, tmp_path):
@@ -249,7 +252,8 @@ def test_measure_holds_its_result_to_the_same_rule_ec725(cli, tmp_path, engine, 
     project(tmp_path, engine, floor=1.0)
     with EngineStandin(Engine(engine, accepts=accepts, k=4)) as url:
         res = measure(cli, tmp_path, engine, url)
-    assert res.returncode == 1, res.stdout + res.stderr
+    # exactly 1 fails (and is under the floor); exactly the maximum warns
+    assert res.returncode == (1 if accepts == (0,) else 0), res.stdout + res.stderr
     assert "EC725" in res.stderr
     assert said in res.stderr
     with EngineStandin(Engine(engine, accepts=(3, 2), k=4)) as url:

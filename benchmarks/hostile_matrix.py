@@ -1524,18 +1524,12 @@ def http_cells() -> list[Cell]:
 
 # what the engine is told (issue 39): speculation profiles and serving environments --------
 
-PROFILE = {  # the shape docs/acceptance-profiles.md reads (ModelOpt's open pull requests)
-    "method": "eagle3",
-    "num_speculative_tokens": 3,
-    "conditional_accept_rates": [0.8, 0.625, 0.5],
-    "marginal_accept_rates": [0.8, 0.5, 0.25],
-    "mean_accept_length": 2.55,
-    "acceptance_length_histogram": {"1": 20, "2": 30, "3": 25, "4": 25},
-}
-
 
 def serving_inputs() -> list[tuple[str, Make]]:
-    """A hostile speculation profile beside a hostile serving environment, each input both."""
+    """A hostile speculation profile beside a hostile serving environment, each input both:
+    test_hostile_profiles' good profile with one field made hostile."""
+    from test_hostile_profiles import GOOD as PROFILE
+
     rates = PROFILE["marginal_accept_rates"]
     profiles: list[tuple[str, bytes]] = [
         ("good", json.dumps(PROFILE).encode()),

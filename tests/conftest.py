@@ -83,6 +83,21 @@ def no_traceback(res: subprocess.CompletedProcess[str]) -> None:
     assert "Traceback" not in res.stdout + res.stderr, res.stdout + res.stderr
 
 
+def build_docs_site(out: Path) -> Path:
+    """The docs site built into ``out`` as `.ci/run` builds it (``mkdocs build --strict``),
+    asserting it builds; ``out``."""
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "--site-dir", str(out)],
+        cwd=TESTS.parent,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out
+
+
 def hostile_values(words: list[str], key_size: int, leaves: int) -> st.SearchStrategy[object]:
     """Any value a hostile JSON or YAML document holds: scalars of every kind and ``words``
     (what the format gives a meaning), nested in lists and maps (keys up to ``key_size``

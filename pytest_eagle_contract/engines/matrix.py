@@ -101,6 +101,13 @@ def matrix(
     return rows
 
 
+_Cell = tuple[
+    tuple[Layer, ...] | None, str | None, tuple[str, ...], bool, tuple[int, ...] | None, bool
+]
+"""One release's cell of a row: what it feeds, why it refuses, its problem codes, whether it
+feeds the trained layers, the ids that would, and whether it is the contract's own release."""
+
+
 def _cell(
     engine: Engine,
     version: str,
@@ -109,9 +116,7 @@ def _cell(
     num_layers: int,
     arch: str | None,
     own: bool,
-) -> tuple[
-    tuple[Layer, ...] | None, str | None, tuple[str, ...], bool, tuple[int, ...] | None, bool
-]:
+) -> _Cell:
     asked = None if version == ANY else version
     try:
         res = engine.resolve(num_layers, ids, arch, asked)
@@ -208,9 +213,7 @@ def _dflash_cell(
     num_layers: int,
     arch: str | None,
     own: bool,
-) -> tuple[
-    tuple[Layer, ...] | None, str | None, tuple[str, ...], bool, tuple[int, ...] | None, bool
-]:
+) -> _Cell:
     from .dflash import resolve_dflash, taps_for
 
     def fix() -> tuple[int, ...] | None:

@@ -5,18 +5,10 @@ nothing, such as ``check`` of a contract without a serving section, never import
 
 from __future__ import annotations
 
+from ..methods import EAGLE3_ENGINES
+
 ENGINE_NAMES: tuple[str, ...] = (
-    "sglang",
-    "vllm",
-    "trtllm",
-    "llama.cpp",
-    "mlx",
-    "tpu-inference",
-    "vllm-ascend",
-    "trtllm-autodeploy",
-    "sglang-jax",
-    "atom",
-    "openvino",
+    *EAGLE3_ENGINES,  # the serving engines (every one serves EAGLE-3), then the trainers
     "specforge",
     "speculators-v1",
     "speculators",

@@ -467,10 +467,7 @@ def _resolve_dflash(args: argparse.Namespace) -> int:
             print(
                 to_json(
                     {
-                        "engine": args.engine,
-                        "method": "dflash",
-                        "version": args.version,
-                        "arch": args.arch,
+                        **_dflash_asked(args),
                         "refused": str(exc),
                         "silent": False,
                         "layers": None,
@@ -480,6 +477,11 @@ def _resolve_dflash(args: argparse.Namespace) -> int:
         print(f"eagle-contract resolve: {args.engine} would not serve this: {exc}", file=sys.stderr)
         return EXIT_USAGE
     return _print_resolution(args, res)
+
+
+def _dflash_asked(args: argparse.Namespace) -> dict[str, object]:
+    """What ``resolve --method dflash --json`` was asked, at the head of each of its answers."""
+    return {"engine": args.engine, "method": "dflash", "version": args.version, "arch": args.arch}
 
 
 def _want_dflash(args: argparse.Namespace) -> int:
@@ -519,10 +521,7 @@ def _want_dflash(args: argparse.Namespace) -> int:
         print(
             to_json(
                 {
-                    "engine": args.engine,
-                    "method": "dflash",
-                    "version": args.version,
-                    "arch": args.arch,
+                    **_dflash_asked(args),
                     "num_layers": args.num_layers,
                     "want": [str(x) for x in wanted],
                     "taps": None if taps is None else list(taps),

@@ -37,14 +37,11 @@ SGLANG_EAGLE3 = (
 )
 
 
-def project(root: Path, engine: str, version: str, use_aux: bool | None) -> Path:
-    """A contract trained on three aux states and a SpecForge-style EAGLE-3 draft config
-    (ids 1, 15, 28: SGLang and vLLM capture before id + 1), its flag as given."""
-    eagle: dict[str, object] = {"eagle_aux_hidden_state_layer_ids": [1, 15, 28]}
-    if use_aux is not None:
-        eagle["use_aux_hidden_state"] = use_aux
-    (root / "draft").mkdir()
-    (root / "draft" / "config.json").write_text(
+def write_draft(folder: Path, eagle: dict[str, object]) -> Path:
+    """A SpecForge-style Llama EAGLE-3 draft's config.json in ``folder``, its ``eagle_config``
+    as given."""
+    folder.mkdir()
+    (folder / "config.json").write_text(
         json.dumps(
             {
                 "architectures": ["LlamaForCausalLMEagle3"],
@@ -60,6 +57,16 @@ def project(root: Path, engine: str, version: str, use_aux: bool | None) -> Path
             }
         )
     )
+    return folder
+
+
+def project(root: Path, engine: str, version: str, use_aux: bool | None) -> Path:
+    """A contract trained on three aux states and a SpecForge-style EAGLE-3 draft config
+    (ids 1, 15, 28: SGLang and vLLM capture before id + 1), its flag as given."""
+    eagle: dict[str, object] = {"eagle_aux_hidden_state_layer_ids": [1, 15, 28]}
+    if use_aux is not None:
+        eagle["use_aux_hidden_state"] = use_aux
+    write_draft(root / "draft", eagle)
     contract = root / "c.yaml"
     contract.write_text(CONTRACT.format(engine=engine, version=version))
     return contract

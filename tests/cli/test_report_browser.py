@@ -16,10 +16,10 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import build_docs_site
 
 from pytest_eagle_contract.reports import plots
 from pytest_eagle_contract.shells import demo
@@ -205,17 +205,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The docs site, built as `.ci/run` builds it (strict); its home page."""
     if importlib.util.find_spec("mkdocs") is None and not NEEDED:
         pytest.skip("the docs extra: mkdocs-material")
-    out = tmp_path_factory.mktemp("site")
-    done = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "--site-dir", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return out / "index.html"
+    return build_docs_site(tmp_path_factory.mktemp("site")) / "index.html"
 
 
 HOME_KEYS = [  # the getting-started page: what it is, install, first steps, the way on

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from conftest import no_traceback
+from test_launch_method import write_draft
 
 SERVING_ONLY = """\
 contract: knobs
@@ -202,24 +203,7 @@ def test_a_missing_env_file_is_a_usage_error(cli, tmp_path):
 
 
 def _draft(tmp_path: Path) -> Path:
-    folder = tmp_path / "draft"
-    folder.mkdir()
-    (folder / "config.json").write_text(
-        json.dumps(
-            {
-                "architectures": ["LlamaForCausalLMEagle3"],
-                "hidden_size": 4096,
-                "num_attention_heads": 32,
-                "num_key_value_heads": 8,
-                "num_hidden_layers": 1,
-                "intermediate_size": 14336,
-                "vocab_size": 128256,
-                "draft_vocab_size": 32000,
-                "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 15, 28]},
-            }
-        )
-    )
-    return folder
+    return write_draft(tmp_path / "draft", {"eagle_aux_hidden_state_layer_ids": [1, 15, 28]})
 
 
 def test_doctor_json_fails_the_serving_args_seam_on_a_knob(cli, tmp_path):

@@ -4,7 +4,8 @@
 ``speculators_model_type``): a draft laid out as SGLang and SpecForge write it
 (``"model_type": "llama"``, ``LlamaForCausalLMEagle3``) launched without ``--draft-kind`` runs
 as ``dflash`` (the default); ``--draft-kind eagle3`` pointed at an MTP head is overridden to
-``mtp`` (the refusal vllm-mlx#762 met, now a log line); an MTP head of another width than the
+``mtp`` with a log line (vllm-mlx#762 reported a refusal of such a pair: mlx-vlm's
+``validate_drafter_compatibility`` refuses it for a caller passing its own kind); an MTP head of another width than the
 target is then dropped and the server decodes token by token (EC524). The good case: a
 draft in speculators' layout (``"speculators_model_type": "eagle3"``, as
 ``Eagle3SpeculatorConfig`` writes it; mlx-vlm's own ``Eagle3Config`` reads that layout)."""

@@ -9,7 +9,7 @@ from ..contract.model import Contract, ServingSpec, TrainingSpec
 from ..engines.draft_config import DraftConfig
 from ..engines.resolve import Resolution, engine_aux_ids, get_engine
 from ..engines.sglang_launch import lint_sglang, served_dtype
-from ..findings import Finding
+from ..findings import Finding, RuleCode
 from ..layers import Layer
 from ..models.draft import DraftWeights
 from ..shards.formats import FORMATS
@@ -144,6 +144,7 @@ def drafter_kind(
         for v in versions
     ]
     said = f"--draft-kind {asked}" if asked else "no --draft-kind"
+    code: RuleCode
     for code, bad in (
         ("EC523", [r for r in results if r.kind != "eagle3"]),
         ("EC524", [r for r in results if r.dropped]),

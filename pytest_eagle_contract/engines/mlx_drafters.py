@@ -17,6 +17,7 @@ line and no error. A drafter's own ``validate_target_compatibility`` is not read
 from __future__ import annotations
 
 import functools
+import itertools
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -111,7 +112,8 @@ def served(
         checked = _required(row["validate_reads"], kinds, config)
         width = _width(config)
         if checked is not None and kind != checked:
-            dropped = f"its validation requires kind {checked!r} for model_type {model_type(config)!r}"
+            mt = model_type(config)
+            dropped = f"its validation requires kind {checked!r} for model_type {mt!r}"
         elif kind == "mtp" and None not in (width, target_hidden) and width != target_hidden:
             dropped = f"the MTP drafter is {width} wide, the target {target_hidden}"
     return Served(version, kind, asked, required, model_type(config), dropped)
@@ -126,7 +128,7 @@ def launched(command: str, env: Mapping[str, str]) -> tuple[bool, str | None]:
         return False, None
     runs = any(w in COMMANDS or w.endswith(("/mlx_vlm.server", "/mlx_vlm.generate")) for w in words)
     runs = runs or any(
-        a == "mlx_vlm" and b in ("server", "generate") for a, b in zip(words, words[1:])
+        a == "mlx_vlm" and b in ("server", "generate") for a, b in itertools.pairwise(words)
     )
     drafted = any(w == "--draft-model" or w.startswith("--draft-model=") for w in words)
     if not runs or not (drafted or env.get("MLX_VLM_DRAFT_MODEL")):

@@ -84,7 +84,7 @@ def add_parser(sub: Any) -> None:
     pro = sub.add_parser(
         "profile",
         help="check a speculation_profile.json (ModelOpt): its identities, against a "
-        "deploy-time one and the draft length served",
+        "deploy-time one, the draft length served and the contract's floor",
     )
     pro.add_argument(
         "file", type=Path, metavar="FILE", help="the speculation_profile.json (training time)"
@@ -93,8 +93,8 @@ def add_parser(sub: Any) -> None:
         "--compare",
         type=Path,
         metavar="FILE",
-        help="a deploy-time speculation_profile.json (or `measure --json`'s output): its "
-        "accept length against FILE's",
+        help="a deploy-time speculation_profile.json (or `measure --json`'s or `probe --json`'s "
+        "output): its accept length against FILE's, per position",
     )
     pro.add_argument(
         "--max-drop",

@@ -318,9 +318,7 @@ def floor_contract(tmp_path: Path, floor: float) -> Path:
     """A contract whose serving floor (``serving.min_accept_length``, probe's EC906 and
     measure's EC712) is ``floor``: one vLLM layout, the draft's config beside it."""
     (tmp_path / "draft").mkdir(exist_ok=True)
-    (tmp_path / "draft" / "config.json").write_text(
-        '{"architectures": ["LlamaForCausalLMEagle3"]}'
-    )
+    (tmp_path / "draft" / "config.json").write_text('{"architectures": ["LlamaForCausalLMEagle3"]}')
     contract = tmp_path / "c.yaml"
     contract.write_text(
         "contract: floored\nversion: 1\n"

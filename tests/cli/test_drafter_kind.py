@@ -5,8 +5,9 @@
 (``"model_type": "llama"``, ``LlamaForCausalLMEagle3``) launched without ``--draft-kind`` runs
 as ``dflash`` (the default); ``--draft-kind eagle3`` pointed at an MTP head is overridden to
 ``mtp`` with a log line (vllm-mlx#762 reported a refusal of such a pair: mlx-vlm's
-``validate_drafter_compatibility`` refuses it for a caller passing its own kind); an MTP head of another width than the
-target is then dropped and the server decodes token by token (EC524). The good case: a
+``validate_drafter_compatibility`` refuses it for a caller passing its own kind); an MTP
+head of another width than the target is then dropped and the server decodes token by token
+(EC524). The good case: a
 draft in speculators' layout (``"speculators_model_type": "eagle3"``, as
 ``Eagle3SpeculatorConfig`` writes it; mlx-vlm's own ``Eagle3Config`` reads that layout)."""
 
@@ -125,7 +126,13 @@ def test_a_draft_run_as_eagle3_passes(cli, tmp_path, config, launch):
 def test_doctor_method_seam(cli, tmp_path):
     contract = project(tmp_path, SPECFORGE)
     res = cli(
-        "doctor", "--draft", tmp_path / "draft", "--contract", contract, "--serving-args", SERVER,
+        "doctor",
+        "--draft",
+        tmp_path / "draft",
+        "--contract",
+        contract,
+        "--serving-args",
+        SERVER,
         "--json",
     )
     no_traceback(res)

@@ -147,3 +147,36 @@ def test_doctor_method_seam(cli, tmp_path):
     )
     seams = {s["name"]: s for s in json.loads(ok.stdout)["seams"]}
     assert seams["method"]["status"] == "pass", seams["method"]
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"model_type": 5, "text_config": [1], "backbone_hidden_size": "x"},
+        {"model_type": "foo_mtp", "text_config": {"hidden_size": None}},
+        {"model_type": ["eagle3"], "num_nextn_predict_layers": True},
+    ],
+    ids=["wrong-types", "null-width", "list-type"],
+)
+def test_hostile_draft_configs_end_in_findings(cli, tmp_path, config):
+    contract = project(tmp_path, config)
+    found, res = codes(cli, contract, SERVER + " --draft-kind=eagle3")
+    assert res.returncode in (0, 1), res.stdout + res.stderr
+    assert all(f["code"] == "EC523" for f in found) or found[-1]["code"] == "EC524"
+
+
+def test_an_unlisted_mtp_type_on_0_6_is_run_as_dflash_then_dropped(cli, tmp_path):
+    """mlx-vlm 0.6.17 lists no glm5_next_mtp (0.7.1 adds it): without --draft-kind it resolves
+    to dflash, then its validation, which reads the ``mtp`` in the name, refuses the pair and
+    the server drops the drafter. On 0.7.10 the same head runs as mtp, kept (its width is the
+    target's): EC523 alone."""
+    head = {"model_type": "glm5_next_mtp", "hidden_size": 4096}
+    found, res = codes(cli, project(tmp_path, head, "0.6.17"), SERVER)
+    assert [f["code"] for f in found] == ["EC523", "EC524"], res.stdout
+    assert "'dflash' drafter" in found[0]["message"]
+    assert "requires kind 'mtp' for model_type 'glm5_next_mtp'" in found[1]["message"]
+    new = tmp_path / "new"
+    new.mkdir()
+    found, _ = codes(cli, project(new, head, "0.7.10"), SERVER)
+    assert [f["code"] for f in found] == ["EC523"]
+    assert "'mtp' drafter" in found[0]["message"]

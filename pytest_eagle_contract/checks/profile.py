@@ -357,7 +357,7 @@ def compare(training: Profile, deploy: Profile, max_drop: float) -> list[Finding
     if was > 0 and (was - now) / was > max_drop:
         rows = [
             f"  position {i}: conditional {training.conditional[i]:.4f} -> "
-            f"{deploy.conditional[i]:.4f}"
+            f"{deploy.conditional[i]:.4f}{_position_noise(training, deploy, i)}"
             for i in range(k)
         ]
         out.append(
@@ -381,6 +381,26 @@ def compare(training: Profile, deploy: Profile, max_drop: float) -> list[Finding
             )
         )
     return out
+
+
+def _reached(p: Profile, i: int) -> float:
+    """How many of ``p``'s steps reached draft position ``i`` (0: the steps are unknown)."""
+    steps = sum(p.histogram.values()) or p.steps
+    return steps * (p.marginal[i - 1] if i else 1.0)
+
+
+def _position_noise(training: Profile, deploy: Profile, i: int) -> str:
+    """Whether the drop of the conditional rate at position ``i`` lies beyond ``NOISE_Z``
+    standard errors of the two rates' binomial noise (each over the steps that reached it);
+    empty where either profile's steps are unknown or no step reached it."""
+    a, b = training.conditional[i], deploy.conditional[i]
+    n_a, n_b = _reached(training, i), _reached(deploy, i)
+    if n_a < 1 or n_b < 1 or b >= a:
+        return ""
+    se = math.sqrt(a * (1 - a) / n_a + b * (1 - b) / n_b)
+    if se == 0 or a - b > NOISE_Z * se:
+        return f" (beyond {NOISE_Z:g} standard errors)"
+    return f" (within {NOISE_Z:g} standard errors)"
 
 
 def _noise(p: Profile, k: int) -> float:

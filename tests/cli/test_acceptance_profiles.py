@@ -394,7 +394,11 @@ def test_a_probe_estimate_is_compared_per_position_with_its_noise(cli, tmp_path)
     assert failed.returncode == 1, failed.stdout
     (drift,) = [f for f in json.loads(failed.stdout)["findings"] if f["code"] == "EC724"]
     assert drift["severity"] == "error"
-    assert "position 2: conditional 0.6171 -> 0.5500" in drift["details"]
+    rows = drift["details"].splitlines()  # per position: the drop against its own noise
+    assert rows[0].strip() == "position 0: conditional 0.8130 -> 0.7200 (beyond 3 standard errors)"
+    assert "position 2: conditional 0.6171 -> 0.5500" in rows[2]
+    (drift,) = [f for f in json.loads(warned.stdout)["findings"] if f["code"] == "EC724"]
+    assert "(within 3 standard errors)" in drift["details"]
     ok = cli("profile", train, "--compare", same)
     assert ok.returncode == 0 and "EC724" not in ok.stdout, ok.stdout
     assert "probe estimate, layout sglang" in ok.stdout

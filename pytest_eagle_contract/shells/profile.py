@@ -25,7 +25,8 @@ def profile(args: argparse.Namespace) -> int:
         raise UsageError(f"--max-drop {args.max_drop}: give a fraction in [0, 1)")
     for option, path in (("FILE", args.file), ("--compare", args.compare)):
         if path is not None and not path.is_file():
-            raise UsageError(f"{option} {path}: no such file")
+            why = "not a regular file (a FIFO or a device)" if path.exists() else "no such file"
+            raise UsageError(f"{option} {path}: {why}")
     if args.serving_args is not None:
         try:
             shlex.split(args.serving_args)

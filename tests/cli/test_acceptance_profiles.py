@@ -267,6 +267,17 @@ def test_bad_arguments_are_usage_errors(cli, tmp_path):
         assert res.returncode == 2, (args, res.stdout, res.stderr)
 
 
+def test_a_fifo_is_not_a_regular_file_and_a_missing_file_is_missing(cli, tmp_path):
+    """A FIFO given as the profile is refused as what it is, never read (it would block)."""
+    import os
+
+    os.mkfifo(tmp_path / "p.json")
+    for name, said in (("p.json", "not a regular file"), ("none.json", "no such file")):
+        res = cli("profile", tmp_path / name)
+        no_traceback(res)
+        assert res.returncode == 2 and said in res.stderr, (name, res.stderr)
+
+
 @pytest.mark.parametrize("engine", ["llama.cpp", "sglang", "vllm"])
 @pytest.mark.parametrize(
     ("accepts", "said"),

@@ -25,6 +25,18 @@ KNOWN = {
     "--version": "the top level prints the tool's version (as every CLI does); in a "
     "command it names the engine's version",
 }
+# One default per option name, but for these: each with why (the test fails when one stops
+# differing). ``--sample`` is not among them: 10 in every command (infer and record read all,
+# validate --check 5, before 0.2.0; CHANGELOG.md).
+DEFAULTS_DIFFER = {
+    "--output": "demo writes its shards to a fresh ./eagle-demo; elsewhere no -o means "
+    "stdout (infer, schema) or is refused (record)",
+    "--engine": "probe without a contract must read the draft's ids as some engine does "
+    "(sglang); elsewhere no --engine means the contract's serving.engine or the shards' "
+    "pipeline",
+    "--timeout": "record waits on one forward pass per shard (60 s, as check's "
+    "--sglang-timeout); measure on a generation of --max-new-tokens tokens (120 s)",
+}
 # One meaning, one spelling: the names a command may not use for these meanings.
 SYNONYMS = {"--out": "-o/--output", "--quiet": "-q/--quiet", "--output": "-o/--output"}
 
@@ -78,6 +90,74 @@ def test_options_spelled_alike_mean_the_same_in_every_command() -> None:
     unknown = {flag: seen for flag, seen in clashes.items() if flag not in KNOWN}
     assert unknown == {}, f"one spelling, several meanings: {json.dumps(unknown, indent=1)}"
     assert set(clashes) == set(KNOWN), "a known clash is gone: drop it from KNOWN"
+
+
+def test_options_spelled_alike_have_one_default() -> None:
+    defaults: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for command, parser in _parsers().items():
+        for action in _options(parser):
+            long = [f for f in action.option_strings if f.startswith("--")]
+            if long and long[0] not in KNOWN:  # KNOWN: two meanings, so two defaults
+                defaults[long[0]][repr(action.default)].append(command)
+    differ = {flag: seen for flag, seen in defaults.items() if len(seen) > 1}
+    unknown = {flag: seen for flag, seen in differ.items() if flag not in DEFAULTS_DIFFER}
+    assert unknown == {}, f"one spelling, several defaults: {json.dumps(unknown, indent=1)}"
+    assert set(differ) == set(DEFAULTS_DIFFER), "a known difference is gone: drop it"
+
+
+def test_sample_is_n_or_all_default_10_in_every_command_and_the_plugin() -> None:
+    """``--sample N|all``, default 10, wherever a command reads a sample of shards, as
+    ``--eagle-sample`` and the core's default (shells/args.py cannot import the core's)."""
+    from pytest_eagle_contract.shards.discovery import DEFAULT_SAMPLE, parse_sample
+    from pytest_eagle_contract.shells.args import SAMPLE
+
+    offered = {
+        command: action
+        for command, parser in _parsers().items()
+        for action in _options(parser)
+        if "--sample" in action.option_strings
+    }
+    assert {c.split()[-1] for c in offered} >= {"check", "infer", "record", "measure", "validate"}
+    for command, action in offered.items():
+        assert action.default == SAMPLE and action.metavar == "N|all", command
+        assert f"(default: {SAMPLE}" in action.help, command
+    assert parse_sample(SAMPLE) == DEFAULT_SAMPLE
+    text = (ROOT / "pytest_eagle_contract" / "shells" / "options.py").read_text()
+    assert 'addini("eagle_sample", "default for --eagle-sample", default=SAMPLE)' in text
+
+
+def test_engine_names_a_serving_engine_in_every_command() -> None:
+    """``--engine`` takes the serving engines only; a trainer is ``resolve --trainer``."""
+    from pytest_eagle_contract.engines.names import SERVING_ENGINE_NAMES, TRAINER_NAMES
+
+    seen: dict[str, tuple[str, ...]] = {}
+    for command, parser in _parsers().items():
+        for action in _options(parser):
+            if "--engine" in action.option_strings:
+                seen[command] = tuple(action.choices or ())
+            if "--trainer" in action.option_strings:
+                assert command == "eagle-contract resolve"
+                assert tuple(action.choices or ()) == TRAINER_NAMES
+    assert seen and all(c == SERVING_ENGINE_NAMES for c in seen.values()), seen
+
+
+def test_resolve_engine_trainer_is_now_trainer(cli) -> None:
+    """``resolve --engine TRAINER`` still resolves, with one warning naming ``--trainer``."""
+    args = ("--num-layers", "8", "--ids", "0", "3", "8", "--json")
+    new = cli("resolve", "--trainer", "hf", *args)
+    assert new.returncode == 0 and new.stderr == "", new.stderr
+    for old in (("--engine", "hf"), ("--engine=hf",)):
+        res = cli("resolve", *old, *args)
+        assert res.returncode == 0, res.stderr
+        assert json.loads(res.stdout) == json.loads(new.stdout)
+        (line,) = res.stderr.splitlines()
+        assert "--engine hf is deprecated" in line and "use --trainer hf" in line
+    both = cli("resolve", "--trainer", "hf", "--engine", "sglang", *args)
+    assert both.returncode == 2 and "not allowed with" in both.stderr
+    none = cli("resolve", *args)
+    assert none.returncode == 2 and "--engine --trainer is required" in none.stderr
+    help_text = cli("resolve", "--help").stdout
+    assert "--trainer TRAINER" in help_text and "specforge" in help_text
 
 
 def test_one_meaning_has_one_spelling() -> None:

@@ -29,7 +29,7 @@ discovery loads the contract model; tests/cli/test_cli_grammar.py holds the two 
 
 def add_sampling(parser: argparse.ArgumentParser, what: str = "", note: str = "") -> None:
     """``--sample N|all`` and ``--seed``: one meaning and one default in every command that
-    reads a sample of shards (docs/cli.md, "Shared options"). ``what`` goes before the
+    reads a sample of shards (docs/cli.md, "One default"). ``what`` goes before the
     meaning (``with --check: ``), ``note`` after the default."""
     parser.add_argument(
         "--sample",

@@ -368,9 +368,8 @@ def warn_deprecated(config: pytest.Config) -> None:
     if not old or hasattr(config, "workerinput"):
         return
     new = "--eagle-json-report" if Path(old).suffix == ".json" else "--eagle-html-report"
-    config.issue_config_time_warning(
-        pytest.PytestDeprecationWarning(
-            f"--eagle-report is deprecated and goes in {REMOVED_IN}: use {new} {old}"
-        ),
-        stacklevel=2,
-    )
+    warning = f"--eagle-report is deprecated and goes in {REMOVED_IN}: use {new} {old}"
+    try:
+        config.issue_config_time_warning(pytest.PytestDeprecationWarning(warning), stacklevel=2)
+    except pytest.PytestDeprecationWarning:  # -W error: refused as a usage error, no traceback
+        raise pytest.UsageError(warning) from None

@@ -428,10 +428,66 @@ def _parser() -> argparse.ArgumentParser:
     add_sampling(val, "with --check: ")
     for command in sub.choices.values():
         add_verbosity(command)
-    for parser in sub.choices.values():  # last: after every option
-        parser.epilog = (parser.epilog.rstrip() + "\n\n" if parser.epilog else "") + epilog()
+    for name, parser in sub.choices.items():  # last: after every option
+        text = (parser.epilog or "").rstrip()
+        if "Examples:" not in text:  # measure writes its own, among its prose
+            lines = "\n".join(f"  eagle-contract {name} {e}".rstrip() for e in EXAMPLES[name])
+            text = (text + "\n\n" if text else "") + "Examples:\n" + lines
+        parser.epilog = text + "\n\n" + epilog()
         parser.formatter_class = argparse.RawDescriptionHelpFormatter
     return p
+
+
+EXAMPLES: dict[str, tuple[str, ...]] = {
+    # Each command's "Examples:", after its command name (tests/cli/test_cli_grammar.py
+    # parses every one); the paths are the ones docs/first-contract.md uses.
+    "inspect": ("data/rows_0-2000/data_0.ckpt", "data/ --json --workers 4"),
+    "infer": (
+        "data/ --target-model models/target -o contracts/mine.yaml",
+        "data/ --num-layers 61 --sample all -o contracts/mine.yaml",
+        "--update contracts/mine.yaml",
+    ),
+    "check": (
+        "contracts/mine.yaml",
+        "contracts/mine.yaml data/ --sample all --json-report r.json --html-report r.html",
+        "contracts/mine.yaml --target-model models/target --reference-capture",
+    ),
+    "record": (
+        "contracts/mine.yaml --sglang-url http://127.0.0.1:30000 -o captures/",
+        "contracts/mine.yaml --vllm-files hs/ -o captures/ --layer-ids 2 30 58 61",
+    ),
+    "identify": ("data/rows_0-2000/data_0.ckpt --target-model models/target",),
+    "resolve": (
+        "--engine sglang --version 0.5.14 --arch deepseek_v3 --num-layers 61 --ids 2 30 58",
+        "--engine vllm --target-config models/target --draft-config draft/ --json",
+        "--trainer specforge --arch deepseek_v3 --num-layers 61",
+    ),
+    "demo": ("", "-o /tmp/eagle-demo"),
+    "explain": ("EC401", "--list"),
+    "probe": (
+        "contracts/mine.yaml data/ --draft draft/ --target-model models/target",
+        "--draft draft/ --target-model models/target --engine vllm --json",
+    ),
+    "audit": (
+        "contracts/mine.yaml data/ --json-report audit.json",
+        "contracts/mine.yaml --against audit.json --workers 8",
+    ),
+    "matrix": ("contracts/mine.yaml", "contracts/mine.yaml --json"),
+    "compare-captures": (
+        "captures/tp1 captures/tp8",
+        "captures/tp1 captures/pp2 --num-layers 61 --pp-size 2",
+    ),
+    "doctor": (
+        "--draft draft/ --target-model models/target --engine sglang --version 0.5.23",
+        "--draft draft/ --contract contracts/mine.yaml --json",
+    ),
+    "profile": (
+        "speculation_profile.json",
+        "speculation_profile.json --compare deployed.json --max-drop 0.1",
+    ),
+    "schema": ("-o contracts/contract-v1.schema.json", "--path"),
+    "validate": ("contracts/*.yaml", "contracts/mine.yaml --check --sample 5"),
+}
 
 
 def add_contract(parser: argparse.ArgumentParser, help: str = "the contract YAML file") -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shlex
 from collections import defaultdict
 from pathlib import Path
 
@@ -175,6 +176,27 @@ def test_one_meaning_has_one_spelling() -> None:
     assert wrong == []
 
 
+def test_every_epilog_has_examples_that_parse() -> None:
+    """Each command's ``--help`` shows ``Examples:``, and each example is a command line its
+    parser takes (as main() takes it: shard paths may follow the options)."""
+    top = _parser()
+    for command, parser in _parsers().items():
+        if command == "eagle-contract":
+            continue
+        text = parser.epilog or ""
+        assert "\nExamples:\n" in f"\n{text}", command
+        block = f"\n{text}".split("\nExamples:\n", 1)[1].split("\n\n", 1)[0]
+        lines = [line.strip() for line in block.splitlines()]
+        assert lines and all(line.startswith(f"{command}") for line in lines), (command, lines)
+        for line in lines:
+            words = shlex.split(line)[1:]
+            try:
+                args, extra = top.parse_known_args(words)
+            except SystemExit:
+                pytest.fail(f"{line!r} does not parse")
+            assert args.command == words[0] and not [e for e in extra if e.startswith("-")], line
+
+
 @pytest.mark.slow
 def test_every_help_ends_with_the_exit_codes(cli) -> None:
     for command in _parsers():
@@ -260,3 +282,15 @@ def test_record_and_demo_out_is_now_o_output(tmp_path: Path, cli) -> None:
 def test_record_without_an_output_folder_is_a_usage_error(shards: Path, cli) -> None:
     res = cli("record", CONTRACT, shards / "good", "--sglang-url", "http://127.0.0.1:9")
     assert res.returncode == 2 and "-o/--output DIR" in res.stderr
+
+
+def test_check_report_is_now_html_report(shards: Path, cli) -> None:
+    """``check --report HTML`` stores where ``--html-report`` does, with a warning, and is in
+    no help; either, onto the contract, is refused before any check (exit 2)."""
+    text = cli("check", "--help").stdout
+    assert "--html-report HTML" in text and "--report " not in text
+    for flag in ("--report", "--html-report"):
+        res = cli("check", CONTRACT, shards / "good", flag, CONTRACT)
+        assert res.returncode == 2 and "an input of this run" in res.stderr, res.stderr
+        assert ("--report is deprecated" in res.stderr) == (flag == "--report")
+        assert "use --html-report" in res.stderr or flag != "--report"

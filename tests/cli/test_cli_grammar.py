@@ -106,7 +106,7 @@ def test_options_spelled_alike_have_one_default() -> None:
     assert set(differ) == set(DEFAULTS_DIFFER), "a known difference is gone: drop it"
 
 
-def test_sample_is_n_or_all_default_10_in_every_command_and_the_plugin() -> None:
+def test_sample_is_n_or_all_default_10_in_every_command_and_the_plugin(pytester) -> None:
     """``--sample N|all``, default 10, wherever a command reads a sample of shards, as
     ``--eagle-sample`` and the core's default (shells/args.py cannot import the core's)."""
     from pytest_eagle_contract.shards.discovery import DEFAULT_SAMPLE, parse_sample
@@ -123,8 +123,8 @@ def test_sample_is_n_or_all_default_10_in_every_command_and_the_plugin() -> None
         assert action.default == SAMPLE and action.metavar == "N|all", command
         assert f"(default: {SAMPLE}" in action.help, command
     assert parse_sample(SAMPLE) == DEFAULT_SAMPLE
-    text = (ROOT / "pytest_eagle_contract" / "shells" / "options.py").read_text()
-    assert 'addini("eagle_sample", "default for --eagle-sample", default=SAMPLE)' in text
+    config = pytester.parseconfig()
+    assert config.getini("eagle_sample") == SAMPLE and config.getoption("eagle_sample") is None
 
 
 def test_engine_names_a_serving_engine_in_every_command() -> None:

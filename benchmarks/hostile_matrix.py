@@ -39,7 +39,8 @@ Each run ends in one class, the first that applies (benchmarks/hostile_sweep.py)
                   finding, or a skip of ``eagle_capture`` names no option to pass
     zero compared the run passed ("ok") on 0 shards while running a family that compares
                   shards (every per-shard family, token-parity): its report (check's
-                  ``--json``, the plugin's ``--eagle-report``) says "ok ... on 0 shard(s)"
+                  ``--json``, the plugin's ``--eagle-json-report``) says "ok ... on 0
+                  shard(s)"
     ok            none of the above
 
     python benchmarks/hostile_sweep.py --matrix [--quick] [--classes shards,drafts]
@@ -390,7 +391,8 @@ def _pytest(
     # a basetemp of its own: pytest's clean-up of old ones in /tmp/pytest-of-USER is not
     # the plugin's (a 1,100-level tree left there by a killed run crashes every session)
     argv += ["--basetemp", "out/basetemp", *GUARD, "-q", "-rfE", "--eagle-contract", contract]
-    argv += ["--eagle-report", "out/r.json"]  # its summary: no cell passes on 0 shards compared
+    # its summary: no cell passes on 0 shards compared
+    argv += ["--eagle-json-report", "out/r.json"]
     for s in shards:
         argv += ["--eagle-shards", s]
     argv += ["--eagle-sample", "all", *extra, "out/tests"]

@@ -188,7 +188,7 @@ def comparing() -> frozenset[str]:
 def compared_nothing(case: Case) -> str:
     """Why a run that passed compared no shard, else "": it runs a family that compares
     shards (:func:`comparing`), and its report (``out/r.json``: check's ``--json``, the
-    plugin's ``--eagle-report``) says "ok" on 0 shards. No cell passes on zero compared
+    plugin's ``--eagle-json-report``) says "ok" on 0 shards. No cell passes on zero compared
     items: a family that compared nothing says so (EC009: "passed, incomplete")."""
     if not case.covers & comparing():
         return ""

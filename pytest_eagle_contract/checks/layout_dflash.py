@@ -10,6 +10,7 @@ error where the trained layers differ from the guess, and nothing where they agr
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from ..layers import Layer
@@ -76,17 +77,35 @@ def trained_layers(report: LayoutReport) -> tuple[list[Layer], str, str] | None:
     )
 
 
-def check_dflash(contract: Contract, report: LayoutReport) -> list[Finding]:
+def check_dflash(
+    contract: Contract,
+    report: LayoutReport,
+    serving_args: str | None = None,
+    serving_env: Mapping[str, str] | None = None,
+    env_label: str = "",
+) -> list[Finding]:
     from ..engines.dflash import TAP_KEYS, resolve_dflash
+    from ..engines.knobs import launch_knobs
+    from .dflash_settings import check_settings
     from ..engines.fixes import relabel, runs, span_label
     from ..engines.resolve import get_engine
     from ..errors import Unservable
 
     serving = contract.serving
     assert serving is not None
+    command = serving_args or serving.launch
+    for problem in launch_knobs(command or "", serving_env, env_label, serving.engine):
+        report.add(
+            problem.code,
+            problem.message,
+            "serving.launch",
+            hint=problem.hint,
+            severity=problem.severity,
+        )
     draft = _draft(report)
     if draft is None:
         return report.findings
+    check_settings(contract, report, draft, command)
     L = contract.target.num_hidden_layers
     arch = serving.arch or contract.target.arch
     trained = trained_layers(report)

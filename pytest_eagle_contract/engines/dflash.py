@@ -57,7 +57,9 @@ class DFlashDraft:
     num_hidden_layers: int | None = None
     num_target_layers: int | None = None
     block_size: int | None = None
-    mask_token_id: int | None = None
+    mask_token_id: int | None = None  # as written: a negative id is kept (EC524 names it)
+    vocab_size: int | None = None  # the draft's own vocab_size (its embedding's rows)
+    sample_from_anchor: bool = False  # speculators: draft the anchor too (block_size tokens)
 
     @property
     def taps(self) -> tuple[int, ...] | None:
@@ -96,6 +98,19 @@ def _size(data: Mapping[str, Any], key: str, path: Path | None) -> int | None:
     return None
 
 
+def _signed(data: Mapping[str, Any], key: str, path: Path | None) -> int | None:
+    """An integer setting under ``dflash_config`` first, then at the top level (SGLang's and
+    vLLM's order for ``mask_token_id``), negative values kept."""
+    for where in (data.get("dflash_config"), data):
+        value = where.get(key) if isinstance(where, dict) else None
+        if value is None:
+            continue
+        if type(value) is not int:
+            raise EagleContractError(f"{path}: {key} must be an integer, not {value!r:.40}")
+        return value
+    return None
+
+
 def parse_dflash_draft(data: Mapping[str, Any], path: Path | None = None) -> DFlashDraft:
     """A DFlash draft config's tap keys and sizes. Raises EagleContractError."""
     found = {}
@@ -109,7 +124,10 @@ def parse_dflash_draft(data: Mapping[str, Any], path: Path | None = None) -> DFl
         _size(data, "num_hidden_layers", path),
         _size(data, "num_target_layers", path),
         _size(data, "block_size", path),
-        _size(data, "mask_token_id", path),
+        _signed(data, "mask_token_id", path),
+        _size(data, "vocab_size", path),
+        _get(data, "dflash_config.sample_from_anchor") is True
+        or data.get("sample_from_anchor") is True,
     )
 
 

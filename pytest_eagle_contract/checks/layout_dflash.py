@@ -10,7 +10,8 @@ error where the trained layers differ from the guess, and nothing where they agr
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from ..layers import Layer
@@ -77,6 +78,33 @@ def trained_layers(report: LayoutReport) -> tuple[list[Layer], str, str] | None:
     )
 
 
+def _every_engine(
+    trained: list[Layer],
+    L: int,
+    arch: str | None,
+    draft: DFlashDraft,
+    engine: str,
+    versions: Sequence[str | None],
+) -> tuple[str, list[dict[str, object]]]:
+    """EC501's every-engine table for a DFlash draft (the DFlash rows of ``matrix``: each
+    engine whose DFlash rules are read, what it feeds, the taps that fix it), as text and
+    as data (``extra["matrix"]``)."""
+    from ..engines.matrix import dflash_matrix, listing, summary
+
+    rows = dflash_matrix(trained, L, arch, draft, (engine, [v or "" for v in versions]))
+    return summary(rows), listing(rows)
+
+
+def _fix(
+    engine: str, L: int, trained: list[Layer], arch: str | None, version: str | None,
+    draft: DFlashDraft,
+) -> str:
+    from ..engines.dflash import TAP_KEYS, taps_for
+
+    taps = taps_for(engine, L, trained, arch, version, draft.num_hidden_layers)
+    return f": {TAP_KEYS[0]}: {list(taps)}" if taps is not None else ""
+
+
 def check_dflash(
     contract: Contract,
     report: LayoutReport,
@@ -125,6 +153,9 @@ def check_dflash(
             (p.code, relabel(p.message, version, "\x00")) for p in got.problems
         )
 
+    table = functools.cache(
+        lambda: _every_engine(trained[0] if trained else [], L, arch, draft, serving.engine, versions)
+    )
     for run in runs(list(versions), key):  # type: ignore[arg-type]
         label = span_label([v or "" for v in run])
         engine = f"{serving.engine} {label}" if run[0] else serving.engine
@@ -164,7 +195,8 @@ def check_dflash(
                     hint=hint + f": {[x.index - 1 for x in trained[0]]}",
                     expected=", ".join(map(str, trained[0])),
                     found=shown,
-                    extra={"guessed_ids": taps},
+                    details=table()[0],
+                    extra={"guessed_ids": taps, "matrix": table()[1]},
                 )
         if trained is not None and "EC522" not in {p.code for p in res.problems}:
             if trained[0] != served:
@@ -174,8 +206,11 @@ def check_dflash(
                     f"{', '.join(map(str, trained[0]))}",
                     trained[2],
                     hint="make the draft config's tap list name the trained layers (tap t = "
-                    "the output of layer t = residual:t+1)",
+                    "the output of layer t = residual:t+1)"
+                    + _fix(serving.engine, L, trained[0], arch, run[0], draft),
                     expected=", ".join(map(str, trained[0])),
                     found=shown,
+                    details=f"serving source: {res.source}\n" + table()[0],
+                    extra={"matrix": table()[1]},
                 )
     return report.findings

@@ -205,6 +205,13 @@ def _draft_checkpoint(s: Setup) -> list[Finding]:
     from ..models.draft import weight_files
 
     contract = s.serving_contract("draft-checkpoint")
+    if contract.method != "eagle3":
+        raise Skipped(
+            f"EC90x read an EAGLE-3 draft's fc, lm_head and d2t; a {contract.method} draft's "
+            "checkpoint is not read here (its taps, block size and mask token are the layout, "
+            "engine-rules, method and serving-args seams')",
+            "nothing to pass: not built yet (issue 38)",
+        )
     if not weight_files(s.draft_dir):
         return [
             _finding(
@@ -327,7 +334,8 @@ SEAMS: tuple[Seam, ...] = (
     Seam(
         "method",
         "the engine runs another method or mode than the draft was trained for (an EAGLE-3 "
-        "draft without its aux states): acceptance falls with no error",
+        "draft without its aux states; a DFlash draft's mask token or tap list): acceptance "
+        "falls with no error",
         "EC510",
         _method,
     ),
@@ -473,7 +481,20 @@ def _contract(
         dtype=_dtype(model.text_config),
         model=target_dir,
     )
-    return Contract("doctor", config, target, None, serving), ""
+    return Contract("doctor", config, target, None, serving, method=_method_of(config)), ""
+
+
+def _method_of(config: Path) -> str:
+    """The method the draft's config.json names (``methods.detect``: a DFlash draft is read
+    by DFlash's tap rules, not EAGLE-3's), EAGLE-3 where it names none or cannot be read
+    (the draft-config seam says why)."""
+    from ..engines.draft_config import read_draft_json
+    from ..methods import DEFAULT, detect
+
+    try:
+        return detect(read_draft_json(config)) or DEFAULT
+    except EagleContractError:
+        return DEFAULT
 
 
 def _dtype(config: dict[str, Any]) -> str:

@@ -163,3 +163,16 @@ def test_specforge_dflash_shards_without_a_draft(cli, tmp_path):
     assert res.returncode == 0, res.stderr
     data = yaml.safe_load((tmp_path / "c.yaml").read_text())
     assert data["method"] == "dflash" and "serving" not in data
+
+
+def test_dflash_format_under_another_method_is_refused(cli, tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "contract: x\nversion: 1\n"
+        f"target: {{num_hidden_layers: {L}, hidden_size: {H}}}\n"
+        "training:\n  format: specforge-dflash\n  target_slot: null\n"
+        "  slots:\n    - {layer: residual:2}\n    - {layer: residual:4}\n"
+    )
+    res = cli("check", path)
+    assert res.returncode == 2
+    assert "specforge-dflash files are dflash's: the contract needs method: dflash" in res.stderr

@@ -511,7 +511,7 @@ def _dflash_pipeline(rng: Any) -> dict[str, Any]:
         k = rng.randint(1, block - 1)
         launch = (
             "vllm serve t --speculative-config "
-            f"'{{\"method\": \"dflash\", \"num_speculative_tokens\": {k}}}'"
+            f'\'{{"method": "dflash", "num_speculative_tokens": {k}}}\''
         )
     return {
         "L": L,
@@ -554,7 +554,7 @@ def _dflash_codes(root: Path, p: dict[str, Any], trained: list[int]) -> set[str]
         f"target: {{arch: Qwen3ForCausalLM, num_hidden_layers: {p['L']}, hidden_size: 64, "
         f"vocab_size: {p['vocab']}}}\n"
         f"training:\n  target_slot: null\n  slots:\n{slots}"
-        f"serving:\n  engine: {p['engine']}\n  version: \"{p['version']}\"\n"
+        f'serving:\n  engine: {p["engine"]}\n  version: "{p["version"]}"\n'
         f"  draft_config: draft\n  launch: {json.dumps(p['launch'])}\n"
     )
     contract = parse_contract(text, root / "c.yaml")
@@ -573,9 +573,7 @@ def run_dflash(seeds: range, root: Path) -> list[Row]:
         "good": Row("dflash", "settings: a fresh good DFlash pipeline", "good", DFLASH_WATCHED),
         "k": Row("dflash", "settings: vLLM num_speculative_tokens = block_size", "bad", ("EC523",)),
         "shift": Row("dflash", "settings: the draft's taps one layer deeper", "bad", ("EC501",)),
-        "guess": Row(
-            "dflash", "settings: no tap list, SGLang's spread differs", "bad", ("EC522",)
-        ),
+        "guess": Row("dflash", "settings: no tap list, SGLang's spread differs", "bad", ("EC522",)),
         "dup": Row("dflash", "settings: a repeated tap", "bad", ("EC525",)),
     }
     for seed in seeds:
@@ -587,7 +585,7 @@ def run_dflash(seeds: range, root: Path) -> list[Row]:
         bad = dict(p, engine="vllm", version="0.34.0")
         bad["launch"] = (
             "vllm serve t --speculative-config "
-            f"'{{\"method\": \"dflash\", \"num_speculative_tokens\": {p['block']}}}'"
+            f'\'{{"method": "dflash", "num_speculative_tokens": {p["block"]}}}\''
         )
         rows["k"].add(seed, _dflash_codes(root, bad, trained), p["L"])
         shifted = dict(p, taps=[t + 1 for t in trained])
@@ -613,7 +611,8 @@ def _dflash_set(model: Any, folder: Path, seed: int, taps: tuple[int, ...], n: i
         captured = capture_canonical(model, ids)
         states = [captured[Layer(t + 1)].to(torch.bfloat16) for t in taps]
         mask = (torch.arange(len(ids)) >= len(ids) // 3).long()
-        save(folder / shard_name("specforge-dflash", i), shard_dict("specforge-dflash", ids, mask, states))
+        data = shard_dict("specforge-dflash", ids, mask, states)
+        save(folder / shard_name("specforge-dflash", i), data)
 
 
 def _dflash_shards(seeds: range, root: Path) -> list[Row]:

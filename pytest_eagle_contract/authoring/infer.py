@@ -99,17 +99,22 @@ def draft_contract(request: InferRequest) -> Draft:
             vocab_size=request.vocab_size or target.vocab_size,
             arch=request.arch or target.arch,
         )
-    if request.hidden_size is None and request.draft is not None:
-        request = replace(request, hidden_size=_dflash_hidden_size(request.draft))
     files = [f for p in request.paths for f in discover(Path(p), request.format)]
     if not files:
         raise UsageError("no shard files found under " + ", ".join(map(str, request.paths)))
-    obs = observe(
-        choose(files, request.sample, request.seed),
-        request.format,
-        request.hidden_size,
-        request.workers,
-    )
+    chosen = choose(files, request.sample, request.seed)
+    try:
+        obs = observe(chosen, request.format, request.hidden_size, request.workers)
+    except UsageError:
+        # SpecForge's DFlash files hold the taps alone, concatenated: their width says H only
+        # with the draft's hidden_size beside it
+        hidden = (
+            request.draft and request.hidden_size is None and _dflash_hidden_size(request.draft)
+        )
+        if not hidden:
+            raise
+        request = replace(request, hidden_size=hidden)
+        obs = observe(chosen, request.format, hidden, request.workers)
     named, why = _name_slots(
         obs, request.layers, request.num_layers, request.arch, target, request.draft
     )

@@ -215,16 +215,14 @@ def _block(contract: Contract, report: LayoutReport, draft: DFlashDraft, command
             return
         asked = block or tokens
         if asked and B is not None and asked != B:
-            flag = (
-                "--speculative-dflash-block-size" if block else "--speculative-num-draft-tokens"
-            )
+            flag = "--speculative-dflash-block-size" if block else "--speculative-num-draft-tokens"
             more = asked > B
             report.add(
                 "EC523",
                 f"{flag} {asked} is SGLang's DFlash block; {where} was trained on blocks of "
                 f"{B} ({B - 1} drafted tokens): SGLang runs blocks of {asked} with only a log "
                 "warning ('DFLASH block size mismatch')"
-                + (f", asking the draft for positions {B}..{asked - 1} it never learned" if more else ""),
+                + (f", asking for positions {B}..{asked - 1} it never learned" if more else ""),
                 "serving.launch",
                 hint=f"launch with {flag} {B} (or leave it out: SGLang then reads block_size)",
                 expected=f"{B}",

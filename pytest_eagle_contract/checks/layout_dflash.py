@@ -96,7 +96,11 @@ def _every_engine(
 
 
 def _fix(
-    engine: str, L: int, trained: list[Layer], arch: str | None, version: str | None,
+    engine: str,
+    L: int,
+    trained: list[Layer],
+    arch: str | None,
+    version: str | None,
     draft: DFlashDraft,
 ) -> str:
     from ..engines.dflash import TAP_KEYS, taps_for
@@ -113,11 +117,11 @@ def check_dflash(
     env_label: str = "",
 ) -> list[Finding]:
     from ..engines.dflash import TAP_KEYS, resolve_dflash
-    from ..engines.knobs import launch_knobs
-    from .dflash_settings import check_settings
     from ..engines.fixes import relabel, runs, span_label
+    from ..engines.knobs import launch_knobs
     from ..engines.resolve import get_engine
     from ..errors import Unservable
+    from .dflash_settings import check_settings
 
     serving = contract.serving
     assert serving is not None
@@ -153,8 +157,9 @@ def check_dflash(
             (p.code, relabel(p.message, version, "\x00")) for p in got.problems
         )
 
+    trained_layers_ = trained[0] if trained else []
     table = functools.cache(
-        lambda: _every_engine(trained[0] if trained else [], L, arch, draft, serving.engine, versions)
+        lambda: _every_engine(trained_layers_, L, arch, draft, serving.engine, versions)
     )
     for run in runs(list(versions), key):  # type: ignore[arg-type]
         label = span_label([v or "" for v in run])

@@ -58,7 +58,7 @@ def codes(seam: dict) -> list[str]:
 
 def test_doctor_reads_a_dflash_draft_by_dflash_rules(cli, tmp_path, target):
     d = draft(tmp_path, DRAFT)
-    rc, seams = doctor(
+    _, seams = doctor(
         cli, "--draft", d, "--target-model", target, "--engine", "sglang",
         "--version", "0.5.23", "--serving-args", f"{SGLANG} --speculative-num-draft-tokens 8",
     )  # fmt: skip

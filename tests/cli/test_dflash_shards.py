@@ -40,7 +40,7 @@ def specforge_layout():
     try:
         from specforge.algorithms.common.dflash_family_data import normalize_offline_sample
         from specforge.algorithms.dflash.providers import algorithm_providers
-    except Exception:  # noqa: BLE001 - any import failure: SpecForge is not usable here
+    except Exception:  # any import failure: SpecForge is not usable here
         return None
     [offline] = algorithm_providers().offline
     return offline.capture_layout, normalize_offline_sample
@@ -133,8 +133,13 @@ def test_infer_then_check_passes_good_and_fails_shifts_and_guesses(cli, tmp_path
     res, found = check(cli, contract, shifted)  # the shards one tap off
     assert res.returncode == 1 and ("EC401", "error") in found, found
 
-    draft_dir(tmp_path, {**DRAFT, "dflash_config": {"mask_token_id": 500,
-                                                    "target_layer_ids": [t + 1 for t in TAPS]}})
+    draft_dir(
+        tmp_path,
+        {
+            **DRAFT,
+            "dflash_config": {"mask_token_id": 500, "target_layer_ids": [t + 1 for t in TAPS]},
+        },
+    )
     res, found = check(cli, contract)  # the draft config one tap off
     assert res.returncode == 1 and ("EC501", "error") in found, found
 

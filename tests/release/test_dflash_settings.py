@@ -36,7 +36,10 @@ def codes(findings) -> list[tuple[str, str]]:
 
 
 SGLANG = "python -m sglang.launch_server --speculative-algorithm DFLASH"
-VLLM = "vllm serve t --speculative-config '{{\"method\": \"dflash\", \"num_speculative_tokens\": {k}}}'"
+VLLM = (
+    "vllm serve t --speculative-config "
+    """'{{"method": "dflash", "num_speculative_tokens": {k}}}'"""
+)
 
 
 def test_good_draft_and_launch_pass(cli, tmp_path):

@@ -12,7 +12,10 @@ What each engine does with them, read from its released code (docs/dflash.md):
   block size mismatch"); both given and unlike each other is a ValueError
   (``arg_groups/speculative_hook.py``); neither given and no ``block_size`` in the draft: 16.
   vLLM 0.34.0 drafts ``num_speculative_tokens`` tokens (k, not B) and does not compare it with
-  the draft's ``block_size`` (``v1/worker/gpu/spec_decode/dflash/speculator.py``).
+  the draft's ``block_size`` (``v1/worker/gpu/spec_decode/dflash/speculator.py``); other
+  vLLM releases were not read for this.
+- SGLang 0.5.11 and 0.5.18 (``server_args.py``/``speculative_hook.py``,
+  ``dflash_worker.py``/``dflash_worker_v2.py``) do as 0.5.23 for the block and the mask token.
 - Mask token: SGLang 0.5.23 reads ``dflash_config.mask_token_id``, then the top-level key;
   negative is a ValueError (``dflash_utils.py``), at or past the target's vocab_size a
   ValueError (``dflash_worker_v2.py`` ``_resolve_mask_token_id``); absent, it looks
@@ -147,7 +150,8 @@ def _mask(contract: Contract, report: LayoutReport, draft: DFlashDraft) -> None:
             report.add(
                 "EC524",
                 f"{where}: no mask_token_id (dflash_config.mask_token_id nor top level): vLLM "
-                "refuses the draft at start-up (get_parallel_drafting_token_id)",
+                "0.34.0 refuses the draft at start-up (get_parallel_drafting_token_id; older "
+                "releases not read for it)",
                 "serving.draft_config",
                 hint="write the mask token id the draft was trained with under "
                 "dflash_config.mask_token_id",
@@ -259,8 +263,8 @@ def _block(contract: Contract, report: LayoutReport, draft: DFlashDraft, command
             "EC523",
             f"vLLM num_speculative_tokens {k}; {where} was trained on blocks of {B}: the "
             f"anchor then {B - 1} masked positions, {most} drafted tokens (speculators #456: "
-            f"block_size 8 drafts 7). vLLM does not compare them: positions past {most} are "
-            "drafted by a model never trained on them",
+            f"block_size 8 drafts 7). vLLM 0.34.0 does not compare them: positions past "
+            f"{most} are drafted by a model never trained on them",
             "serving.launch",
             hint=f"set num_speculative_tokens to {most} (block_size - 1) or fewer",
             expected=f"at most {most}",

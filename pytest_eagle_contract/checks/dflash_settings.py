@@ -49,8 +49,8 @@ def check_settings(
     """EC523-EC525 for one DFlash draft config (``draft``) and its launch line."""
     _taps(contract, report, draft)
     _mask(contract, report, draft)
-    if command:
-        _block(contract, report, draft, command)
+    if command or draft.speculative_tokens is not None:
+        _block(contract, report, draft, command or "")
 
 
 def _where(draft: DFlashDraft) -> str:
@@ -205,6 +205,8 @@ def _block(contract: Contract, report: LayoutReport, draft: DFlashDraft, command
     B = draft.block_size
     where = _where(draft)
     if serving.engine == "sglang":
+        if not command:
+            return  # no launch line: what SGLang would run is not known here
         tokens = _count(flags, "speculative-num-draft-tokens")
         block = _count(flags, "speculative-dflash-block-size")
         if tokens and block and tokens != block:
@@ -253,20 +255,36 @@ def _block(contract: Contract, report: LayoutReport, draft: DFlashDraft, command
 
     config, _ = speculative_config(flags)
     k = config.get("num_speculative_tokens") if config is not None else None
+    said = f"vLLM num_speculative_tokens {k}"
     if not (isinstance(k, int) and not isinstance(k, bool)):
         k = _count(flags, "num-speculative-tokens") or None
+        said = f"vLLM --num-speculative-tokens {k}"
+    if k is None and draft.speculative_tokens is not None:
+        # vLLM 0.34.0 takes a speculators config's speculative_tokens where the launch
+        # gives none (transformers_utils/config.py maybe_override_with_speculators)
+        k = draft.speculative_tokens
+        said = (
+            f"the speculators config's speculative_tokens {k} (vLLM's num_speculative_tokens "
+            "where the launch sets none)"
+        )
     if k is None:
         return
     most = B if draft.sample_from_anchor else B - 1
     if k > most:
         report.add(
             "EC523",
-            f"vLLM num_speculative_tokens {k}; {where} was trained on blocks of {B}: the "
+            f"{said}; {where} was trained on blocks of {B}: the "
             f"anchor then {B - 1} masked positions, {most} drafted tokens (speculators #456: "
             f"block_size 8 drafts 7). vLLM 0.34.0 does not compare them: positions past "
             f"{most} are drafted by a model never trained on them",
             "serving.launch",
-            hint=f"set num_speculative_tokens to {most} (block_size - 1) or fewer",
+            hint=f"set num_speculative_tokens to {most} (block_size - 1) or fewer"
+            + (
+                " (speculators before #456 wrote speculative_tokens = block_size: re-export, "
+                "or override it in --speculative-config)"
+                if draft.speculative_tokens == k
+                else ""
+            ),
             expected=f"at most {most}",
             found=f"{k}",
         )

@@ -108,10 +108,10 @@ def draft_contract(request: InferRequest) -> Draft:
     except UsageError:
         # SpecForge's DFlash files hold the taps alone, concatenated: their width says H only
         # with the draft's hidden_size beside it
-        hidden = (
-            request.draft and request.hidden_size is None and _dflash_hidden_size(request.draft)
-        )
-        if not hidden:
+        hidden = None
+        if request.draft is not None and request.hidden_size is None:
+            hidden = _dflash_hidden_size(request.draft)
+        if hidden is None:
             raise
         request = replace(request, hidden_size=hidden)
         obs = observe(chosen, request.format, hidden, request.workers)

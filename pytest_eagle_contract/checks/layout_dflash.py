@@ -157,9 +157,9 @@ def check_dflash(
             (p.code, relabel(p.message, version, "\x00")) for p in got.problems
         )
 
-    trained_layers_ = trained[0] if trained else []
+    trained_list = trained[0] if trained else []
     table = functools.cache(
-        lambda: _every_engine(trained_layers_, L, arch, draft, serving.engine, versions)
+        lambda: _every_engine(trained_list, L, arch, draft, serving.engine, versions)
     )
     for run in runs(list(versions), key):  # type: ignore[arg-type]
         label = span_label([v or "" for v in run])

@@ -49,7 +49,7 @@ Seams and cases (tiny real transformers targets made in code, ``models.tiny``'s 
   revision of the tokenizer (retrained with the same settings on the text with one
   module in twenty seen twice: other merges, other ids); the map of a narrow corpus (3
   documents: a stale cache of a debugging run).
-- ``dflash`` (issue 38; discrete rules, no tolerance: EC501, EC522, EC523, EC524, EC525 of
+- ``dflash`` (issue 38; discrete rules, no tolerance: EC501, EC522, EC526, EC527, EC528 of
   the DFlash layout check, and EC401's norm bounds that ``infer`` draws for a DFlash shard
   set). Settings rows: a fresh random DFlash pipeline per seed (a target of 8-80 layers,
   2-8 distinct taps, block 4/8/16, a mask token inside a vocabulary of 32k-152k, served on
@@ -561,7 +561,7 @@ def _dflash_codes(root: Path, p: dict[str, Any], trained: list[int]) -> set[str]
     return {f.code for f in check_layout(contract) if f.severity == "error"}
 
 
-DFLASH_WATCHED = ("EC501", "EC522", "EC523", "EC524", "EC525")
+DFLASH_WATCHED = ("EC501", "EC522", "EC526", "EC527", "EC528")
 
 
 def run_dflash(seeds: range, root: Path) -> list[Row]:
@@ -571,10 +571,10 @@ def run_dflash(seeds: range, root: Path) -> list[Row]:
 
     rows = {
         "good": Row("dflash", "settings: a fresh good DFlash pipeline", "good", DFLASH_WATCHED),
-        "k": Row("dflash", "settings: vLLM num_speculative_tokens = block_size", "bad", ("EC523",)),
+        "k": Row("dflash", "settings: vLLM num_speculative_tokens = block_size", "bad", ("EC526",)),
         "shift": Row("dflash", "settings: the draft's taps one layer deeper", "bad", ("EC501",)),
         "guess": Row("dflash", "settings: no tap list, SGLang's spread differs", "bad", ("EC522",)),
-        "dup": Row("dflash", "settings: a repeated tap", "bad", ("EC525",)),
+        "dup": Row("dflash", "settings: a repeated tap", "bad", ("EC528",)),
     }
     for seed in seeds:
         rng = random.Random(seed)
@@ -673,8 +673,8 @@ def thresholds() -> dict[str, str]:
         f"bfloat16 storage error; EC623 mean cosine < {BASIS_FLOOR:g}",
         "vocabulary": f"EC933 coverage < the recorded min_vocab_coverage; none recorded: a "
         f"warning < {UNRECORDED_WARNING:g}, an error < {UNRECORDED_ERROR:g}",
-        "dflash": "EC523 draft tokens > block_size - 1 (vLLM) or block != block_size (SGLang); "
-        "EC524 mask id absent/negative/>= vocab; EC525 repeated or negative taps; EC501/EC522 "
+        "dflash": "EC526 draft tokens > block_size - 1 (vLLM) or block != block_size (SGLang); "
+        "EC527 mask id absent/negative/>= vocab; EC528 repeated or negative taps; EC501/EC522 "
         "trained != served; EC401 infer's norm bounds on DFlash shards",
     }
 

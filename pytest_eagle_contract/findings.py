@@ -71,9 +71,9 @@ RuleCode = Literal[
     "EC520",
     "EC521",
     "EC522",
-    "EC523",
-    "EC524",
-    "EC525",
+    "EC526",
+    "EC527",
+    "EC528",
     "EC601",
     "EC602",
     "EC603",
@@ -227,11 +227,11 @@ EC521 aux-states-off             the draft's use_aux_hidden_state: false runs an
                                  without its aux states
 EC522 guessed-taps               the draft config has no tap list: the engine guesses the layers
                                  by a formula
-EC523 dflash-block-size          the launch's DFlash block or draft length is not the draft's
+EC526 dflash-block-size          the launch's DFlash block or draft length is not the draft's
                                  trained block_size (B drafts B - 1 tokens)
-EC524 dflash-mask-token          the DFlash draft's mask_token_id is missing, negative or past
+EC527 dflash-mask-token          the DFlash draft's mask_token_id is missing, negative or past
                                  the vocabulary
-EC525 dflash-tap-list            the DFlash tap list repeats or wraps layers, or the draft was
+EC528 dflash-tap-list            the DFlash tap list repeats or wraps layers, or the draft was
                                  trained for a target of another depth
 -- EC6xx: evidence of what each slot is (reference capture, weights)
 EC601 embed-identity             a slot is (or is declared but is not) the embedding rows

@@ -1,5 +1,5 @@
 """A DFlash draft's own settings against the launch line and the contract: block size and
-draft length (EC523), the mask token (EC524), the tap list itself (EC525).
+draft length (EC526), the mask token (EC527), the tap list itself (EC528).
 
 What each engine does with them, read from its released code (docs/dflash.md):
 
@@ -46,7 +46,7 @@ SGLANG_DEFAULT_BLOCK = 16
 def check_settings(
     contract: Contract, report: LayoutReport, draft: DFlashDraft, command: str | None
 ) -> None:
-    """EC523-EC525 for one DFlash draft config (``draft``) and its launch line."""
+    """EC526-EC528 for one DFlash draft config (``draft``) and its launch line."""
     _taps(contract, report, draft)
     _mask(contract, report, draft)
     if command or draft.speculative_tokens is not None:
@@ -68,7 +68,7 @@ def _taps(contract: Contract, report: LayoutReport, draft: DFlashDraft) -> None:
         dup = sorted({t for t in taps if taps.count(t) > 1})
         if dup:
             report.add(
-                "EC525",
+                "EC528",
                 f"{where}: {draft.tap_key} {list(taps)} names layer(s) {dup} more than once: "
                 "a trainer reading hidden_states[t + 1] per tap concatenates the same state "
                 "again, while SGLang captures each layer once (fewer states than the fc takes) "
@@ -83,7 +83,7 @@ def _taps(contract: Contract, report: LayoutReport, draft: DFlashDraft) -> None:
         if neg:
             wrapped = ", ".join(f"{t} -> {_wrapped(t, L)}" for t in neg if L + t + 2 >= 0)
             report.add(
-                "EC525",
+                "EC528",
                 f"{where}: {draft.tap_key} {list(taps)} holds negative taps {neg}: a trainer "
                 "indexing hidden_states[t + 1] wraps them onto layers from the end"
                 + (f" ({wrapped})" if wrapped else "")
@@ -105,7 +105,7 @@ def _taps(contract: Contract, report: LayoutReport, draft: DFlashDraft) -> None:
             trained, served = None, None
         if trained is not None and trained != served:
             report.add(
-                "EC525",
+                "EC528",
                 f"{where}: num_target_layers is {stated}, the contract's target has {L} "
                 f"layers; without a tap list a trainer builds the taps from {stated} "
                 f"(build_target_layer_ids({stated}, {n}) = {trained}) and SGLang from the "
@@ -117,7 +117,7 @@ def _taps(contract: Contract, report: LayoutReport, draft: DFlashDraft) -> None:
             )
             return
     report.add(
-        "EC525",
+        "EC528",
         f"{where}: num_target_layers is {stated}, the contract's target has {L} layers: "
         "the draft was trained for a target of another depth (SGLang only logs a warning)",
         "serving.draft_config",
@@ -148,7 +148,7 @@ def _mask(contract: Contract, report: LayoutReport, draft: DFlashDraft) -> None:
             return  # taps given in the contract: no draft config to read
         if serving.engine == "vllm":
             report.add(
-                "EC524",
+                "EC527",
                 f"{where}: no mask_token_id (dflash_config.mask_token_id nor top level): vLLM "
                 "0.34.0 refuses the draft at start-up (get_parallel_drafting_token_id; older "
                 "releases not read for it)",
@@ -160,7 +160,7 @@ def _mask(contract: Contract, report: LayoutReport, draft: DFlashDraft) -> None:
             )
         elif serving.engine == "sglang":
             report.add(
-                "EC524",
+                "EC527",
                 f"{where}: no mask_token_id: SGLang looks '<|MASK|>' (or mask_token) up in "
                 "the target's tokenizer and adds it when absent, an id the trainer may not "
                 "have used for the masked positions",
@@ -173,7 +173,7 @@ def _mask(contract: Contract, report: LayoutReport, draft: DFlashDraft) -> None:
         return
     if mask < 0:
         report.add(
-            "EC524",
+            "EC527",
             f"{where}: mask_token_id {mask} is negative: SGLang refuses it at start-up, and "
             "an embedding lookup in the trainer wraps it onto a row from the end",
             "serving.draft_config",
@@ -182,7 +182,7 @@ def _mask(contract: Contract, report: LayoutReport, draft: DFlashDraft) -> None:
         )
     elif vocab is not None and mask >= vocab:
         report.add(
-            "EC524",
+            "EC527",
             f"{where}: mask_token_id {mask} lies outside the vocabulary of {vocab} tokens: "
             "SGLang refuses it at start-up (mask_token_id outside the target vocab size) and "
             "the draft's embedding has no such row",
@@ -211,7 +211,7 @@ def _block(contract: Contract, report: LayoutReport, draft: DFlashDraft, command
         block = _count(flags, "speculative-dflash-block-size")
         if tokens and block and tokens != block:
             report.add(
-                "EC523",
+                "EC526",
                 f"--speculative-num-draft-tokens {tokens} and --speculative-dflash-block-size "
                 f"{block} differ: SGLang refuses the launch (they must match for DFLASH)",
                 "serving.launch",
@@ -224,7 +224,7 @@ def _block(contract: Contract, report: LayoutReport, draft: DFlashDraft, command
             flag = "--speculative-dflash-block-size" if block else "--speculative-num-draft-tokens"
             more = asked > B
             report.add(
-                "EC523",
+                "EC526",
                 f"{flag} {asked} is SGLang's DFlash block; {where} was trained on blocks of "
                 f"{B} ({B - 1} drafted tokens): SGLang runs blocks of {asked} with only a log "
                 "warning ('DFLASH block size mismatch')"
@@ -237,7 +237,7 @@ def _block(contract: Contract, report: LayoutReport, draft: DFlashDraft, command
             )
         elif not asked and B is None:
             report.add(
-                "EC523",
+                "EC526",
                 f"{where} states no block_size and the launch sets none: SGLang drafts blocks "
                 f"of {SGLANG_DEFAULT_BLOCK} (speculative_hook.py), whatever block the draft "
                 "was trained on",
@@ -272,7 +272,7 @@ def _block(contract: Contract, report: LayoutReport, draft: DFlashDraft, command
     most = B if draft.sample_from_anchor else B - 1
     if k > most:
         report.add(
-            "EC523",
+            "EC526",
             f"{said}; {where} was trained on blocks of {B}: the "
             f"anchor then {B - 1} masked positions, {most} drafted tokens (speculators #456: "
             f"block_size 8 drafts 7). vLLM 0.34.0 does not compare them: positions past "

@@ -57,7 +57,7 @@ class DFlashDraft:
     num_hidden_layers: int | None = None
     num_target_layers: int | None = None
     block_size: int | None = None
-    mask_token_id: int | None = None  # as written: a negative id is kept (EC524 names it)
+    mask_token_id: int | None = None  # as written: a negative id is kept (EC527 names it)
     vocab_size: int | None = None  # the draft's own vocab_size (its embedding's rows)
     sample_from_anchor: bool = False  # speculators: draft the anchor too (block_size tokens)
     speculators: bool = False  # a speculators-format config (``speculators_model_type``)

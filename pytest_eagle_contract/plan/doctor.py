@@ -163,8 +163,8 @@ LAYOUT_CODES: frozenset[str] = frozenset(
 ENGINE_CODES: frozenset[str] = frozenset(
     {"EC507", "EC508", "EC510", "EC511", "EC514", "EC516", "EC522"}
 )
-METHOD_CODES: frozenset[str] = frozenset({"EC521", "EC524", "EC525"})
-LAUNCH_CODES: frozenset[str] = frozenset({"EC512", "EC517", "EC518", "EC519", "EC520", "EC523"})
+METHOD_CODES: frozenset[str] = frozenset({"EC521", "EC527", "EC528"})
+LAUNCH_CODES: frozenset[str] = frozenset({"EC512", "EC517", "EC518", "EC519", "EC520", "EC526"})
 
 
 def _layout(s: Setup) -> list[Finding]:

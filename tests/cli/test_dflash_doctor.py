@@ -1,7 +1,7 @@
 """``eagle-contract doctor`` on a DFlash draft (issue 38): the draft config names the method,
 so every seam reads it by DFlash's rules (docs/dflash.md): a guessed tap list is the
 engine-rules seam's EC522, a launch block unlike the draft's block_size the serving-args
-seam's EC523, a mask token past the vocabulary the method seam's EC524, a contract's
+seam's EC526, a mask token past the vocabulary the method seam's EC527, a contract's
 trained layers the engine does not feed the layout seam's EC501 with its every-engine
 table; the draft-checkpoint seam says it does not read DFlash checkpoints (EC90x read an
 EAGLE-3 fc) instead of failing them."""
@@ -79,8 +79,8 @@ def test_doctor_dflash_failures_land_in_their_seams(cli, tmp_path, target):
     )  # fmt: skip
     assert rc == 1
     assert codes(seams["engine-rules"]) == ["EC522"]
-    assert codes(seams["method"]) == ["EC524"] and seams["method"]["status"] == "fail"
-    assert codes(seams["serving-args"]) == ["EC523"]
+    assert codes(seams["method"]) == ["EC527"] and seams["method"]["status"] == "fail"
+    assert codes(seams["serving-args"]) == ["EC526"]
 
 
 def test_doctor_layout_of_a_dflash_contract_has_the_every_engine_table(cli, tmp_path, target):

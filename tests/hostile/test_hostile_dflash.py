@@ -115,9 +115,9 @@ def test_hostile_dflash_draft_configs_are_findings(tmp_path, draft):
 
 def test_a_dflash_config_that_is_no_object_is_read_as_absent(tmp_path):
     """SGLang reads ``dflash_config`` with ``.get``: a list there is read here as no
-    dflash_config (no taps, no mask token: the fallback and EC524's warning), no crash."""
+    dflash_config (no taps, no mask token: the fallback and EC527's warning), no crash."""
     folder = setup(tmp_path, {**DRAFT, "dflash_config": [1, 2]})
     torch.save(good(), folder / "data_0.ckpt")
     res = run("check", tmp_path / "c.yaml", "--checks", "layout", "--json")
     codes = {f["code"] for f in json.loads(res.stdout)["findings"]}
-    assert "EC524" in codes
+    assert "EC527" in codes

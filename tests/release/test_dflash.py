@@ -185,7 +185,7 @@ target: {{arch: LlamaForCausalLM, num_hidden_layers: 8, hidden_size: 64, vocab_s
   version: "{version}"
   draft_config: draft
 """
-# a mask token id inside the contract's vocabulary of 512 (EC524 otherwise)
+# a mask token id inside the contract's vocabulary of 512 (EC527 otherwise)
 TINY_DRAFT = {
     **NO_TAPS,
     "hidden_size": 64,

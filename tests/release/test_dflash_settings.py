@@ -1,5 +1,5 @@
 """A DFlash draft's block size, mask token and tap list against the launch line and the
-contract (EC523-EC525), through ``eagle-contract check --checks layout``.
+contract (EC526-EC528), through ``eagle-contract check --checks layout``.
 
 The engines' behaviour each case encodes was read from sglang 0.5.23, vLLM 0.34.0 and
 speculators 0.9.0 (docs/dflash.md#block-size-and-mask-token); the expected values here come
@@ -57,7 +57,7 @@ def test_vllm_asking_block_size_tokens_is_ec523(cli, tmp_path):
     """speculators #456: block_size 8 drafts 7; asking vLLM for 8 is the off-by-one."""
     res, found = run(cli, tmp_path, LISTED, engine="vllm", version="0.34.0",
                      launch=VLLM.format(k=8))  # fmt: skip
-    assert res.returncode == 1 and codes(found) == [("EC523", "error")]
+    assert res.returncode == 1 and codes(found) == [("EC526", "error")]
     assert found[0]["expected"] == "at most 7" and found[0]["found"] == "8"
     anchored = {**LISTED, "sample_from_anchor": True}  # speculators: the anchor drafts too
     res, found = run(cli, tmp_path, anchored, engine="vllm", version="0.34.0",
@@ -76,24 +76,24 @@ def test_vllm_asking_block_size_tokens_is_ec523(cli, tmp_path):
 )
 def test_sglang_block_other_than_trained_is_ec523(cli, tmp_path, flags, severity):
     res, found = run(cli, tmp_path, LISTED, launch=f"{SGLANG} {flags}")
-    assert codes(found) == [("EC523", severity)]
+    assert codes(found) == [("EC526", severity)]
     assert res.returncode == (1 if severity == "error" else 0)
 
 
 def test_sglang_default_block_without_block_size_is_ec523_warning(cli, tmp_path):
     draft = {k: v for k, v in LISTED.items() if k != "block_size"}
     res, found = run(cli, tmp_path, draft, launch=SGLANG)
-    assert res.returncode == 0 and codes(found) == [("EC523", "warning")]
+    assert res.returncode == 0 and codes(found) == [("EC526", "warning")]
     assert "16" in found[0]["found"]
 
 
 @pytest.mark.parametrize(
     ("mask", "engine", "expected"),
     [
-        (None, "vllm", ("EC524", "error")),  # vLLM refuses a draft without one
-        (None, "sglang", ("EC524", "warning")),  # SGLang looks <|MASK|> up in the tokenizer
-        (512, "sglang", ("EC524", "error")),  # the contract's vocab_size is 512
-        (-1, "sglang", ("EC524", "error")),
+        (None, "vllm", ("EC527", "error")),  # vLLM refuses a draft without one
+        (None, "sglang", ("EC527", "warning")),  # SGLang looks <|MASK|> up in the tokenizer
+        (512, "sglang", ("EC527", "error")),  # the contract's vocab_size is 512
+        (-1, "sglang", ("EC527", "error")),
     ],
 )
 def test_mask_token_ec524(cli, tmp_path, mask, engine, expected):
@@ -117,16 +117,16 @@ def test_duplicate_taps_are_ec525(cli, tmp_path):
     """ModelOpt's formula on a shallow target repeats a layer ([1, 1, 1, 1])."""
     draft = {**LISTED, "dflash_config": {"target_layer_ids": [1, 1, 1, 1]}}
     res, found = run(cli, tmp_path, draft, training=slots(outputs_of([1, 1, 1, 1])))
-    assert res.returncode == 1 and ("EC525", "error") in codes(found)
-    [f] = [f for f in found if f["code"] == "EC525"]
+    assert res.returncode == 1 and ("EC528", "error") in codes(found)
+    [f] = [f for f in found if f["code"] == "EC528"]
     assert f["expected"] == "distinct taps" and f["found"] == "[1, 1, 1, 1]"
 
 
 def test_negative_taps_are_ec525_and_say_where_they_wrap(cli, tmp_path):
     draft = {**LISTED, "dflash_config": {"target_layer_ids": [1, 3, -2]}}
     res, found = run(cli, tmp_path, draft)
-    assert res.returncode == 1 and ("EC525", "error") in codes(found)
-    [f] = [f for f in found if f["code"] == "EC525"]
+    assert res.returncode == 1 and ("EC528", "error") in codes(found)
+    [f] = [f for f in found if f["code"] == "EC528"]
     # hidden_states[-2 + 1] = hidden_states[-1]: HF's last entry, the final-norm state
     assert "-2 -> final_norm" in f["message"] and f["found"] == "[-2]"
 
@@ -137,8 +137,8 @@ def test_other_target_depth_is_ec525(cli, tmp_path):
     guessed = {k: v for k, v in TINY_DRAFT.items()} | {"num_target_layers": 12, "block_size": 8}
     res, found = run(cli, tmp_path, guessed, training="")
     trained = [round(1 + i * (12 - 4) / 2) for i in range(3)]  # [1, 5, 9]
-    assert ("EC525", "error") in codes(found)
-    [f] = [f for f in found if f["code"] == "EC525"]
+    assert ("EC528", "error") in codes(found)
+    [f] = [f for f in found if f["code"] == "EC528"]
     assert str(trained) in f["message"] and f["found"] == "num_target_layers 12"
     res, found = run(cli, tmp_path, {**LISTED, "num_target_layers": 12})
-    assert res.returncode == 0 and codes(found) == [("EC525", "warning")]
+    assert res.returncode == 0 and codes(found) == [("EC528", "warning")]

@@ -116,7 +116,7 @@ def test_post_456_speculative_tokens_pass(cli, tmp_path):
 def test_pre_456_speculative_tokens_are_ec523(cli, tmp_path):
     """speculators before #456 wrote speculative_tokens = block_size (8): vLLM drafts 8."""
     res, found = check(cli, tmp_path, speculators_config(8))
-    assert res.returncode == 1 and found == [("EC523", "error")]
+    assert res.returncode == 1 and found == [("EC526", "error")]
     assert "speculative_tokens 8" in res.stdout and "#456" in res.stdout
     launch = "vllm serve draft --speculative-config '{\"num_speculative_tokens\": 7}'"
     res, found = check(cli, tmp_path, speculators_config(8), launch)  # the launch wins

@@ -49,6 +49,18 @@ Seams and cases (tiny real transformers targets made in code, ``models.tiny``'s 
   revision of the tokenizer (retrained with the same settings on the text with one
   module in twenty seen twice: other merges, other ids); the map of a narrow corpus (3
   documents: a stale cache of a debugging run).
+- ``dflash`` (issue 38; discrete rules, no tolerance: EC501, EC522, EC526, EC527, EC528 of
+  the DFlash layout check, and EC401's norm bounds that ``infer`` draws for a DFlash shard
+  set). Settings rows: a fresh random DFlash pipeline per seed (a target of 8-80 layers,
+  2-8 distinct taps, block 4/8/16, a mask token inside a vocabulary of 32k-152k, served on
+  SGLang 0.5.23 with its block or none, or vLLM 0.34.0 with 1..B-1 draft tokens), its
+  contract's training slots the taps' layers (``check_layout`` in-process). Good: that
+  pipeline. Bad: vLLM asked for B tokens (speculators #456), the draft's taps one layer
+  deeper than trained, the tap list removed where SGLang's fallback spreads other layers,
+  a repeated tap. Shards rows: the tiny target's real hidden states at taps [1, 3, 5]
+  (``residual:2/4/6``) on 60-300 fresh token ids, 4 shards a set written in SpecForge's
+  DFlash layout; the contract is ``infer``'s from 8 trusted shards of the same pipeline.
+  Good: a fresh set. Bad: a set captured one layer deeper (taps [2, 4, 6]).
 """
 
 from __future__ import annotations
@@ -72,7 +84,7 @@ sys.path.extend(kinds.folders())
 sys.path.insert(0, str(HERE))
 from false_alarms import loaded  # noqa: E402  (the same model cache)
 
-SEAMS = ("precision", "identity", "vocabulary")
+SEAMS = ("precision", "identity", "vocabulary", "dflash")
 TOKENS = (60, 300)  # shard lengths, as benchmarks/false_alarms.py and tests/shardgen.py
 H, LAYERS, VOCAB = 64, 8, 512  # models.tiny's default target
 BPE_VOCAB, DRAFT_VOCAB = 4096, 1024  # the tokenizer and draft vocabulary (32k of 128k)
@@ -479,6 +491,175 @@ def vocab_maps(counts: Any, vocab: int, n: int = DRAFT_VOCAB) -> tuple[Any, Any]
 # -- the table ------------------------------------------------------------------------------
 
 
+# -- the dflash seam: DFlash settings and DFlash shards ---------------------------------------
+
+DFLASH_TAPS = (1, 3, 5)  # the shards rows' taps on the 8-layer tiny target
+
+
+def _dflash_pipeline(rng: Any) -> dict[str, Any]:
+    """A random good DFlash pipeline: target depth, taps, block, mask token, engine, launch."""
+    L = rng.randint(8, 80)
+    n = rng.randint(2, min(8, L - 2))
+    taps = sorted(rng.sample(range(0, L - 2), n))
+    block = rng.choice([4, 8, 16])
+    vocab = rng.choice([32000, 128256, 151936])
+    engine = rng.choice(["sglang", "vllm"])
+    if engine == "sglang":
+        launch = rng.choice(["", f" --speculative-num-draft-tokens {block}"])
+        launch = "python -m sglang.launch_server --speculative-algorithm DFLASH" + launch
+    else:
+        k = rng.randint(1, block - 1)
+        launch = (
+            "vllm serve t --speculative-config "
+            f'\'{{"method": "dflash", "num_speculative_tokens": {k}}}\''
+        )
+    return {
+        "L": L,
+        "taps": taps,
+        "block": block,
+        "vocab": vocab,
+        "mask": rng.randrange(vocab),
+        "engine": engine,
+        "version": "0.5.23" if engine == "sglang" else "0.34.0",
+        "launch": launch,
+        "draft_layers": n,
+    }
+
+
+def _dflash_codes(root: Path, p: dict[str, Any], trained: list[int]) -> set[str]:
+    """The DFlash layout check's codes for pipeline ``p`` whose draft was trained on taps
+    ``trained`` (its contract's training slots)."""
+    import json
+
+    from pytest_eagle_contract.checks.layout import check_layout
+    from pytest_eagle_contract.contract.model import parse_contract
+
+    dflash: dict[str, Any] = {"mask_token_id": p["mask"]}
+    if p["taps"] is not None:
+        dflash["target_layer_ids"] = p["taps"]
+    draft = {
+        "architectures": ["DFlashDraftModel"],
+        "block_size": p["block"],
+        "dflash_config": dflash,
+        "hidden_size": 64,
+        "num_hidden_layers": p["draft_layers"],
+        "num_target_layers": p["L"],
+        "vocab_size": p["vocab"],
+    }
+    _mkdir(root / "draft")
+    (root / "draft" / "config.json").write_text(json.dumps(draft))
+    slots = "".join(f"    - {{layer: residual:{t + 1}}}\n" for t in trained)
+    text = (
+        "contract: d\nversion: 1\nmethod: dflash\n"
+        f"target: {{arch: Qwen3ForCausalLM, num_hidden_layers: {p['L']}, hidden_size: 64, "
+        f"vocab_size: {p['vocab']}}}\n"
+        f"training:\n  target_slot: null\n  slots:\n{slots}"
+        f'serving:\n  engine: {p["engine"]}\n  version: "{p["version"]}"\n'
+        f"  draft_config: draft\n  launch: {json.dumps(p['launch'])}\n"
+    )
+    contract = parse_contract(text, root / "c.yaml")
+    return {f.code for f in check_layout(contract) if f.severity == "error"}
+
+
+DFLASH_WATCHED = ("EC501", "EC522", "EC526", "EC527", "EC528")
+
+
+def run_dflash(seeds: range, root: Path) -> list[Row]:
+    import random
+
+    from pytest_eagle_contract.engines.dflash import zlab_formula
+
+    rows = {
+        "good": Row("dflash", "settings: a fresh good DFlash pipeline", "good", DFLASH_WATCHED),
+        "k": Row("dflash", "settings: vLLM num_speculative_tokens = block_size", "bad", ("EC526",)),
+        "shift": Row("dflash", "settings: the draft's taps one layer deeper", "bad", ("EC501",)),
+        "guess": Row("dflash", "settings: no tap list, SGLang's spread differs", "bad", ("EC522",)),
+        "dup": Row("dflash", "settings: a repeated tap", "bad", ("EC528",)),
+    }
+    for seed in seeds:
+        rng = random.Random(seed)
+        p = _dflash_pipeline(rng)
+        trained = list(p["taps"])
+        codes = _dflash_codes(root, p, trained)
+        rows["good"].add(seed, codes, p["L"], ", ".join(sorted(codes)))
+        bad = dict(p, engine="vllm", version="0.34.0")
+        bad["launch"] = (
+            "vllm serve t --speculative-config "
+            f'\'{{"method": "dflash", "num_speculative_tokens": {p["block"]}}}\''
+        )
+        rows["k"].add(seed, _dflash_codes(root, bad, trained), p["L"])
+        shifted = dict(p, taps=[t + 1 for t in trained])
+        rows["shift"].add(seed, _dflash_codes(root, shifted, trained), p["L"])
+        spread = zlab_formula(p["L"], p["draft_layers"])
+        other = trained if spread != trained else [t + 1 for t in trained]
+        guessed = dict(p, taps=None, engine="sglang", version="0.5.23", launch="")
+        rows["guess"].add(seed, _dflash_codes(root, guessed, other), p["L"])
+        dup = dict(p, taps=[trained[0], *trained[:-1]])
+        rows["dup"].add(seed, _dflash_codes(root, dup, trained), p["L"])
+    return [*rows.values(), *_dflash_shards(seeds, root)]
+
+
+def _dflash_set(model: Any, folder: Path, seed: int, taps: tuple[int, ...], n: int) -> None:
+    import torch
+
+    from pytest_eagle_contract.layers import Layer
+    from pytest_eagle_contract.models.reference import capture_canonical
+    from pytest_eagle_contract.shards.writing import save, shard_dict, shard_name
+
+    for i in range(n):
+        ids = _ids(seed * 100 + i)
+        captured = capture_canonical(model, ids)
+        states = [captured[Layer(t + 1)].to(torch.bfloat16) for t in taps]
+        mask = (torch.arange(len(ids)) >= len(ids) // 3).long()
+        data = shard_dict("specforge-dflash", ids, mask, states)
+        save(folder / shard_name("specforge-dflash", i), data)
+
+
+def _dflash_shards(seeds: range, root: Path) -> list[Row]:
+    import json
+
+    from pytest_eagle_contract.authoring.infer import InferRequest, draft_contract
+    from pytest_eagle_contract.contract.model import parse_contract
+    from pytest_eagle_contract.plan.planner import plan, run_units
+
+    model = loaded(_target(root, "target"))
+    draft = _mkdir(root / "shards-draft")
+    (draft / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["DFlashDraftModel"],
+                "block_size": 8,
+                "dflash_config": {"mask_token_id": 500, "target_layer_ids": list(DFLASH_TAPS)},
+                "hidden_size": H,
+                "num_hidden_layers": 3,
+                "num_target_layers": LAYERS,
+                "vocab_size": VOCAB,
+            }
+        )
+    )
+    trusted = _mkdir(root / "trusted")
+    _dflash_set(model, trusted, 10**6, DFLASH_TAPS, 8)
+    where = root / "c.yaml"
+    drafted = draft_contract(
+        InferRequest(
+            [trusted], "dflash", num_layers=LAYERS, vocab_size=VOCAB, arch="LlamaForCausalLM",
+            draft=draft, where=where, draft_ref=str(draft),
+        )
+    )  # fmt: skip
+    contract = parse_contract(drafted.text, where)
+    good = Row("dflash", "shards: a fresh set of the same pipeline", "good", ("EC401",))
+    deeper = Row("dflash", "shards: a set captured one layer deeper", "bad", ("EC401",))
+    for seed in seeds:
+        for row, taps in ((good, DFLASH_TAPS), (deeper, tuple(t + 1 for t in DFLASH_TAPS))):
+            folder = _mkdir(root / f"set-{row.kind}-{seed}")
+            _dflash_set(model, folder, seed, taps, 4)
+            outcome = run_units(plan(contract, [folder], None, 0))
+            codes = {f.code for f in outcome.findings if f.severity == "error"}
+            said = "; ".join(f"{f.code} {f.message}" for f in outcome.findings)
+            row.add(seed, codes, len(codes), said[:300])
+    return [good, deeper]
+
+
 def thresholds() -> dict[str, str]:
     """Each seam's thresholds, as the code has them."""
     from pytest_eagle_contract.checks.precision import MAX_SATURATION, MAX_UNDERFLOW
@@ -492,6 +673,9 @@ def thresholds() -> dict[str, str]:
         f"bfloat16 storage error; EC623 mean cosine < {BASIS_FLOOR:g}",
         "vocabulary": f"EC933 coverage < the recorded min_vocab_coverage; none recorded: a "
         f"warning < {UNRECORDED_WARNING:g}, an error < {UNRECORDED_ERROR:g}",
+        "dflash": "EC526 draft tokens > block_size - 1 (vLLM) or block != block_size (SGLang); "
+        "EC527 mask id absent/negative/>= vocab; EC528 repeated or negative taps; EC501/EC522 "
+        "trained != served; EC401 infer's norm bounds on DFlash shards",
     }
 
 
@@ -499,6 +683,7 @@ MEASURED = {
     "precision": "slot error",
     "identity": "worst rel. error",
     "vocabulary": "coverage",
+    "dflash": "L or codes",
 }
 
 
@@ -539,6 +724,7 @@ RUNS: dict[str, Callable[[range, Path], list[Row]]] = {
     "precision": run_precision,
     "identity": run_identity,
     "vocabulary": run_vocabulary,
+    "dflash": run_dflash,
 }
 
 

@@ -73,6 +73,9 @@ RuleCode = Literal[
     "EC522",
     "EC523",
     "EC524",
+    "EC526",
+    "EC527",
+    "EC528",
     "EC601",
     "EC602",
     "EC603",
@@ -230,6 +233,12 @@ EC522 guessed-taps               the draft config has no tap list: the engine gu
 EC523 draft-kind-fallback        mlx-vlm runs the draft as another drafter kind than the method
 EC524 drafter-dropped            mlx-vlm drops an incompatible MTP drafter and decodes without
                                  speculation
+EC526 dflash-block-size          the launch's DFlash block or draft length is not the draft's
+                                 trained block_size (B drafts B - 1 tokens)
+EC527 dflash-mask-token          the DFlash draft's mask_token_id is missing, negative or past
+                                 the vocabulary
+EC528 dflash-tap-list            the DFlash tap list repeats or wraps layers, or the draft was
+                                 trained for a target of another depth
 -- EC6xx: evidence of what each slot is (reference capture, weights)
 EC601 embed-identity             a slot is (or is declared but is not) the embedding rows
 EC602 norm-kind                  a slot is post-norm where pre-norm is declared, or the reverse

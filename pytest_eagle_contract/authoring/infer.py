@@ -102,13 +102,22 @@ def draft_contract(request: InferRequest) -> Draft:
     files = [f for p in request.paths for f in discover(Path(p), request.format)]
     if not files:
         raise UsageError("no shard files found under " + ", ".join(map(str, request.paths)))
-    obs = observe(
-        choose(files, request.sample, request.seed),
-        request.format,
-        request.hidden_size,
-        request.workers,
+    chosen = choose(files, request.sample, request.seed)
+    try:
+        obs = observe(chosen, request.format, request.hidden_size, request.workers)
+    except UsageError:
+        # SpecForge's DFlash files hold the taps alone, concatenated: their width says H only
+        # with the draft's hidden_size beside it
+        hidden = None
+        if request.draft is not None and request.hidden_size is None:
+            hidden = _dflash_hidden_size(request.draft)
+        if hidden is None:
+            raise
+        request = replace(request, hidden_size=hidden)
+        obs = observe(chosen, request.format, hidden, request.workers)
+    named, why = _name_slots(
+        obs, request.layers, request.num_layers, request.arch, target, request.draft
     )
-    named, why = _name_slots(obs, request.layers, request.num_layers, request.arch, target)
     L = request.num_layers or max((ly.index for ly in named), default=1) or 1
     d = _Drafting(
         obs,
@@ -177,8 +186,10 @@ def _name_slots(
     num_layers: int | None,
     arch: str | None,
     target: TargetModel | None,
+    draft: Path | None = None,
 ) -> tuple[list[Layer], list[str]]:
-    """Each slot's layer and why: --layers, else identification, else the trainer's defaults."""
+    """Each slot's layer and why: --layers, else identification, else the DFlash draft's
+    taps (for DFlash shards), else the trainer's defaults."""
     n = len(obs.medians)
     if layers:
         try:
@@ -187,6 +198,11 @@ def _name_slots(
             raise UsageError(f"--layers: {exc}") from None
         _check_count(n, named)
         return named, ["as --layers says"] * n
+    taps = _dflash_taps(obs, draft) if target is None else None
+    if taps is not None:
+        named = [Layer(t + 1) for t in taps]
+        _check_count(n, named)
+        return named, [f"the draft's tap {t} (the output of layer {t})" for t in taps]
     defaults: list[Layer] | None = None
     if obs.metadata.get("hidden_states", {}).get("layer_ids") or num_layers:
         defaults = default_layers(obs.format, num_layers or 0, obs.metadata, arch)
@@ -207,6 +223,37 @@ def _name_slots(
                 f"or --num-layers for the {obs.format} defaults"
             )
     return named, why
+
+
+def _dflash_hidden_size(draft: Path) -> int | None:
+    """A DFlash draft's hidden_size, the width of each tap (SpecForge 0.2.0
+    ``modeling/draft/dflash.py``: its fc takes ``len(target_layer_ids) * hidden_size``), or
+    None for another draft (or an unreadable one: the serving section says why)."""
+    from ..engines.draft_config import read_draft_json
+
+    if _draft_method(draft) != "dflash":
+        return None
+    path = draft / "config.json" if draft.is_dir() else draft
+    try:
+        value = read_draft_json(path).get("hidden_size")
+    except EagleContractError:
+        return None
+    return value if type(value) is int and value > 0 else None
+
+
+def _dflash_taps(obs: Observed, draft: Path | None) -> list[int] | None:
+    """The taps a DFlash format's trainer captured: the draft config's tap list, distinct and
+    in layer order (SpecForge captures them through SGLang's set_dflash_layers_to_capture),
+    or None where the shards are not DFlash's or the draft names no taps."""
+    if FORMATS[obs.format].method != "dflash" or draft is None:
+        return None
+    from ..engines.dflash import read_dflash_draft
+
+    try:
+        taps = read_dflash_draft(draft).taps
+    except EagleContractError as exc:
+        raise UsageError(f"--draft: {exc}") from None
+    return sorted(set(taps)) if taps is not None else None
 
 
 def _check_count(n: int, named: list[Layer]) -> None:
@@ -259,8 +306,12 @@ class _Drafting:
     found: int = 0  # shard files under the paths, of which obs.shards were read (--sample)
 
     @property
+    def has_target(self) -> bool:
+        return FORMATS[self.obs.format].has_target
+
+    @property
     def fc(self) -> list[int]:
-        return list(range(len(self.named) - 1))
+        return list(range(len(self.named) - (1 if self.has_target else 0)))
 
     def fit(self, model: str | None, reference: bool, path: Path) -> Fit:
         """Bounds for every slot, as quiet as the sharpness self-test allows; with a
@@ -398,7 +449,12 @@ class _Drafting:
                 f"  # slot {i}: {self.why[i]}; medians {min(values):.6g}..{max(values):.6g}"
                 + (f"; cut against slot {', '.join(map(str, cut))}" if cut else "")
             )
-        if n > 1:
+        if not self.has_target:
+            out += [
+                f"  fc_input: [{', '.join(map(str, self.fc))}]  # slots the trainer concatenates",
+                f"  target_slot: null  # {obs.format} files keep no target state",
+            ]
+        elif n > 1:
             out += [
                 f"  fc_input: [{', '.join(map(str, self.fc))}]  # slots the trainer concatenates",
                 f"  target_slot: {n - 1}",
@@ -435,6 +491,11 @@ def _serving(
     arch = [f"  arch: {d.arch}"] if d.arch else []
     if draft is not None and _draft_method(draft) == "dflash":
         return _dflash_serving(draft, draft_ref, engine, name, arch)
+    if FORMATS[d.obs.format].method == "dflash":
+        return [
+            f"method: dflash  # {d.obs.format} shards are DFlash's (docs/dflash.md)",
+            "# serving: pass --draft DIR (the DFlash draft) to draft a serving section",
+        ]
     releases = _releases(name)
     if draft is not None:
         from ..engines.draft_config import read_draft_config

@@ -93,7 +93,7 @@ def check_layout(
     if contract.method == "dflash":  # the taps by DFlash's rules (engines/dflash.py)
         from .layout_dflash import check_dflash
 
-        return check_dflash(contract, report)
+        return check_dflash(contract, report, serving_args, serving_env, env_label)
     target = contract.target
     L, H = target.num_hidden_layers, target.hidden_size
     arch = serving.arch or target.arch

@@ -10,6 +10,8 @@ error where the trained layers differ from the guess, and nothing where they agr
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from ..layers import Layer
@@ -76,17 +78,66 @@ def trained_layers(report: LayoutReport) -> tuple[list[Layer], str, str] | None:
     )
 
 
-def check_dflash(contract: Contract, report: LayoutReport) -> list[Finding]:
+def _every_engine(
+    trained: list[Layer],
+    L: int,
+    arch: str | None,
+    draft: DFlashDraft,
+    engine: str,
+    versions: Sequence[str | None],
+) -> tuple[str, list[dict[str, object]]]:
+    """EC501's every-engine table for a DFlash draft (the DFlash rows of ``matrix``: each
+    engine whose DFlash rules are read, what it feeds, the taps that fix it), as text and
+    as data (``extra["matrix"]``)."""
+    from ..engines.matrix import dflash_matrix, listing, summary
+
+    rows = dflash_matrix(trained, L, arch, draft, (engine, [v or "" for v in versions]))
+    return summary(rows), listing(rows)
+
+
+def _fix(
+    engine: str,
+    L: int,
+    trained: list[Layer],
+    arch: str | None,
+    version: str | None,
+    draft: DFlashDraft,
+) -> str:
+    from ..engines.dflash import TAP_KEYS, taps_for
+
+    taps = taps_for(engine, L, trained, arch, version, draft.num_hidden_layers)
+    return f": {TAP_KEYS[0]}: {list(taps)}" if taps is not None else ""
+
+
+def check_dflash(
+    contract: Contract,
+    report: LayoutReport,
+    serving_args: str | None = None,
+    serving_env: Mapping[str, str] | None = None,
+    env_label: str = "",
+) -> list[Finding]:
     from ..engines.dflash import TAP_KEYS, resolve_dflash
     from ..engines.fixes import relabel, runs, span_label
+    from ..engines.knobs import launch_knobs
     from ..engines.resolve import get_engine
     from ..errors import Unservable
+    from .dflash_settings import check_settings
 
     serving = contract.serving
     assert serving is not None
+    command = serving_args or serving.launch
+    for problem in launch_knobs(command or "", serving_env, env_label, serving.engine):
+        report.add(
+            problem.code,
+            problem.message,
+            "serving.launch",
+            hint=problem.hint,
+            severity=problem.severity,
+        )
     draft = _draft(report)
     if draft is None:
         return report.findings
+    check_settings(contract, report, draft, command)
     L = contract.target.num_hidden_layers
     arch = serving.arch or contract.target.arch
     trained = trained_layers(report)
@@ -106,6 +157,10 @@ def check_dflash(contract: Contract, report: LayoutReport) -> list[Finding]:
             (p.code, relabel(p.message, version, "\x00")) for p in got.problems
         )
 
+    trained_list = trained[0] if trained else []
+    table = functools.cache(
+        lambda: _every_engine(trained_list, L, arch, draft, serving.engine, versions)
+    )
     for run in runs(list(versions), key):  # type: ignore[arg-type]
         label = span_label([v or "" for v in run])
         engine = f"{serving.engine} {label}" if run[0] else serving.engine
@@ -145,7 +200,8 @@ def check_dflash(contract: Contract, report: LayoutReport) -> list[Finding]:
                     hint=hint + f": {[x.index - 1 for x in trained[0]]}",
                     expected=", ".join(map(str, trained[0])),
                     found=shown,
-                    extra={"guessed_ids": taps},
+                    details=table()[0],
+                    extra={"guessed_ids": taps, "matrix": table()[1]},
                 )
         if trained is not None and "EC522" not in {p.code for p in res.problems}:
             if trained[0] != served:
@@ -155,8 +211,11 @@ def check_dflash(contract: Contract, report: LayoutReport) -> list[Finding]:
                     f"{', '.join(map(str, trained[0]))}",
                     trained[2],
                     hint="make the draft config's tap list name the trained layers (tap t = "
-                    "the output of layer t = residual:t+1)",
+                    "the output of layer t = residual:t+1)"
+                    + _fix(serving.engine, L, trained[0], arch, run[0], draft),
                     expected=", ".join(map(str, trained[0])),
                     found=shown,
+                    details=f"serving source: {res.source}\n" + table()[0],
+                    extra={"matrix": table()[1]},
                 )
     return report.findings

@@ -350,6 +350,16 @@ def _build(data: dict[str, Any], path: Path, lines: dict[str, int]) -> Contract:
     method = data.get("method", "eagle3")
     if serving is not None:
         _method_served(method, serving.engine, r)
+    if training is not None and training.format != "auto":
+        from ..shards.formats import FORMATS
+
+        made_for = FORMATS[training.format].method
+        if made_for is not None and made_for != method:
+            r.problem(
+                "training.format",
+                f"{training.format} files are {made_for}'s: the contract needs method: "
+                f"{made_for} (it says {method})",
+            )
     waivers: dict[str, str] = {}
     for i, w in enumerate(data.get("waive", [])):
         if w["code"] not in RULES:

@@ -57,7 +57,11 @@ class DFlashDraft:
     num_hidden_layers: int | None = None
     num_target_layers: int | None = None
     block_size: int | None = None
-    mask_token_id: int | None = None
+    mask_token_id: int | None = None  # as written: a negative id is kept (EC527 names it)
+    vocab_size: int | None = None  # the draft's own vocab_size (its embedding's rows)
+    sample_from_anchor: bool = False  # speculators: draft the anchor too (block_size tokens)
+    speculators: bool = False  # a speculators-format config (``speculators_model_type``)
+    speculative_tokens: int | None = None  # speculators: the draft length vLLM reads from it
 
     @property
     def taps(self) -> tuple[int, ...] | None:
@@ -96,6 +100,19 @@ def _size(data: Mapping[str, Any], key: str, path: Path | None) -> int | None:
     return None
 
 
+def _signed(data: Mapping[str, Any], key: str, path: Path | None) -> int | None:
+    """An integer setting under ``dflash_config`` first, then at the top level (SGLang's and
+    vLLM's order for ``mask_token_id``), negative values kept."""
+    for where in (data.get("dflash_config"), data):
+        value = where.get(key) if isinstance(where, dict) else None
+        if value is None:
+            continue
+        if type(value) is not int:
+            raise EagleContractError(f"{path}: {key} must be an integer, not {value!r:.40}")
+        return value
+    return None
+
+
 def parse_dflash_draft(data: Mapping[str, Any], path: Path | None = None) -> DFlashDraft:
     """A DFlash draft config's tap keys and sizes. Raises EagleContractError."""
     found = {}
@@ -103,14 +120,52 @@ def parse_dflash_draft(data: Mapping[str, Any], path: Path | None = None) -> DFl
         ids = _ids(_get(data, key), key, path)
         if ids is not None:
             found[key] = ids
+    speculators = data.get("speculators_model_type") == "dflash"
+    vocab = _size(data, "vocab_size", path)
+    if speculators:
+        found |= _speculators_ids(data, path)
+        layer = data.get("transformer_layer_config")
+        if vocab is None and isinstance(layer, dict):
+            vocab = _size(layer, "vocab_size", path)
     return DFlashDraft(
         path,
         found,
         _size(data, "num_hidden_layers", path),
         _size(data, "num_target_layers", path),
         _size(data, "block_size", path),
-        _size(data, "mask_token_id", path),
+        _signed(data, "mask_token_id", path),
+        vocab,
+        _get(data, "dflash_config.sample_from_anchor") is True
+        or data.get("sample_from_anchor") is True,
+        speculators,
+        _speculative_tokens(data) if speculators else None,
     )
+
+
+def _speculators_ids(data: Mapping[str, Any], path: Path | None) -> dict[str, tuple[int, ...]]:
+    """A speculators-format DFlash config's ``aux_hidden_state_layer_ids`` (vLLM ids: id k
+    = ``residual:k``, speculators 0.9.0 ``models/dflash/config.py``), as vLLM 0.34.0 reads
+    them (``transformers_utils/configs/speculators/algos.py`` ``update_dflash``): under
+    ``eagle_aux_hidden_state_layer_ids`` as they are, and under
+    ``dflash_config.target_layer_ids`` one less ("DFlash configs use different indexing")."""
+    ids = _ids(data.get("aux_hidden_state_layer_ids"), "aux_hidden_state_layer_ids", path)
+    if ids is None:
+        return {}
+    return {
+        "eagle_aux_hidden_state_layer_ids": ids,
+        TAP_KEYS[0]: tuple(i - 1 for i in ids),
+    }
+
+
+def _speculative_tokens(data: Mapping[str, Any]) -> int | None:
+    """``speculators_config.proposal_methods[0].speculative_tokens``: what vLLM 0.34.0 takes
+    as ``num_speculative_tokens`` when the launch gives none
+    (``SpeculatorsConfig.build_vllm_speculative_config``)."""
+    config = data.get("speculators_config")
+    methods = config.get("proposal_methods") if isinstance(config, dict) else None
+    first = methods[0] if isinstance(methods, list) and methods else None
+    value = first.get("speculative_tokens") if isinstance(first, dict) else None
+    return value if type(value) is int and value > 0 else None
 
 
 def read_dflash_draft(path: str | Path) -> DFlashDraft:
@@ -205,6 +260,12 @@ def resolve_dflash(
     """The draft's taps on ``engine`` as canonical layers, in the order the engine
     concatenates them. A guessed tap list is an EC522 problem. Raises Unservable."""
     q = Query(engine, num_layers, draft.taps, arch, version)
+    if draft.speculators and engine != "vllm":
+        raise Unservable(
+            f"{engine}: a speculators-format DFlash config (speculators_model_type: dflash, "
+            "aux_hidden_state_layer_ids): how this engine reads one was not read here (vLLM "
+            "0.34.0 converts it: docs/dflash.md)"
+        )
     if engine == "sglang":
         return _sglang(q, draft)
     if engine == "vllm":

@@ -163,8 +163,8 @@ LAYOUT_CODES: frozenset[str] = frozenset(
 ENGINE_CODES: frozenset[str] = frozenset(
     {"EC507", "EC508", "EC510", "EC511", "EC514", "EC516", "EC522"}
 )
-METHOD_CODES: frozenset[str] = frozenset({"EC521", "EC523", "EC524"})
-LAUNCH_CODES: frozenset[str] = frozenset({"EC512", "EC517", "EC518", "EC519", "EC520"})
+METHOD_CODES: frozenset[str] = frozenset({"EC521", "EC523", "EC524", "EC527", "EC528"})
+LAUNCH_CODES: frozenset[str] = frozenset({"EC512", "EC517", "EC518", "EC519", "EC520", "EC526"})
 
 
 def _layout(s: Setup) -> list[Finding]:
@@ -204,6 +204,13 @@ def _draft_checkpoint(s: Setup) -> list[Finding]:
     from ..models.draft import weight_files
 
     contract = s.serving_contract("draft-checkpoint")
+    if contract.method != "eagle3":
+        raise Skipped(
+            f"EC90x read an EAGLE-3 draft's fc, lm_head and d2t; a {contract.method} draft's "
+            "checkpoint is not read here (its taps, block size and mask token are the layout, "
+            "engine-rules, method and serving-args seams')",
+            "nothing to pass: not built yet (issue 38)",
+        )
     if not weight_files(s.draft_dir):
         return [
             _finding(
@@ -326,7 +333,8 @@ SEAMS: tuple[Seam, ...] = (
     Seam(
         "method",
         "the engine runs another method or mode than the draft was trained for (an EAGLE-3 "
-        "draft without its aux states): acceptance falls with no error",
+        "draft without its aux states; a DFlash draft's mask token or tap list): acceptance "
+        "falls with no error",
         "EC510",
         _method,
     ),
@@ -472,7 +480,20 @@ def _contract(
         dtype=_dtype(model.text_config),
         model=target_dir,
     )
-    return Contract("doctor", config, target, None, serving), ""
+    return Contract("doctor", config, target, None, serving, method=_method_of(config)), ""
+
+
+def _method_of(config: Path) -> str:
+    """The method the draft's config.json names (``methods.detect``: a DFlash draft is read
+    by DFlash's tap rules, not EAGLE-3's), EAGLE-3 where it names none or cannot be read
+    (the draft-config seam says why)."""
+    from ..engines.draft_config import read_draft_json
+    from ..methods import DEFAULT, detect
+
+    try:
+        return detect(read_draft_json(config)) or DEFAULT
+    except EagleContractError:
+        return DEFAULT
 
 
 def _dtype(config: dict[str, Any]) -> str:

@@ -185,7 +185,14 @@ target: {{arch: LlamaForCausalLM, num_hidden_layers: 8, hidden_size: 64, vocab_s
   version: "{version}"
   draft_config: draft
 """
-TINY_DRAFT = {**NO_TAPS, "hidden_size": 64, "num_hidden_layers": 3, "num_target_layers": 8}
+# a mask token id inside the contract's vocabulary of 512 (EC527 otherwise)
+TINY_DRAFT = {
+    **NO_TAPS,
+    "hidden_size": 64,
+    "num_hidden_layers": 3,
+    "num_target_layers": 8,
+    "mask_token_id": 500,
+}
 
 
 def slots(layers: list[str]) -> str:
@@ -317,7 +324,7 @@ def test_infer_detects_a_dflash_draft_then_check(cli, tmp_path):
         contract = tmp_path / f"{name}.yaml"
         res = cli(
             "infer", root, "--layers", *layers, "final_norm", "--num-layers", 8,
-            "--vocab-size", 64, "--arch", "LlamaForCausalLM", "--draft", draft, "-o", contract,
+            "--vocab-size", 512, "--arch", "LlamaForCausalLM", "--draft", draft, "-o", contract,
         )  # fmt: skip
         assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
         data = yaml.safe_load(contract.read_text())

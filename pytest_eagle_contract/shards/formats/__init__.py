@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from ...named import by_name
-from . import eagle_legacy, specforge, speculators, speculators_v1, trtllm
+from . import eagle_legacy, specforge, specforge_dflash, speculators, speculators_v1, trtllm
 from .base import Format, Packing, Slot, dtype_name
 
 __all__ = [
@@ -27,6 +27,7 @@ FORMATS: dict[str, Format] = by_name(
         speculators.FORMAT,
         eagle_legacy.FORMAT,
         trtllm.FORMAT,
+        specforge_dflash.FORMAT,  # after speculators-v1: both sign with hidden_states
     ]
 )
 FORMAT_NAMES = ("auto", *FORMATS)
@@ -46,8 +47,10 @@ _BY_KEYS = sorted(FORMATS.values(), key=_inside_others)
 
 def detect(name: str, keys: Collection[str]) -> Format | None:
     """The format of a file with this name and these keys: the first whose signature key
-    it holds, else the first whose file names end like it (``.ckpt``: SpecForge)."""
-    by_keys = next((f for f in _BY_KEYS if f.signature in keys), None)
-    if by_keys is not None:
-        return by_keys
+    it holds (of two alike, the one whose file names end like it: ``hidden_states`` in a
+    ``.ckpt`` is SpecForge's DFlash, in a ``.pt`` speculators v1's), else the first whose file
+    names end like it (``.ckpt``: SpecForge)."""
+    by_keys = [f for f in _BY_KEYS if f.signature in keys]
+    if by_keys:
+        return next((f for f in by_keys if name.endswith(f.suffixes)), by_keys[0])
     return next((f for f in FORMATS.values() if name.endswith(f.suffixes)), None)

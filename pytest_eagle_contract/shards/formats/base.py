@@ -52,7 +52,9 @@ class Slot:
 class Format(ABC):
     """One shard format. ``signature`` is the key that says a file is this format;
     ``target_post_norm`` whether its trainer expects the target slot after the final norm;
-    ``engine`` the serving engine whose capture its files hold and whose ids its drafts carry.
+    ``engine`` the serving engine whose capture its files hold and whose ids its drafts carry;
+    ``has_target`` false where the files hold the fc inputs alone (SpecForge's DFlash);
+    ``method`` the drafting method (methods.py) a format's files are only made for.
     Subclasses say how they write shards (``shard_name``, ``_state_keys``) and may read
     extras."""
 
@@ -65,6 +67,8 @@ class Format(ABC):
     target_post_norm: bool
     optional_keys: frozenset[str] = frozenset()
     engine: str = "sglang"  # the serving engine its pipeline pairs with (infer's serving)
+    has_target: bool = True  # whether its files keep a target state after the fc inputs
+    method: str | None = None  # the drafting method its files are for, where only one
 
     @property
     def required_keys(self) -> frozenset[str]:

@@ -140,7 +140,8 @@ def derive_sglang(path: Path) -> dict[str, Any] | None:
         dflash2 = sorted(
             e
             for e in _entries(tree)
-            if _derives(classes, e, "DFlash2DraftModel") and _derives(classes, e, "DFlashDraftModel")
+            if _derives(classes, e, "DFlash2DraftModel")
+            and _derives(classes, e, "DFlashDraftModel")
         )
         muse = False
         for _, text in _find(z, "_MUSE_LAYER_OUTPUT_DRAFT_ARCHITECTURES ="):
@@ -278,7 +279,9 @@ def derive_llamacpp(path: Path) -> dict[str, Any]:
 
 
 def _version(path: Path) -> str:
-    found = re.match(r"(?:sglang|vllm|llama_cpp_python)-(.+?)(?:-(?:\d+-)?(?:py3|cp3)|\.tar)", path.name)
+    found = re.match(
+        r"(?:sglang|vllm|llama_cpp_python)-(.+?)(?:-(?:\d+-)?(?:py3|cp3)|\.tar)", path.name
+    )
     assert found, path.name
     return found.group(1)
 

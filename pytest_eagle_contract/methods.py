@@ -121,11 +121,12 @@ METHODS: dict[str, Method] = by_name(
             ),
             ("dflash_config.target_layer_ids", "target_layer_ids"),
             "as DFlash: the tap list's length; without one, the engine's DFlash fallback",
-            ("sglang", "vllm", "llama.cpp"),
+            ("sglang", "vllm", "llama.cpp", "mlx"),
             ("DFlash2DraftModel", "DFlash2BeamDraftModel", "MiniMaxDFlash2DraftModel"),
             resolve_only=True,
             rules_note="served on each engine's DFlash path (method_rules.json: SGLang from "
-            "0.5.19, vLLM from 0.28.0, llama-cpp-python 0.3.36); other engines not read",
+            "0.5.19, vLLM from 0.28.0, llama-cpp-python 0.3.36, mlx-vlm from 0.6.16); other "
+            "engines not read",
         ),
         Method(
             "dspark",
@@ -145,7 +146,7 @@ METHODS: dict[str, Method] = by_name(
             ("dspark_target_layer_ids", "dflash_config.target_layer_ids", "target_layer_ids"),
             "the tap list's length (one per draft stage on DeepSeek-V4); SGLang falls back to "
             "DFlash's formula without one",
-            ("sglang", "vllm", "llama.cpp"),
+            ("sglang", "vllm", "llama.cpp", "mlx"),
             (
                 "DSparkDraftModel",
                 "Qwen3DSparkModel",
@@ -165,7 +166,8 @@ METHODS: dict[str, Method] = by_name(
             resolve_only=True,
             rules_note="method_rules.json: SGLang from 0.5.16 (targets with their own "
             "set_dspark_layers_to_capture refused), vLLM from 0.25.0 (V2 reader), "
-            "llama-cpp-python 0.3.36's converters; other engines not read",
+            "llama-cpp-python 0.3.36's converters, mlx-vlm from 0.6.16 (its generic DSpark "
+            "drafter); other engines not read",
         ),
         Method(
             "pard",

@@ -2,7 +2,7 @@
 
     python scripts/gen_method_rules.py WHEEL_DIR [--out FILE] [--check]
 
-WHEEL_DIR holds ``sglang-X-*.whl``, ``vllm-X-*.whl`` and ``llama_cpp_python-X.tar.gz``
+WHEEL_DIR holds ``sglang-X-*.whl``, ``vllm-X-*.whl``, ``mlx_vlm-X-*.whl`` and ``llama_cpp_python-X.tar.gz``
 (``pip download --no-deps``; the sdist vendors llama.cpp). Nothing is imported: files are read
 with zipfile / tarfile and ast, and single functions are run on probe configs
 (``release_scan.compile_alone``). What DFlash itself does per release is
@@ -30,6 +30,11 @@ Per llama-cpp-python sdist: the HF draft architectures its vendored converter re
 DFlash2 and DSpark, and what each writes into the GGUF's ``dflash.target_layers`` (read from
 the converter's own arithmetic on probe configs where it is a plain function, else from its
 text: ``plus1``, the ids + 1).
+
+Per mlx-vlm wheel: the DFlash2 and generic DSpark drafters' tap keys (``drafters/*/config.py``:
+both require a ``dflash_config`` object and copy its ``target_layer_ids``), how ``utils.py``
+routes a draft to them, and per target model folder whether ``language.py``'s layer loop
+appends layer i's output for capture id i (``after``) or something else (``unread``).
 
 ``--check`` compares with the existing file and exits 1 on any difference.
 """
@@ -278,9 +283,82 @@ def derive_llamacpp(path: Path) -> dict[str, Any]:
     return {"dflash2": dflash2, "dspark": dspark}
 
 
+MLX = "mlx_vlm/"
+
+
+def _appends_layer_output(fn: ast.AST) -> bool:
+    """A loop over the layers whose body assigns ``X = layer(...)`` (or ``X, ... =``) and
+    later, in the same body, appends X to the sink under an ``... in capture_set`` test: the
+    state captured for id i is layer i's output."""
+    for loop in ast.walk(fn):
+        if not isinstance(loop, ast.For):
+            continue
+        out: str | None = None
+        for stmt in loop.body:
+            if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call):
+                target = stmt.targets[0]
+                name = target.elts[0] if isinstance(target, ast.Tuple) else target
+                callee = ast.unparse(stmt.value.func)
+                if isinstance(name, ast.Name) and callee.split(".")[-1] in ("layer", "block"):
+                    out = name.id
+            elif (
+                out
+                and isinstance(stmt, ast.If)
+                and "capture_set" in ast.unparse(stmt.test)
+                and re.fullmatch(rf"\w+\.append\({out}\)", ast.unparse(stmt.body[0]).strip())
+            ):
+                return True
+    return False
+
+
+def derive_mlx(path: Path) -> dict[str, Any] | None:
+    """mlx-vlm: the DFlash2 / DSpark drafters' tap keys and each target model folder's
+    capture (``after``: layer i's output; ``unread``: captured otherwise)."""
+    with zipfile.ZipFile(path) as z:
+        names = set(z.namelist())
+        d2 = MLX + "speculative/drafters/dflash2/config.py"
+        ds = MLX + "speculative/drafters/dspark/config.py"
+        if d2 not in names and ds not in names:
+            return None
+        utils = z.read(MLX + "utils.py").decode()
+        facts: dict[str, Any] = {}
+        for method, name, title in (("dflash2", d2, "DFlash2"), ("dspark", ds, "DSpark")):
+            if name not in names:
+                facts[method] = None
+                continue
+            text = z.read(name).decode()
+            required = f'raise TypeError("{title} requires a dflash_config object.")' in text
+            if not required or '"target_layer_ids",' not in text:
+                raise SystemExit(f"{path.name}: {name}: the tap keys are not read as expected")
+            facts[method] = {
+                "file": name,
+                "keys": ["dflash_config.target_layer_ids", "target_layer_ids"],
+                "increasing": "target_layer_ids must be unique, increasing indices" in text,
+            }
+        if facts.get("dflash2") and '"DFlash2DraftModel" in architectures' not in utils:
+            raise SystemExit(f"{path.name}: utils.get_model_type does not route DFlash2")
+        if facts.get("dspark"):
+            routed = re.search(r'projector_type"\) == "dspark"', utils) and "markov_rank" in utils
+            if not routed:
+                raise SystemExit(f"{path.name}: utils.get_model_type does not route DSpark")
+            facts["dspark"]["routed_by"] = (
+                "dflash_config with projector_type dspark or markov_rank > 0"
+            )
+        models: dict[str, str] = {}
+        for name in sorted(names):
+            parts = name.split("/")
+            if len(parts) == 4 and parts[1] == "models" and parts[3] == "language.py":
+                text = z.read(name).decode(errors="replace")
+                if "capture_set" not in text:
+                    continue
+                models[parts[2]] = "after" if _appends_layer_output(ast.parse(text)) else "unread"
+        facts["models"] = models
+    return facts
+
+
 def _version(path: Path) -> str:
     found = re.match(
-        r"(?:sglang|vllm|llama_cpp_python)-(.+?)(?:-(?:\d+-)?(?:py3|cp3)|\.tar)", path.name
+        r"(?:sglang|vllm|llama_cpp_python|mlx_vlm)-(.+?)(?:-(?:\d+-)?(?:py3|cp3)|\.tar)", path.name
     )
     assert found, path.name
     return found.group(1)
@@ -305,6 +383,7 @@ def table(folder: Path) -> dict[str, Any]:
         ("sglang", "sglang-*.whl", derive_sglang),
         ("vllm", "vllm-*.whl", derive_vllm),
         ("llama.cpp", "llama_cpp_python-*.tar.gz", derive_llamacpp),
+        ("mlx", "mlx_vlm-*.whl", derive_mlx),
     ):
         files = sorted(folder.glob(pattern), key=lambda p: version_key(_version(p)))
         facts = []

@@ -31,7 +31,11 @@ from . import dflash
 from .base import Position, Query, Resolution
 
 METHODS = ("dflash2", "dspark")
-ENGINES = {"dflash2": ("sglang", "vllm", "llama.cpp"), "dspark": ("sglang", "vllm", "llama.cpp")}
+ENGINES = {
+    "dflash2": ("sglang", "vllm", "llama.cpp", "mlx"),
+    "dspark": ("sglang", "vllm", "llama.cpp", "mlx"),
+}
+PACKAGES = {"sglang": "SGLang", "vllm": "vLLM", "llama.cpp": "llama-cpp-python", "mlx": "mlx-vlm"}
 DSPARK_KEY = "dspark_target_layer_ids"
 
 
@@ -122,11 +126,17 @@ def resolve_method(
     if ids is not None:
         key = DSPARK_KEY if method == "dspark" and engine != "llama.cpp" else None
         data = {key: list(ids)} if key else {"dflash_config": {"target_layer_ids": list(ids)}}
-        if method == "dspark":
-            data = {**data, "dspark_markov_rank": 1}  # --ids: the tap list alone is asked
+        if method == "dspark":  # --ids: the tap list alone is asked, the rest as served
+            data = {**data, "dspark_markov_rank": 1}
+            if engine == "mlx":
+                data = {"dflash_config": {"target_layer_ids": list(ids), "markov_rank": 1}}
+        elif engine == "mlx":
+            data = {**data, "architectures": ["DFlash2DraftModel"]}
     q = Query(engine, num_layers, None, arch, version)
-    package = {"sglang": "SGLang", "vllm": "vLLM", "llama.cpp": "llama-cpp-python"}[engine]
+    package = PACKAGES[engine]
     ver, row = _version(engine, method, q, package)
+    if engine == "mlx":
+        return _mlx(method, num_layers, data or {}, q, ver, row, path)
     if method == "dflash2":
         return _dflash2(engine, num_layers, data, q, ver, row, path)
     if engine == "sglang":
@@ -363,6 +373,82 @@ def _dspark_llamacpp(
     draft = dflash.DFlashDraft(path, {dflash.TAP_KEYS[0]: taps})
     res = dflash.resolve_dflash("llama.cpp", num_layers, draft, q.arch, version)
     return _again(res, f"DSpark: llama.cpp conversion {name}", notes)
+
+
+def _mlx(
+    method: str,
+    num_layers: int,
+    data: Mapping[str, Any],
+    q: Query,
+    version: str,
+    row: Mapping[str, Any],
+    path: Path | None,
+) -> Resolution:
+    """mlx-vlm: the drafter reads ``dflash_config.target_layer_ids`` (else the top-level key);
+    the target model folder's loop appends layer i's output for id i."""
+    facts = row[method]
+    where = f"mlx-vlm {_span(row)} {facts['file']}"
+    archs = data.get("architectures")
+    names = [a for a in archs if isinstance(a, str)] if isinstance(archs, list) else []
+    dc = data.get("dflash_config")
+    if not isinstance(dc, dict):
+        raise Unservable(f"{where}: {_TITLE[method]} requires a dflash_config object (TypeError)")
+    routed = "DFlash2DraftModel" in names  # utils.get_model_type tests it first
+    if method == "dflash2" and not routed:
+        raise Unservable(
+            f"mlx-vlm {version}: utils.get_model_type loads the DFlash2 drafter only for "
+            "architectures DFlash2DraftModel"
+        )
+    if method == "dspark":
+        if routed:
+            raise Unservable(f"mlx-vlm {version}: a DFlash2DraftModel loads the DFlash2 drafter")
+        if "Gemma4DSparkModel" in names:
+            raise Unservable(
+                f"mlx-vlm {version}: Gemma4DSparkModel loads the gemma4_dspark drafter, not read"
+            )
+        rank = data.get("markov_rank") or dc.get("markov_rank") or 0
+        if dc.get("projector_type") != "dspark" and not (type(rank) is int and rank > 0):
+            raise Unservable(
+                f"mlx-vlm {version}: utils.get_model_type routes a dflash_config draft to DSpark "
+                "only with projector_type 'dspark' or markov_rank > 0; this one loads as DFlash"
+            )
+    draft = _dflash_draft(data, path)
+    taps = draft.taps
+    if not taps:
+        raise Unservable(
+            f"{where}: target_layer_ids must be unique, increasing indices (ValueError at load); "
+            "the draft lists none"
+            + (f" ({DSPARK_KEY} is not read there)" if data.get(DSPARK_KEY) else "")
+        )
+    if facts["increasing"] and list(taps) != sorted(set(taps)):
+        raise Unservable(f"{where}: target_layer_ids {list(taps)} are not strictly increasing")
+    if not q.arch:
+        raise Unservable("give --arch: the mlx-vlm model folder (model_type), e.g. qwen3_5")
+    models: dict[str, str] = row["models"]
+    folder = q.arch.lower()
+    rule = models.get(folder)
+    if rule is None:
+        raise Unservable(
+            f"mlx-vlm {version}: models/{q.arch[:60]} captures no layer states for a drafter "
+            f"(read: {', '.join(sorted(models))})"
+        )
+    if rule != "after":
+        raise Unservable(
+            f"mlx-vlm {version}: models/{folder}/language.py captures other than a layer's "
+            "output (not followed here)"
+        )
+    q.arch = folder
+    bad = [t for t in taps if t < 0 or t >= num_layers]
+    if bad:
+        raise Unservable(f"{where}: ids {bad} lie outside the target's [0, {num_layers})")
+    q.ids = list(taps)
+    positions = tuple(Position(t, t, Layer(t + 1)) for t in taps)
+    return q.answer(
+        positions,
+        f"{_TITLE[method]}: {where} reads {', '.join(facts['keys'])}; models/{folder}/language.py "
+        "appends layer i's output for id i (residual:i+1)",
+        taps,
+    )
 
 
 def taps_for(

@@ -561,7 +561,11 @@ def _want_family(args: argparse.Namespace) -> int:
         for v in versions
     }
     taps = found[versions[0]] if len(set(found.values())) == 1 else None
-    key = "dspark_target_layer_ids" if args.method == "dspark" else "dflash_config.target_layer_ids"
+    key = (
+        "dspark_target_layer_ids"
+        if args.method == "dspark" and args.engine in ("sglang", "vllm")
+        else "dflash_config.target_layer_ids"
+    )
     if args.json:
         print(
             to_json(

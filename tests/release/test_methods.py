@@ -192,3 +192,43 @@ def test_rules_table_pins_what_the_releases_say():
     rows = _table()["vllm"]["rows"]
     shifts = {r["since"]: r["dspark"]["dspark_target_layer_ids"] for r in rows if r["dspark"]}
     assert shifts["0.25.0"]["deepseek_v41"] == 1 and shifts["0.34.0"]["deepseek_v41"] == 0
+
+
+MLX_DFLASH2 = {**DFLASH2, "dflash_config": {"target_layer_ids": [1, 9, 17]}}
+MLX_DSPARK = {
+    "architectures": ["DSparkDraftModel"],
+    "dflash_config": {"target_layer_ids": [1, 9, 17], "projector_type": "dspark"},
+}
+
+
+@pytest.mark.parametrize("method,data", [("dflash2", MLX_DFLASH2), ("dspark", MLX_DSPARK)])
+def test_mlx_reads_the_dflash_config_taps_as_layer_outputs(cli, tmp_path, method, data):
+    res, out = resolve_json(
+        cli, "--method", method, "--engine", "mlx", "--arch", "qwen3_5", "--num-layers", 36,
+        "--draft-config", config(tmp_path, data),
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert out["layers"] == outputs_of([1, 9, 17])
+
+
+def test_mlx_routes_a_dspark_draft_without_a_markov_head_as_dflash(cli, tmp_path):
+    data = {"architectures": ["DSparkDraftModel"], "dflash_config": {"target_layer_ids": [1]}}
+    res, out = resolve_json(
+        cli, "--method", "dspark", "--engine", "mlx", "--arch", "qwen3_5", "--num-layers", 36,
+        "--draft-config", config(tmp_path, data),
+    )  # fmt: skip
+    assert res.returncode == 2 and "loads as DFlash" in out["refused"]
+
+
+def test_mlx_refuses_unordered_taps_and_uncaptured_targets(cli, tmp_path):
+    data = {**MLX_DFLASH2, "dflash_config": {"target_layer_ids": [9, 1]}}
+    res, out = resolve_json(
+        cli, "--method", "dflash2", "--engine", "mlx", "--arch", "qwen3_5", "--num-layers", 36,
+        "--draft-config", config(tmp_path, data),
+    )  # fmt: skip
+    assert res.returncode == 2 and "strictly increasing" in out["refused"]
+    res, out = resolve_json(
+        cli, "--method", "dflash2", "--engine", "mlx", "--arch", "deepseek_v4", "--num-layers", 43,
+        "--ids", 1, 9,
+    )  # fmt: skip
+    assert res.returncode == 2 and "not followed" in out["refused"]

@@ -200,11 +200,24 @@ def get_method(name: str) -> Method:
     return lookup(METHODS, name, "method")
 
 
+def _dspark_head(config: Mapping[str, Any]) -> bool:
+    """A DSpark head in a DFlash-shaped config: ``dflash_config.projector_type`` ``dspark`` or
+    a ``markov_rank`` above 0 (how mlx-vlm 0.7.10's ``utils.get_model_type`` routes a draft;
+    nvidia-modelopt 0.47.0's DSparkExporter writes architectures DFlashDraftModel with these)."""
+    dc = config.get("dflash_config")
+    if not isinstance(dc, dict):
+        return False
+    rank = config.get("markov_rank") or dc.get("markov_rank") or 0
+    return dc.get("projector_type") == "dspark" or (type(rank) is int and rank > 0)
+
+
 def detect(config: Mapping[str, Any]) -> str | None:
-    """The method a draft config.json names (its ``architectures``, then a key only that
-    method writes), or None where it names none of them."""
+    """The method a draft config.json names (a DSpark head first, then its ``architectures``,
+    then a key only that method writes), or None where it names none of them."""
     archs = config.get("architectures")
     names = [a for a in archs if isinstance(a, str)] if isinstance(archs, list) else []
+    if "DFlash2DraftModel" not in names and _dspark_head(config):
+        return "dspark"
     for method in METHODS.values():
         if any(a in method.architectures for a in names):
             return method.name

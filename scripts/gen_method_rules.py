@@ -2,10 +2,10 @@
 
     python scripts/gen_method_rules.py WHEEL_DIR [--out FILE] [--check]
 
-WHEEL_DIR holds ``sglang-X-*.whl``, ``vllm-X-*.whl``, ``mlx_vlm-X-*.whl`` and ``llama_cpp_python-X.tar.gz``
-(``pip download --no-deps``; the sdist vendors llama.cpp). Nothing is imported: files are read
-with zipfile / tarfile and ast, and single functions are run on probe configs
-(``release_scan.compile_alone``). What DFlash itself does per release is
+WHEEL_DIR holds ``sglang-X-*.whl``, ``vllm-X-*.whl``, ``mlx_vlm-X-*.whl`` and
+``llama_cpp_python-X.tar.gz`` (``pip download --no-deps``; the sdist vendors llama.cpp).
+Nothing is imported: files are read with zipfile / tarfile and ast, and single functions are
+run on probe configs (``release_scan.compile_alone``). What DFlash itself does per release is
 ``gen_dflash_rules.py``'s (``dflash_rules.json``); this table holds only what the two
 DFlash-family methods add on top. Per SGLang release:
 

@@ -232,3 +232,17 @@ def test_mlx_refuses_unordered_taps_and_uncaptured_targets(cli, tmp_path):
         "--ids", 1, 9,
     )  # fmt: skip
     assert res.returncode == 2 and "not followed" in out["refused"]
+
+
+def test_a_modelopt_dspark_export_is_detected_as_dspark():
+    """nvidia-modelopt 0.47.0's DSparkExporter keeps DFlash's architectures and adds the head's
+    fields to dflash_config (torch/export/plugins/hf_spec_export.py)."""
+    from pytest_eagle_contract.methods import detect
+
+    exported = {
+        "architectures": ["DFlashDraftModel"],
+        "dflash_config": {"target_layer_ids": [1, 9], "projector_type": "dspark", "markov_rank": 8},
+    }
+    assert detect(exported) == "dspark"
+    plain = {"architectures": ["DFlashDraftModel"], "dflash_config": {"target_layer_ids": [1]}}
+    assert detect(plain) == "dflash"

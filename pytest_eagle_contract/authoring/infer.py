@@ -421,8 +421,11 @@ def _serving(
     if side not in serving_engines():
         raise UsageError(f"--engine {name} is a trainer, not a serving engine")
     arch = [f"  arch: {d.arch}"] if d.arch else []
-    if draft is not None and _draft_method(draft) == "dflash":
+    method = _draft_method(draft) if draft is not None else None
+    if draft is not None and method == "dflash":
         return _dflash_serving(draft, draft_ref, engine, name, arch)
+    if method in ("dflash2", "dspark", "pard", "mtp"):
+        return _method_only(method, name)
     releases = _releases(name)
     if draft is not None:
         from ..engines.draft_config import read_draft_config
@@ -483,6 +486,24 @@ def _draft_method(draft: Path) -> str | None:
         return detect(read_draft_json(path))
     except EagleContractError:
         return None
+
+
+def _method_only(method: str, engine: str) -> list[str]:
+    """``method: M`` and no serving section, for a draft whose method the layout check does
+    not resolve yet (its taps would otherwise be read by EAGLE-3's rules)."""
+    from ..methods import get_method
+
+    m = get_method(method)
+    how = (
+        f"eagle-contract resolve --engine {engine} --method {method} --draft-config ... "
+        "answers for it"
+        if m.engines
+        else m.rules_note
+    )
+    return [
+        f"method: {method}  # the draft config names a {m.title} draft (docs/methods.md)",
+        f"# serving: not written: the layout check of a {m.title} contract is not built; {how}",
+    ]
 
 
 def _dflash_serving(

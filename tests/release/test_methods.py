@@ -246,3 +246,35 @@ def test_a_modelopt_dspark_export_is_detected_as_dspark():
     assert detect(exported) == "dspark"
     plain = {"architectures": ["DFlashDraftModel"], "dflash_config": {"target_layer_ids": [1]}}
     assert detect(plain) == "dflash"
+
+
+@pytest.mark.slow
+def test_infer_names_dflash2_and_writes_no_serving_section(cli, tmp_path):
+    """``infer --draft`` with a DFlash2 draft writes ``method: dflash2`` and no serving
+    section (its layout check is not built): the contract loads, and nothing resolves the
+    DFlash2 taps by EAGLE-3's rules."""
+    import torch
+    import yaml
+
+    from pytest_eagle_contract.shards.writing import save, shard_dict, shard_name
+
+    root = tmp_path / "shards"
+    g = torch.Generator().manual_seed(0)
+    for i in range(3):
+        ids = torch.randint(0, 64, (24,), generator=g)
+        slots = [(torch.randn(24, 16, generator=g) * (k + 1)).bfloat16() for k in range(3)]
+        save(
+            root / shard_name("specforge", i),
+            shard_dict("specforge", ids, torch.ones(24, dtype=torch.long), slots),
+        )
+    draft = config(tmp_path, {**DFLASH2, "dflash_config": {"target_layer_ids": [1, 4]}})
+    contract = tmp_path / "c.yaml"
+    res = cli(
+        "infer", root, "--layers", "residual:2", "residual:5", "final_norm", "--num-layers", 8,
+        "--vocab-size", 64, "--arch", "LlamaForCausalLM", "--draft", draft, "-o", contract,
+    )  # fmt: skip
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
+    data = yaml.safe_load(contract.read_text())
+    assert data["method"] == "dflash2" and "serving" not in data
+    checked = cli("check", contract)
+    assert checked.returncode == 0, checked.stdout + checked.stderr

@@ -46,7 +46,6 @@ class Method:
     architectures: tuple[str, ...] = ()  # draft config ``architectures`` that name it
     config_markers: tuple[str, ...] = ()  # top-level draft config keys that name it
     rules_note: str = ""  # why no engine's rules are read, where none are
-    resolve_only: bool = False  # ``resolve`` answers; a contract's layout check does not yet
 
     def serves(self, engine: str) -> bool:
         return engine in self.engines
@@ -123,7 +122,6 @@ METHODS: dict[str, Method] = by_name(
             "as DFlash: the tap list's length; without one, the engine's DFlash fallback",
             ("sglang", "vllm", "llama.cpp", "mlx"),
             ("DFlash2DraftModel", "DFlash2BeamDraftModel", "MiniMaxDFlash2DraftModel"),
-            resolve_only=True,
             rules_note="served on each engine's DFlash path (method_rules.json: SGLang from "
             "0.5.19, vLLM from 0.28.0, llama-cpp-python 0.3.36, mlx-vlm from 0.6.16); other "
             "engines not read",
@@ -163,7 +161,6 @@ METHODS: dict[str, Method] = by_name(
                 "Qwen3OmniDSparkModel",
             ),
             ("dspark_config",),
-            resolve_only=True,
             rules_note="method_rules.json: SGLang from 0.5.16 (targets with their own "
             "set_dspark_layers_to_capture refused), vLLM from 0.25.0 (V2 reader), "
             "llama-cpp-python 0.3.36's converters, mlx-vlm from 0.6.16 (its generic DSpark "

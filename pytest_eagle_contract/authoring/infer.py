@@ -489,20 +489,20 @@ def _draft_method(draft: Path) -> str | None:
 
 
 def _method_only(method: str, engine: str) -> list[str]:
-    """``method: M`` and no serving section, for a draft whose method the layout check does
-    not resolve yet (its taps would otherwise be read by EAGLE-3's rules)."""
+    """``method: M`` and no serving section, for a draft of another method than EAGLE-3 or
+    DFlash (a serving section by EAGLE-3's reading would resolve its taps by the wrong rules;
+    which engine serves it is the user's to write)."""
     from ..methods import get_method
 
     m = get_method(method)
     how = (
-        f"eagle-contract resolve --engine {engine} --method {method} --draft-config ... "
-        "answers for it"
+        f"add one (engine: one of {', '.join(m.engines)}; draft_config) to check the taps"
         if m.engines
         else m.rules_note
     )
     return [
         f"method: {method}  # the draft config names a {m.title} draft (docs/methods.md)",
-        f"# serving: not written: the layout check of a {m.title} contract is not built; {how}",
+        f"# serving: not written by infer; {how}",
     ]
 
 

@@ -10,6 +10,7 @@ error where the trained layers differ from the guess, and nothing where they agr
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..layers import Layer
@@ -76,7 +77,14 @@ def trained_layers(report: LayoutReport) -> tuple[list[Layer], str, str] | None:
     )
 
 
-def check_dflash(contract: Contract, report: LayoutReport) -> list[Finding]:
+def check_dflash(
+    contract: Contract,
+    report: LayoutReport,
+    resolve: Callable[..., Resolution] | None = None,
+    title: str = "DFlash",
+) -> list[Finding]:
+    """``resolve``: another DFlash-family method's resolver (engines/dflash_family.py), called
+    as ``resolve_dflash`` is; ``title``: that method's name in the findings."""
     from ..engines.dflash import TAP_KEYS, resolve_dflash
     from ..engines.fixes import relabel, runs, span_label
     from ..engines.resolve import get_engine
@@ -94,7 +102,7 @@ def check_dflash(contract: Contract, report: LayoutReport) -> list[Finding]:
     answers: dict[str | None, Resolution | str] = {}
     for version in versions:
         try:
-            answers[version] = resolve_dflash(serving.engine, L, draft, arch, version)
+            answers[version] = (resolve or resolve_dflash)(serving.engine, L, draft, arch, version)
         except Unservable as exc:
             answers[version] = str(exc)
 
@@ -112,7 +120,7 @@ def check_dflash(contract: Contract, report: LayoutReport) -> list[Finding]:
         got = answers[run[0]]
         if isinstance(got, str):
             said = relabel(got, run[0], label)
-            report.add("EC510", f"{engine} would not serve this DFlash draft: {said}", "serving")
+            report.add("EC510", f"{engine} would not serve this {title} draft: {said}", "serving")
             continue
         res = got
         served = list(res.layers)
@@ -151,7 +159,7 @@ def check_dflash(contract: Contract, report: LayoutReport) -> list[Finding]:
             if trained[0] != served:
                 report.add(
                     "EC501",
-                    f"{engine} feeds the DFlash draft {shown}; {trained[1]} say "
+                    f"{engine} feeds the {title} draft {shown}; {trained[1]} say "
                     f"{', '.join(map(str, trained[0]))}",
                     trained[2],
                     hint="make the draft config's tap list name the trained layers (tap t = "

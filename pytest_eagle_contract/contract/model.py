@@ -377,16 +377,9 @@ def _method_served(method: str, engine: str, r: _Reading) -> None:
     from ..methods import get_method
 
     m = get_method(method)
-    if m.serves(engine) and not m.resolve_only:
+    if m.serves(engine):
         return
-    if m.resolve_only:
-        r.problem(
-            "method",
-            f"{m.title}: only `eagle-contract resolve --method {method}` answers for it; the "
-            "layout check and matrix of a contract are not built for it yet: give no serving "
-            "section (docs/methods.md)",
-        )
-    elif m.engines:
+    if m.engines:
         r.problem(
             "serving.engine",
             f"{engine}: no {m.title} tap rules are read here; method {method} is resolved "

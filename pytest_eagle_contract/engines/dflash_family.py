@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -387,7 +387,7 @@ def _mlx(
     """mlx-vlm: the drafter reads ``dflash_config.target_layer_ids`` (else the top-level key);
     the target model folder's loop appends layer i's output for id i."""
     facts = row[method]
-    where = f"mlx-vlm {_span(row)} {facts['file']}"
+    where = f"mlx-vlm {version} {facts['file']}"
     archs = data.get("architectures")
     names = [a for a in archs if isinstance(a, str)] if isinstance(archs, list) else []
     dc = data.get("dflash_config")
@@ -445,7 +445,8 @@ def _mlx(
     positions = tuple(Position(t, t, Layer(t + 1)) for t in taps)
     return q.answer(
         positions,
-        f"{_TITLE[method]}: {where} reads {', '.join(facts['keys'])}; models/{folder}/language.py "
+        f"{_TITLE[method]}: mlx-vlm {_span(row)} {facts['file']} reads "
+        f"{', '.join(facts['keys'])}; models/{folder}/language.py "
         "appends layer i's output for id i (residual:i+1)",
         taps,
     )
@@ -473,3 +474,95 @@ def taps_for(
         if res.layers == tuple(wanted):
             return taps
     return None
+
+
+def resolver_for(
+    method: str, serving: Any, report: Any
+) -> tuple[Callable[..., Resolution], str] | None:
+    """A ``resolve_dflash``-shaped resolver of ``method`` for a contract's serving section
+    (its ``draft_config`` read whole, else its ``aux_layer_ids`` as the tap list), and the
+    method's title; None after an EC510 where neither reads."""
+    from .draft_config import read_draft_json
+    from .gguf_meta import is_gguf
+
+    data: Mapping[str, Any] | None = None
+    path: Path | None = None
+    ids = None
+    if serving.draft_config is not None:
+        path = Path(serving.draft_config)
+        path = path / "config.json" if path.is_dir() else path
+        try:
+            data = None if is_gguf(path) else read_draft_json(path)
+        except EagleContractError as exc:
+            report.add("EC510", str(exc), "serving.draft_config")
+            return None
+    elif serving.aux_layer_ids is not None:
+        ids = list(serving.aux_layer_ids)
+    else:
+        report.add(
+            "EC510",
+            f"a {_TITLE[method]} serving section needs serving.draft_config (the draft's "
+            "config.json) or serving.aux_layer_ids (its taps)",
+            "serving",
+        )
+        return None
+
+    def resolve(
+        engine: str, num_layers: int, _draft: object, arch: str | None, version: str | None
+    ) -> Resolution:
+        return resolve_method(method, engine, num_layers, data, ids, arch, version, path)
+
+    return resolve, _TITLE[method]
+
+
+def family_matrix(
+    method: str,
+    trained: Sequence[Layer],
+    num_layers: int,
+    arch: str | None,
+    serving: Any,
+    own: tuple[str, Sequence[str]] | None,
+) -> list[Any]:
+    """``matrix`` rows of a DFlash2 / DSpark contract: every engine and release read for the
+    method, what it feeds, and the taps that would make it feed the trained layers."""
+    from .dflash import version_order
+    from .fixes import relabel, runs
+    from .matrix import Row
+    from .resolve import get_engine
+
+    data: Mapping[str, Any] | None = None
+    path: Path | None = None
+    ids = None
+    if serving is not None and serving.draft_config is not None:
+        from .draft_config import read_draft_json
+
+        path = Path(serving.draft_config)
+        path = path / "config.json" if path.is_dir() else path
+        data = read_draft_json(path)
+    elif serving is not None and serving.aux_layer_ids is not None:
+        ids = list(serving.aux_layer_ids)
+    want = tuple(trained)
+    rows: list[Any] = []
+    for name in ENGINES[method]:
+        mine = list(own[1]) if own is not None and own[0] == name else []
+        versions = sorted(set(releases(name, method)) | set(mine), key=version_order)
+        cells: dict[str, tuple[Any, ...]] = {}
+        read: dict[str, tuple[int, ...] | None] = {}
+        for v in versions:
+            try:
+                res = resolve_method(method, name, num_layers, data, ids, arch, v, path)
+            except (Unservable, EagleContractError) as exc:
+                fix = taps_for(method, name, num_layers, want, arch, v)
+                cells[v] = (None, relabel(str(exc), v, "\x00"), (), False, fix, v in mine)
+                continue
+            codes = tuple(sorted({p.code for p in res.problems}))
+            read[v] = res.ids
+            same = res.layers == want
+            fix = None if same else taps_for(method, name, num_layers, want, arch, v)
+            cells[v] = (res.layers, None, codes, same, fix, v in mine)
+        keyed = {v: (read.get(v), cell) for v, cell in cells.items()}
+        rows += [
+            Row(get_engine(name), tuple(run), read.get(run[0]), *cells[run[0]])
+            for run in runs(list(cells), keyed.__getitem__)
+        ]
+    return rows

@@ -161,17 +161,63 @@ def test_engine_without_rules_for_the_method_is_a_usage_error(cli):
     assert res.returncode == 2 and "no dspark tap rules" in res.stderr
 
 
-def test_contract_with_a_serving_section_for_dflash2_is_refused(cli, tmp_path):
-    c = tmp_path / "c.yaml"
+def contract(tmp_path: Path, method: str, draft: Path, trained: list[str], engine="sglang"):
+    c = tmp_path / f"{method}-{engine}.yaml"
+    slots = "".join(f"    - {{layer: {x}}}\n" for x in [*trained, "final_norm"])
     c.write_text(
-        "contract: x\nversion: 1\nmethod: dflash2\n"
+        f"contract: x\nversion: 1\nmethod: {method}\n"
         "target: {arch: Qwen3ForCausalLM, num_hidden_layers: 36, hidden_size: 4096}\n"
-        "serving: {engine: sglang}\n"
+        f"training:\n  slots:\n{slots}"
+        f"serving:\n  engine: {engine}\n  version: '0.5.23'\n  draft_config: {draft}\n"
     )
-    res = cli("check", c)
-    assert res.returncode == 2 and "only `eagle-contract resolve --method dflash2`" in " ".join(
-        res.stderr.split()
-    )
+    return c
+
+
+def findings(cli, path: Path):
+    res = cli("check", path, "--checks", "layout", "--json")
+    return res, [(f["code"], f["severity"]) for f in json.loads(res.stdout)["findings"]]
+
+
+@pytest.mark.parametrize("method,data", [("dflash2", DFLASH2), ("dspark", DSPARK)])
+def test_check_layout_of_a_family_contract(cli, tmp_path, method, data):
+    """The layout check resolves the taps by the method's rules: the draft's taps against
+    the trained layers pass, trained one layer deeper is EC501."""
+    draft = config(tmp_path, data)
+    res, codes = findings(cli, contract(tmp_path, method, draft, outputs_of(TAPS)))
+    assert res.returncode == 0 and codes == [], res.stdout
+    deeper = [f"residual:{t + 2}" for t in TAPS]
+    res, codes = findings(cli, contract(tmp_path / "..", method, draft, deeper))
+    assert res.returncode == 1 and codes == [("EC501", "error")]
+
+
+def test_check_dspark_guess_against_other_trained_layers_is_ec522(cli, tmp_path):
+    data = {k: v for k, v in DSPARK.items() if k != "dspark_target_layer_ids"}
+    draft = config(tmp_path, data)
+    res, codes = findings(cli, contract(tmp_path, "dspark", draft, outputs_of([2, 10, 18, 26, 34])))
+    assert res.returncode == 1 and codes == [("EC522", "error")]
+
+
+def test_check_dspark_without_a_markov_head_is_ec510(cli, tmp_path):
+    data = {k: v for k, v in DSPARK.items() if k != "dspark_markov_rank"}
+    draft = config(tmp_path, data)
+    res, codes = findings(cli, contract(tmp_path, "dspark", draft, outputs_of(TAPS)))
+    assert res.returncode == 1 and ("EC510", "error") in codes
+
+
+def test_matrix_of_a_dspark_contract(cli, tmp_path):
+    """``matrix`` answers by the DSpark rules of every engine read: SGLang and vLLM feed the
+    draft's dspark_target_layer_ids + 1; llama.cpp's dense converter ignores that key
+    (refused), and names the target_layer_ids that would fix it."""
+    draft = config(tmp_path, DSPARK)
+    res = cli("matrix", contract(tmp_path, "dspark", draft, outputs_of(TAPS)), "--json")
+    assert res.returncode in (0, 1), res.stderr
+    out = json.loads(res.stdout)
+    assert out["method"] == "dspark"
+    rows = {(r["engine"], r["versions"][-1]): r for r in out["rows"]}
+    assert rows[("sglang", "0.5.23")]["feeds"] == outputs_of(TAPS)
+    assert rows[("vllm", "0.34.0")]["feeds"] == outputs_of(TAPS)
+    llama = rows[("llama.cpp", "0.3.36")]
+    assert llama["feeds"] is None
 
 
 def test_infer_detection_names_the_methods():

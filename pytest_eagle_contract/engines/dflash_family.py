@@ -219,7 +219,11 @@ def _dspark_sglang(
 ) -> Resolution:
     facts = row["dspark"]
     rank = _markov_rank(data)
-    if facts["markov"] and (type(rank) is not int or rank <= 0):
+    try:  # SGLang takes int(raw) of whatever the config holds
+        whole = int(rank) if rank is not None and not isinstance(rank, bool | list | dict) else 0
+    except (TypeError, ValueError, OverflowError):
+        whole = 0
+    if facts["markov"] and whole <= 0:
         raise Unservable(
             f"SGLang {version}: DSPARK requires markov_rank > 0 in the draft config, got "
             f"markov_rank={rank!r:.20} (model_runner spec_aux_hidden_state: require_markov)"
@@ -510,7 +514,10 @@ def resolver_for(
     def resolve(
         engine: str, num_layers: int, _draft: object, arch: str | None, version: str | None
     ) -> Resolution:
-        return resolve_method(method, engine, num_layers, data, ids, arch, version, path)
+        try:
+            return resolve_method(method, engine, num_layers, data, ids, arch, version, path)
+        except EagleContractError as exc:  # a malformed key the method reads: not served
+            raise Unservable(str(exc)) from None
 
     return resolve, _TITLE[method]
 

@@ -324,3 +324,20 @@ def test_infer_names_dflash2_and_writes_no_serving_section(cli, tmp_path):
     assert data["method"] == "dflash2" and "serving" not in data
     checked = cli("check", contract)
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {**DSPARK, "dspark_target_layer_ids": "abc"},
+        {**DSPARK, "dspark_target_layer_ids": [True, 2]},
+        {**DSPARK, "dspark_markov_rank": [1]},
+        {**DSPARK, "dspark_target_layer_ids": []},
+    ],
+)
+def test_hostile_dspark_configs_end_in_a_finding(cli, tmp_path, body):
+    """A malformed key the method reads is EC510 in the layout check, never a traceback."""
+    draft = config(tmp_path, body)
+    res, codes = findings(cli, contract(tmp_path, "dspark", draft, outputs_of(TAPS)))
+    assert "Traceback" not in res.stderr
+    assert res.returncode == 1 and ("EC510", "error") in codes

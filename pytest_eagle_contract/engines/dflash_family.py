@@ -275,7 +275,14 @@ def _dspark_vllm(
     dshift = shifts.get(model_type, shifts["qwen3"]) if isinstance(model_type, str) else None
     if dshift is None:
         dshift = shifts["qwen3"]
-    q.assumed.append(("runner", "v2", f"vLLM {version}: the DSpark speculator is the V2 runner's"))
+    q.assumed.append(
+        (
+            "runner",
+            "v2",
+            f"vLLM {version}: DSpark is implemented only by the V2 GPU model runner "
+            "(config/vllm.py; v1/worker/gpu/spec_decode/dspark)",
+        )
+    )
     draft = _dflash_draft(data, None)
     picked = None
     for key, shift in keys:

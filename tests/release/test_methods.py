@@ -341,3 +341,15 @@ def test_hostile_dspark_configs_end_in_a_finding(cli, tmp_path, body):
     res, codes = findings(cli, contract(tmp_path, "dspark", draft, outputs_of(TAPS)))
     assert "Traceback" not in res.stderr
     assert res.returncode == 1 and ("EC510", "error") in codes
+
+
+def test_both_keys_sglang_reads_the_dspark_key_vllm_the_dflash_key(cli, tmp_path):
+    """SGLang's parse_dspark_draft_config reads dspark_target_layer_ids first; vLLM's V2
+    reader reaches dflash_config.target_layer_ids before it: one draft, two layer lists."""
+    other = [2, 10, 18, 26, 34]
+    data = {**DSPARK, "dflash_config": {"target_layer_ids": other}}
+    draft = config(tmp_path, data)
+    _, sgl = run(cli, "dspark", "--engine", "sglang", "--draft-config", draft)
+    _, vll = run(cli, "dspark", "--engine", "vllm", "--draft-config", draft)
+    assert sgl["layers"] == outputs_of(TAPS)
+    assert vll["layers"] == outputs_of(other)

@@ -48,7 +48,7 @@ def _table() -> dict[str, Any]:
 def releases(engine: str, method: str) -> list[str]:
     """The releases of ``engine`` read for ``method`` that serve it, oldest first."""
     data = _table()[engine]
-    return [v for v in data["releases"] if _serves(_row(engine, v), method, engine)]
+    return [v for v in data["releases"] if _serves(_row(engine, v), method)]
 
 
 def _row(engine: str, version: str) -> dict[str, Any] | None:
@@ -64,7 +64,7 @@ def _row(engine: str, version: str) -> dict[str, Any] | None:
     return None
 
 
-def _serves(row: Mapping[str, Any] | None, method: str, engine: str) -> bool:
+def _serves(row: Mapping[str, Any] | None, method: str) -> bool:
     if row is None:
         return False
     return bool(row["dflash2"] if method == "dflash2" else row["dspark"])
@@ -83,7 +83,7 @@ def _version(engine: str, method: str, q: Query, package: str) -> tuple[str, dic
             f"{package} {version}: not read for {method} here; read: {', '.join(read)} "
             "(docs/methods.md)"
         )
-    if not _serves(row, method, engine):
+    if not _serves(row, method):
         first = releases(engine, method)
         raise Unservable(
             f"{package} {version} has no {_TITLE[method]} path"
@@ -237,9 +237,8 @@ def _dspark_sglang(
     own = _dspark_ids(data, path)
     notes = list(q.notes)
     if own is not None:
-        draft = dflash.DFlashDraft(
-            path, {dflash.TAP_KEYS[0]: own}, *_sizes(data, path)
-        )  # SGLang puts them where the DFlash ids go
+        rest = dflash.parse_dflash_draft({k: v for k, v in data.items() if k != DSPARK_KEY}, path)
+        draft = dataclasses.replace(rest, found={dflash.TAP_KEYS[0]: own})  # where SGLang puts them
         notes.append(f"SGLang {version} reads {DSPARK_KEY} first ({facts['file']})")
     else:
         draft = _dflash_draft(data, path)
@@ -251,11 +250,6 @@ def _dspark_sglang(
         "set_dflash_layers_to_capture where the target has no DSpark hook",
         notes,
     )
-
-
-def _sizes(data: Mapping[str, Any], path: Path | None) -> tuple[int | None, ...]:
-    d = dflash.parse_dflash_draft({k: v for k, v in data.items() if k != DSPARK_KEY}, path)
-    return (d.num_hidden_layers, d.num_target_layers, d.block_size, d.mask_token_id)
 
 
 def _dspark_vllm(

@@ -332,9 +332,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="METHOD",
         help="the drafting method whose tap rules resolve the ids (default eagle3; dflash, "
         "dflash2, dspark: --ids are the draft's target_layer_ids, --draft-config its "
-        "config.json; one of: "
-        + ", ".join(METHOD_NAMES)
-        + ")",
+        "config.json; one of: " + ", ".join(METHOD_NAMES) + ")",
     )
     add_print_json(res)
     res.add_argument(

@@ -78,10 +78,13 @@ METHODS: dict[str, Method] = by_name(
                 "eagle_aux_hidden_state_layer_ids",
                 "num_aux_hidden_states",
                 "fc_norm",
+                "use_aux_norm",
                 "norm_output",
             ),
             ("eagle_config.eagle_aux_hidden_state_layer_ids", "eagle_aux_hidden_state_layer_ids"),
-            "as EAGLE-3; its fc_norm / norm_output flags are EC927's",
+            "as EAGLE-3: the engines read its ids by their EAGLE-3 rules (sglang 0.5.23 "
+            "models/kimi_k25_eagle3.py, llama.cpp src/models/eagle3.cpp); its fc_norm / "
+            "norm_output flags are EC927's",
             EAGLE3_ENGINES,
         ),
         Method(
@@ -104,38 +107,86 @@ METHODS: dict[str, Method] = by_name(
         Method(
             "dflash2",
             "DFlash2",
-            ("dflash_config.target_layer_ids",),
-            ("dflash_config.target_layer_ids",),
-            "not read here",
-            (),
-            rules_note="no engine's DFlash2 tap rules are read here yet",
+            (
+                "dflash_config.target_layer_ids",
+                "target_layer_ids",
+                "dflash_config.selector_rank",
+                "dflash_config.selector_top_k",
+                "dflash_config.conv_kernel_size",
+                "dflash_config.conv_group_size",
+                "dflash_config.mask_token_id",
+                "block_size",
+                "num_hidden_layers",
+            ),
+            ("dflash_config.target_layer_ids", "target_layer_ids"),
+            "as DFlash: the tap list's length; without one, the engine's DFlash fallback",
+            ("sglang", "vllm", "llama.cpp", "mlx"),
+            ("DFlash2DraftModel", "DFlash2BeamDraftModel", "MiniMaxDFlash2DraftModel"),
+            rules_note="served on each engine's DFlash path (method_rules.json: SGLang from "
+            "0.5.19, vLLM from 0.28.0, llama-cpp-python 0.3.36, mlx-vlm from 0.6.16); other "
+            "engines not read",
         ),
         Method(
             "dspark",
             "DSpark",
-            ("dspark_target_layer_ids", "target_layer_ids"),
-            ("dspark_target_layer_ids", "target_layer_ids"),
-            "not read here",
-            (),
-            rules_note="no engine's DSpark tap rules are read here yet",
+            (
+                "dspark_target_layer_ids",
+                "dflash_config.target_layer_ids",
+                "target_layer_ids",
+                "aux_hidden_state_layer_ids",
+                "dspark_block_size",
+                "dspark_markov_rank",
+                "dspark_noise_token_id",
+                "markov_rank",
+                "markov_head_type",
+                "mask_token_id",
+            ),
+            ("dspark_target_layer_ids", "dflash_config.target_layer_ids", "target_layer_ids"),
+            "the tap list's length (one per draft stage on DeepSeek-V4); SGLang falls back to "
+            "DFlash's formula without one",
+            ("sglang", "vllm", "llama.cpp", "mlx"),
+            (
+                "DSparkDraftModel",
+                "Qwen3DSparkModel",
+                "DSparkSpeculator",
+                "Lfm2DSparkDraftModel",
+                "LingDSparkModel",
+                "DeepseekV4DSparkModel",
+                "Gemma4DSparkModel",
+                "DSparkV41DraftModel",
+                "DSparkMiniMaxDraftModel",
+                "K3DSparkModel",
+                "MistralLarge4DSparkModel",
+                "MuseSparkDSparkModel",
+                "Qwen3OmniDSparkModel",
+            ),
+            ("dspark_config",),
+            rules_note="method_rules.json: SGLang from 0.5.16 (targets with their own "
+            "set_dspark_layers_to_capture refused), vLLM from 0.25.0 (V2 reader), "
+            "llama-cpp-python 0.3.36's converters, mlx-vlm from 0.6.16 (its generic DSpark "
+            "drafter); other engines not read",
         ),
         Method(
             "pard",
             "PARD",
-            ("target_proj",),
+            ("pard_token", "target_proj"),
             (),
             "not read here",
             (),
-            rules_note="no engine's PARD rules are read here yet",
+            rules_note="no tap rule, not read: vLLM 0.34.0 reads only pard_token (a mask token, "
+            "v1/worker/gpu/spec_decode/utils.py); no release of sglang, specforge, speculators "
+            "or nvidia-modelopt read here names PARD or target_proj",
         ),
         Method(
             "mtp",
             "MTP",
+            ("num_nextn_predict_layers",),
             (),
+            "no tap list: the head reads the target's last hidden state",
             (),
-            "not read here",
-            (),
-            rules_note="no engine's MTP rules are read here yet",
+            rules_note="no tap list to map: an MTP head reads the target's last hidden state "
+            "inside each engine's model file (vLLM 0.34.0 MTPModelTypes, SGLang NextN); which "
+            "tensor each feeds is not read here",
         ),
     ]
 )
@@ -146,11 +197,24 @@ def get_method(name: str) -> Method:
     return lookup(METHODS, name, "method")
 
 
+def _dspark_head(config: Mapping[str, Any]) -> bool:
+    """A DSpark head in a DFlash-shaped config: ``dflash_config.projector_type`` ``dspark`` or
+    a ``markov_rank`` above 0 (how mlx-vlm 0.7.10's ``utils.get_model_type`` routes a draft;
+    nvidia-modelopt 0.47.0's DSparkExporter writes architectures DFlashDraftModel with these)."""
+    dc = config.get("dflash_config")
+    if not isinstance(dc, dict):
+        return False
+    rank = config.get("markov_rank") or dc.get("markov_rank") or 0
+    return dc.get("projector_type") == "dspark" or (type(rank) is int and rank > 0)
+
+
 def detect(config: Mapping[str, Any]) -> str | None:
-    """The method a draft config.json names (its ``architectures``, then a key only that
-    method writes), or None where it names none of them."""
+    """The method a draft config.json names (a DSpark head first, then its ``architectures``,
+    then a key only that method writes), or None where it names none of them."""
     archs = config.get("architectures")
     names = [a for a in archs if isinstance(a, str)] if isinstance(archs, list) else []
+    if "DFlash2DraftModel" not in names and _dspark_head(config):
+        return "dspark"
     for method in METHODS.values():
         if any(a in method.architectures for a in names):
             return method.name

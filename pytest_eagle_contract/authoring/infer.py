@@ -489,8 +489,11 @@ def _serving(
     if side not in serving_engines():
         raise UsageError(f"--engine {name} is a trainer, not a serving engine")
     arch = [f"  arch: {d.arch}"] if d.arch else []
-    if draft is not None and _draft_method(draft) == "dflash":
+    method = _draft_method(draft) if draft is not None else None
+    if draft is not None and method == "dflash":
         return _dflash_serving(draft, draft_ref, engine, name, arch)
+    if method in ("dflash2", "dspark", "pard", "mtp"):
+        return _method_only(method, name)
     if FORMATS[d.obs.format].method == "dflash":
         return [
             f"method: dflash  # {d.obs.format} shards are DFlash's (docs/dflash.md)",
@@ -556,6 +559,24 @@ def _draft_method(draft: Path) -> str | None:
         return detect(read_draft_json(path))
     except EagleContractError:
         return None
+
+
+def _method_only(method: str, engine: str) -> list[str]:
+    """``method: M`` and no serving section, for a draft of another method than EAGLE-3 or
+    DFlash (a serving section by EAGLE-3's reading would resolve its taps by the wrong rules;
+    which engine serves it is the user's to write)."""
+    from ..methods import get_method
+
+    m = get_method(method)
+    how = (
+        f"add one (engine: one of {', '.join(m.engines)}; draft_config) to check the taps"
+        if m.engines
+        else m.rules_note
+    )
+    return [
+        f"method: {method}  # the draft config names a {m.title} draft (docs/methods.md)",
+        f"# serving: not written by infer; {how}",
+    ]
 
 
 def _dflash_serving(

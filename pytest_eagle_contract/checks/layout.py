@@ -94,6 +94,16 @@ def check_layout(
         from .layout_dflash import check_dflash
 
         return check_dflash(contract, report, serving_args, serving_env, env_label)
+    if contract.method in ("dflash2", "dspark"):  # engines/dflash_family.py's rules
+        from ..engines.dflash_family import resolver_for
+        from .layout_dflash import check_dflash
+
+        found = resolver_for(contract.method, serving, report)
+        if found is None:
+            return report.findings
+        return check_dflash(
+            contract, report, serving_args, serving_env, env_label, found[0], found[1]
+        )
     target = contract.target
     L, H = target.num_hidden_layers, target.hidden_size
     arch = serving.arch or target.arch

@@ -11,7 +11,7 @@ error where the trained layers differ from the guess, and nothing where they agr
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from ..layers import Layer
@@ -115,7 +115,13 @@ def check_dflash(
     serving_args: str | None = None,
     serving_env: Mapping[str, str] | None = None,
     env_label: str = "",
+    resolve: Callable[..., Resolution] | None = None,
+    title: str = "DFlash",
 ) -> list[Finding]:
+    """``resolve``: another DFlash-family method's resolver (engines/dflash_family.py), called
+    as ``resolve_dflash`` is; ``title``: that method's name in the findings. DFlash's own
+    settings (EC526-EC528), every-engine table and fix are DFlash's rules: they are given for
+    DFlash alone, not for a method served on its path whose settings were not read."""
     from ..engines.dflash import TAP_KEYS, resolve_dflash
     from ..engines.fixes import relabel, runs, span_label
     from ..engines.knobs import launch_knobs
@@ -137,7 +143,8 @@ def check_dflash(
     draft = _draft(report)
     if draft is None:
         return report.findings
-    check_settings(contract, report, draft, command)
+    if resolve is None:
+        check_settings(contract, report, draft, command)
     L = contract.target.num_hidden_layers
     arch = serving.arch or contract.target.arch
     trained = trained_layers(report)
@@ -145,7 +152,7 @@ def check_dflash(
     answers: dict[str | None, Resolution | str] = {}
     for version in versions:
         try:
-            answers[version] = resolve_dflash(serving.engine, L, draft, arch, version)
+            answers[version] = (resolve or resolve_dflash)(serving.engine, L, draft, arch, version)
         except Unservable as exc:
             answers[version] = str(exc)
 
@@ -159,7 +166,11 @@ def check_dflash(
 
     trained_list = trained[0] if trained else []
     table = functools.cache(
-        lambda: _every_engine(trained_list, L, arch, draft, serving.engine, versions)
+        lambda: (
+            _every_engine(trained_list, L, arch, draft, serving.engine, versions)
+            if resolve is None
+            else ("", [])
+        )
     )
     for run in runs(list(versions), key):  # type: ignore[arg-type]
         label = span_label([v or "" for v in run])
@@ -167,7 +178,7 @@ def check_dflash(
         got = answers[run[0]]
         if isinstance(got, str):
             said = relabel(got, run[0], label)
-            report.add("EC510", f"{engine} would not serve this DFlash draft: {said}", "serving")
+            report.add("EC510", f"{engine} would not serve this {title} draft: {said}", "serving")
             continue
         res = got
         served = list(res.layers)
@@ -207,12 +218,16 @@ def check_dflash(
             if trained[0] != served:
                 report.add(
                     "EC501",
-                    f"{engine} feeds the DFlash draft {shown}; {trained[1]} say "
+                    f"{engine} feeds the {title} draft {shown}; {trained[1]} say "
                     f"{', '.join(map(str, trained[0]))}",
                     trained[2],
                     hint="make the draft config's tap list name the trained layers (tap t = "
                     "the output of layer t = residual:t+1)"
-                    + _fix(serving.engine, L, trained[0], arch, run[0], draft),
+                    + (
+                        _fix(serving.engine, L, trained[0], arch, run[0], draft)
+                        if resolve is None
+                        else ""
+                    ),
                     expected=", ".join(map(str, trained[0])),
                     found=shown,
                     details=f"serving source: {res.source}\n" + table()[0],

@@ -354,10 +354,9 @@ def _parser() -> argparse.ArgumentParser:
         choices=METHOD_NAMES,
         default="eagle3",
         metavar="METHOD",
-        help="the drafting method whose tap rules resolve the ids (default eagle3; dflash: "
-        "--ids are the draft's target_layer_ids, --draft-config its dflash_config; one of: "
-        + ", ".join(METHOD_NAMES)
-        + ")",
+        help="the drafting method whose tap rules resolve the ids (default eagle3; dflash, "
+        "dflash2, dspark: --ids are the draft's target_layer_ids, --draft-config its "
+        "config.json; one of: " + ", ".join(METHOD_NAMES) + ")",
     )
     add_print_json(res)
     res.add_argument(

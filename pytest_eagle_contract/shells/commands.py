@@ -338,6 +338,8 @@ def resolve(args: argparse.Namespace) -> int:
     method = getattr(args, "method", "eagle3")
     if method == "dflash":
         return _resolve_dflash(args)
+    if method in ("dflash2", "dspark"):
+        return _resolve_family(args)
     if method not in ("eagle3", "eagle3.1"):
         from ..methods import get_method
 
@@ -481,9 +483,126 @@ def _resolve_dflash(args: argparse.Namespace) -> int:
     return _print_resolution(args, res)
 
 
+def _resolve_family(args: argparse.Namespace) -> int:
+    """``resolve --method dflash2|dspark`` (engines/dflash_family.py): the draft's taps
+    (``--ids``, or its ``--draft-config``) on the engine, by the rules read for the method."""
+    from ..engines.dflash_family import ENGINES, resolve_method
+    from ..errors import Unservable
+    from ..render import to_json
+
+    method = args.method
+    if args.num_layers < 1:
+        raise UsageError(f"--num-layers {args.num_layers}: a target has at least one layer")
+    if args.engine not in ENGINES[method]:
+        raise UsageError(
+            f"--method {method}: no {method} tap rules of {args.engine} are read here; one "
+            f"of {', '.join(ENGINES[method])} (docs/methods.md)"
+        )
+    if getattr(args, "runner", "auto") != "auto":
+        raise UsageError(f"--runner is not read for --method {method}")
+    if args.want is not None:
+        return _want_family(args)
+    if args.ids is not None and args.draft_config is not None:
+        raise UsageError("give --ids or --draft-config, not both")
+    data = None
+    path = None
+    if args.draft_config is not None:
+        from ..engines import gguf_meta
+        from ..engines.draft_config import read_draft_json
+
+        path = Path(args.draft_config)
+        if path.is_dir():
+            path = path / "config.json"
+        data = None if gguf_meta.is_gguf(path) else read_draft_json(path)
+    elif not args.ids:
+        raise UsageError(
+            f"--method {method} needs --draft-config (its tap list) or --ids (its taps)"
+        )
+    try:
+        res = resolve_method(
+            method, args.engine, args.num_layers, data, args.ids, args.arch, args.version, path
+        )
+    except Unservable as exc:
+        if args.json:
+            print(
+                to_json(
+                    {
+                        **_dflash_asked(args),
+                        "refused": str(exc),
+                        "silent": False,
+                        "layers": None,
+                    }
+                )
+            )
+        print(f"eagle-contract resolve: {args.engine} would not serve this: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    return _print_resolution(args, res)
+
+
+def _want_family(args: argparse.Namespace) -> int:
+    """``resolve --method dflash2|dspark --want LAYER ...``: the one tap list that makes every
+    asked release feed those layers, or why none does."""
+    from ..engines.base import releases_for
+    from ..engines.dflash_family import releases, taps_for
+    from ..layers import Layer
+    from ..render import to_json
+
+    if args.ids is not None or args.draft_config is not None:
+        raise UsageError("--want asks for the taps: give it without --ids or --draft-config")
+    try:
+        wanted = [Layer.parse(text) for text in args.want]
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    versions: list[str | None] = (
+        [None]
+        if args.version is None
+        else list(releases_for(args.version, releases(args.engine, args.method), args.engine))
+    )
+    found = {
+        v: taps_for(args.method, args.engine, args.num_layers, wanted, args.arch, v)
+        for v in versions
+    }
+    taps = found[versions[0]] if len(set(found.values())) == 1 else None
+    key = (
+        "dspark_target_layer_ids"
+        if args.method == "dspark" and args.engine in ("sglang", "vllm")
+        else "dflash_config.target_layer_ids"
+    )
+    if args.json:
+        print(
+            to_json(
+                {
+                    **_dflash_asked(args),
+                    "num_layers": args.num_layers,
+                    "want": [str(x) for x in wanted],
+                    "taps": None if taps is None else list(taps),
+                    "config_key": key,
+                    "per_version": {
+                        str(v): None if t is None else list(t) for v, t in found.items()
+                    },
+                }
+            )
+        )
+    elif taps is None:
+        print(
+            f"no one tap list makes {args.engine} {args.version or '(newest read)'} feed "
+            f"{', '.join(map(str, wanted))}: "
+            + ", ".join(f"{v}: {'none' if t is None else list(t)}" for v, t in found.items()),
+            file=sys.stderr,
+        )
+    else:
+        print(f"{args.engine} feeds {', '.join(map(str, wanted))} with {key} = {list(taps)}")
+    return EXIT_OK if taps is not None else EXIT_FINDINGS
+
+
 def _dflash_asked(args: argparse.Namespace) -> dict[str, object]:
     """What ``resolve --method dflash --json`` was asked, at the head of each of its answers."""
-    return {"engine": args.engine, "method": "dflash", "version": args.version, "arch": args.arch}
+    return {
+        "engine": args.engine,
+        "method": getattr(args, "method", "dflash"),
+        "version": args.version,
+        "arch": args.arch,
+    }
 
 
 def _want_dflash(args: argparse.Namespace) -> int:

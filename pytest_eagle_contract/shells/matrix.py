@@ -68,6 +68,10 @@ def matrix(args: argparse.Namespace) -> int:
             given = serving.aux_layer_ids if serving is not None else None
             taps = DFlashDraft(None, {TAP_KEYS[0]: given} if given else {})
         rows = core.dflash_matrix(trained, num_layers, arch, taps, own)
+    elif contract.method in ("dflash2", "dspark"):  # engines/dflash_family.py
+        from ..engines.dflash_family import family_matrix
+
+        rows = family_matrix(contract.method, trained, num_layers, arch, serving, own)
     else:
         rows = core.matrix(trained, num_layers, arch, ids_of, own)
     differs = any(r.own and not r.same for r in rows)

@@ -7,8 +7,8 @@ each other is EC509 (layout family); the fc width against the contract's is EC50
 
 from __future__ import annotations
 
-from pathlib import Path
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Unpack
 
 from ..findings import Finding, Parts, RuleCode, finding, not_run

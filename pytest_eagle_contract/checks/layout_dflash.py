@@ -258,7 +258,9 @@ def check_dflash(
                     + (
                         _fix(serving.engine, L, trained[0], arch, run[0], draft)
                         if resolve is None
-                        else _family_fix(contract.method, serving.engine, L, trained[0], arch, run[0])
+                        else _family_fix(
+                            contract.method, serving.engine, L, trained[0], arch, run[0]
+                        )
                     ),
                     expected=", ".join(map(str, trained[0])),
                     found=shown,

@@ -167,8 +167,8 @@ def test_infer_then_check_passes_good_and_fails_shifts(cli, tmp_path):
     )
     res, found = check(cli, contract)
     assert res.returncode == 0 and found == [], res.stdout
-    shifted_taps = [t + 1 for t in TAPS]
-    draft_dir(tmp_path, {**DRAFT, "dflash_config": {**DRAFT["dflash_config"], "target_layer_ids": shifted_taps}})  # fmt: skip
+    shifted = {**DRAFT["dflash_config"], "target_layer_ids": [t + 1 for t in TAPS]}
+    draft_dir(tmp_path, {**DRAFT, "dflash_config": shifted})
     res, found = check(cli, contract)
     assert res.returncode == 1 and ("EC501", "error") in found, found
 

@@ -56,8 +56,16 @@ def draft_config(**extra: object) -> dict[str, object]:
     }
 
 
-def write(tmp_path: Path, cfg: dict[str, object], fc_in: int, *, method: str = "dflash",
-          engine: str = "sglang", version: str = "0.5.23", fc_name: str = "fc.weight") -> Path:  # fmt: skip
+def write(
+    tmp_path: Path,
+    cfg: dict[str, object],
+    fc_in: int,
+    *,
+    method: str = "dflash",
+    engine: str = "sglang",
+    version: str = "0.5.23",
+    fc_name: str = "fc.weight",
+) -> Path:
     d = tmp_path / "draft"
     d.mkdir(exist_ok=True)
     (d / "config.json").write_text(json.dumps(cfg))
@@ -69,9 +77,7 @@ def write(tmp_path: Path, cfg: dict[str, object], fc_in: int, *, method: str = "
     }
     save_file(weights, str(d / "model.safetensors"))
     path = tmp_path / "c.yaml"
-    path.write_text(
-        CONTRACT.format(method=method, engine=engine, version=version, L=L, H=H, V=V)
-    )
+    path.write_text(CONTRACT.format(method=method, engine=engine, version=version, L=L, H=H, V=V))
     return path
 
 
@@ -163,7 +169,8 @@ def test_mlx_guesses_its_default_taps_ec522(cli, tmp_path, version):
 
 
 def test_mlx_reads_the_listed_taps(cli, tmp_path):
-    for data, extra in (({"target_layer_ids": [3, 15, 31]}, {}), ({}, {"target_layer_ids": [3, 15, 31]})):
+    listed = {"target_layer_ids": [3, 15, 31]}
+    for data, extra in ((listed, {}), ({}, listed)):  # under dflash_config, then top level
         res, out = mlx(cli, mlx_draft(tmp_path, data, **extra))
         assert res.returncode == 0, res.stdout
         assert out["layers"] == ["residual:4", "residual:16", "residual:32"]
@@ -173,14 +180,15 @@ def test_mlx_reads_the_listed_taps(cli, tmp_path):
 @pytest.mark.parametrize(
     "dflash_config,extra,words",
     [
-        (None, {}, "has a dflash_config object; this one has none"),  # get_model_type: not a DFlash drafter
+        # utils.get_model_type: no dflash_config, no DFlash drafter
+        (None, {}, "has a dflash_config object; this one has none"),
         ({"projector_type": "dspark"}, {}, "DSpark drafter"),
         ({}, {"architectures": ["DFlash2DraftModel"]}, "DFlash2 drafter"),
         ({}, {"model_type": "gemma4"}, "gemma4_dflash drafter is not read"),
     ],
 )
 def test_mlx_routes_other_drafts_elsewhere(cli, tmp_path, dflash_config, extra, words):
-    res, out = mlx(cli, mlx_draft(tmp_path, dflash_config, **extra))
+    res, _ = mlx(cli, mlx_draft(tmp_path, dflash_config, **extra))
     assert res.returncode != 0
     assert words in " ".join(res.stdout.split() + res.stderr.split())
 
@@ -194,7 +202,9 @@ def test_check_mlx_default_against_other_trained_layers_is_ec522_error(cli, tmp_
     d = tmp_path / "draft"
     d.mkdir()
     (d / "config.json").write_text(
-        json.dumps({"model_type": "qwen3", "num_hidden_layers": 5, "dflash_config": {"mask_token_id": 1}})
+        json.dumps(
+            {"model_type": "qwen3", "num_hidden_layers": 5, "dflash_config": {"mask_token_id": 1}}
+        )
     )
     slots = "".join(f"    - {{layer: residual:{k}}}\n" for k in (3, 10, 17, 24, 31))
     path = tmp_path / "c.yaml"

@@ -471,6 +471,9 @@ class _Drafting:
         if not reference:
             out += [f"# WARNING: {note}" for note in self.overlap_notes(model is not None)]
         out += [f"# WARNING: {note}" for note in self.rate_warnings(fit, model)]
+        made_for = FORMATS[obs.format].method
+        if not serving and made_for is not None:  # fitting: the contract must still load
+            serving = [f"method: {made_for}"]
         return "\n".join(out + serving) + "\n"
 
 

@@ -179,3 +179,38 @@ def test_dspark_shards_without_a_draft_say_what_to_pass(cli, tmp_path):
     res = cli("infer", good, "--num-layers", L, "--vocab-size", VOCAB, "-o", tmp_path / "c.yaml")
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
     assert "dflash_config.target_layer_ids" in " ".join(res.stderr.split())
+
+
+def test_infer_fits_dspark_bounds_with_its_self_test(cli, tmp_path):
+    """On a real (tiny) target, whose final-norm state and pre-norm last layer have close
+    norms, infer's bounds must pass the sharpness self-test: before the fitting contract kept
+    ``method: dspark`` it did not load, the fit took the widest bounds and every good check
+    failed with EC801 (target-twin). The states are the target's own (models.tiny)."""
+    import torch
+
+    from pytest_eagle_contract.layers import Layer
+    from pytest_eagle_contract.models.reference import capture_canonical
+    from pytest_eagle_contract.models.tiny import TinySpec, tiny_target
+    from pytest_eagle_contract.shards.writing import save, shard_dict, shard_name
+
+    model = tiny_target(TinySpec(num_layers=L, hidden_size=64, vocab_size=VOCAB)).eval()
+
+    def write(root: Path, seed: int, n: int) -> None:
+        g = torch.Generator().manual_seed(seed)
+        for i in range(n):
+            ids = torch.randint(0, VOCAB, (60 + 20 * i,), generator=g)
+            with torch.no_grad():
+                got = capture_canonical(model, ids)
+            states = [got[Layer(t + 1)].bfloat16() for t in TAPS] + [got[Layer(-1)].bfloat16()]
+            mask = torch.ones(len(ids), dtype=torch.long)
+            data = shard_dict("specforge-dspark", ids, mask, states)
+            save(root / shard_name("specforge-dspark", i), data)
+
+    trusted, fresh = tmp_path / "trusted", tmp_path / "fresh"
+    write(trusted, 0, 8)
+    write(fresh, 1, 4)
+    draft = draft_dir(tmp_path, {**DRAFT, "hidden_size": 64})
+    data = infer(cli, tmp_path, trusted, draft)
+    assert data["training"]["format"] == "specforge-dspark"
+    res, found = check(cli, tmp_path / "c.yaml", fresh)
+    assert res.returncode == 0 and found == [], res.stdout

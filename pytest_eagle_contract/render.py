@@ -82,8 +82,8 @@ def format_short(
     """The terminal's default view: one entry per rule code, ended by its
     ``eagle-contract explain CODE``. A code found up to ``few`` times prints its
     diagnostics (wrapped at ``width``); a code found more often prints one line with the
-    count, where they are and the first one's place, then the first one's message and each
-    distinct hint (up to ``FEW`` of them), the first one's place on a ``-->`` line. EC501's findings (one per engine-version span
+    count and where they are, the first one's place on a ``-->`` line, its message and its
+    hint (EC501's: each span's). With ``few``, EC501's findings (one per engine-version span
     that feeds the fc another input) print the first in full and the others' message and
     hint, one each.
     Findings in ``known`` (printed before by the same run: the demo's second look at a
@@ -120,9 +120,11 @@ def format_short(
 
 
 def _hints(findings: Sequence[Finding], tail: str) -> list[str]:
-    """The distinct hints of a code's findings (up to ``FEW``, then how many more), the
-    last line ended by ``tail``."""
+    """The first finding's hint, ended by ``tail``; of EC501's findings (one per engine-version
+    span, each with its own fix) each distinct hint, up to ``FEW``, then how many more."""
     hints = list(dict.fromkeys(f.hint for f in findings if f.hint))
+    if not all(isinstance(f.extra.get("matrix"), list) for f in findings):
+        hints = hints[:1]
     lines = [f"  {'hint':>8}: {h}" for h in hints[:FEW]]
     if len(hints) > FEW:
         lines.append(f"  {'':>8}  and {len(hints) - FEW} other hint(s) (-v prints each)")
@@ -195,6 +197,11 @@ def _fit(line: str, width: int) -> list[str]:
         break_long_words=False,
         break_on_hyphens=False,
     ) or [line]
+
+
+def cut(line: str, width: int) -> str:
+    """``line`` cut to ``width`` columns, ending ``…`` where it was longer."""
+    return line if len(line) <= width else line[: width - 1] + "…"
 
 
 MATRIX_HEADING = "what the other engines and versions feed with these ids:"

@@ -147,9 +147,9 @@ def audit(args: argparse.Namespace) -> int:
     else:  # the verdict first, then what it rests on
         print(_summary(report, took))
         if not args.quiet:
-            print("\n" + format_text(report))
             if findings:
-                print("\n" + findings_text(findings, args.verbose))
+                print(findings_text(findings, args.verbose))
+            print("\n" + format_text(report))
     if args.json_report is not None:
         write(args.json_report, report, "--json-report", reads=reads)
     if not complete:

@@ -83,7 +83,7 @@ def run_check(
     if not json_out:  # the verdict first, then what it rests on
         print(line)
         if not quiet and findings:
-            print("\n" + findings_text(findings, verbose, shown or ()))
+            print(findings_text(findings, verbose, shown or ()))
     if shown is not None:
         shown.extend(findings)
     from ..reports.publish import publish
@@ -150,9 +150,7 @@ def check(args: argparse.Namespace) -> int:
                 "--sharpness tests the contract alone: it takes no shard PATH, "
                 "--checks, --target-model or capture options"
             )
-        return _sharpness(
-            args.contract, args.quiet, args.json_report, args.json, args.verbose
-        )
+        return _sharpness(args.contract, args.quiet, args.json_report, args.json, args.verbose)
     if args.sglang_url is not None:
         from ..capture.sglang_client import use_server
 

@@ -57,14 +57,14 @@ def infer(args: argparse.Namespace) -> int:
         changes = update.changes
         moved = sorted({f.slot for f in update.warnings if f.slot is not None})
         verdict = (  # the verdict first, then what it rests on
-            f"{len(changes)} bound(s) changed in {args.update}"
+            f"changed: {len(changes)} bound(s) re-measured and rewritten in {args.update}: "
+            "review the diff and commit it"
             if changes
             else "no bound changed: nothing written"
         )
         if update.warnings:
-            verdict = f"FAILED: {verdict}; check finds the layout of slot(s) " + (
-                f"{', '.join(map(str, moved))} moved" if moved else "moved"
-            )
+            where = f"slot(s) {', '.join(map(str, moved))}" if moved else "the slots"
+            verdict = f"FAILED: check finds the layout of {where} moved; {verdict}"
         print(verdict)
         if update.warnings and not args.quiet:  # what check says of these shards
             from .check import findings_text

@@ -75,9 +75,7 @@ def doctor(args: argparse.Namespace) -> int:
         )
     )
     print(
-        to_json(diagnosis.to_dict())
-        if args.json
-        else render(diagnosis, args.verbose, args.quiet)
+        to_json(diagnosis.to_dict()) if args.json else render(diagnosis, args.verbose, args.quiet)
     )
     return EXIT_FINDINGS if diagnosis.failed else EXIT_OK
 

@@ -198,7 +198,7 @@ def test_cli_end_to_end_json(tmp_path, targets, twins, cli):
         "doctor", "--draft", good, "--target-model", targets["training"], "--engine", "sglang"
     )
     assert text.returncode == 0, text.stdout + text.stderr
-    assert text.stdout.startswith("doctor: ok, incomplete (")  # seams skipped: the verdict first
+    assert text.stdout.startswith("doctor: passed with warnings, incomplete (")  # verdict first
     assert "(what each needs: -v)" in text.stdout
 
 

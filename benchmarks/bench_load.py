@@ -24,7 +24,7 @@ Then the interrupt (skipped with --no-interrupt):
   audit    SIGINT to its process group (what Ctrl-C on a terminal does) at half the
            shards, then the same command again: the second run must report every shard,
            taking from the cache every shard the first run reported as read;
-  pytest   SIGINT at half the items, with --junitxml and --eagle-report PATH.json: says
+  pytest   SIGINT at half the items, with --junitxml and --eagle-json-report PATH.json: says
            whether each file was written, and what it holds.
 
     python benchmarks/bench_load.py [--shards 10000 | --quick] [--workers 8] [--dir DIR]
@@ -449,7 +449,7 @@ def interrupt_pytest(contract: Path, work: Path, n: int, workers: int) -> list[s
         contract.parent / "shards",
         workers,
         f"--junitxml={xml}",
-        f"--eagle-report={report}",
+        f"--eagle-json-report={report}",
     )
     run = watch("pytest, interrupted", cmd, n, pytest_progress(n), stop_at=0.5, cwd=work)
     printed, items = pytest_results(run.output)
@@ -479,12 +479,12 @@ def interrupt_pytest(contract: Path, work: Path, n: int, workers: int) -> list[s
             f"complete {r.get('complete')}, summary {r.get('summary')!r}" for r in reports
         )
         out.append(
-            f"  --eagle-report written: ok {data.get('ok')}, {units} of "
+            f"  --eagle-json-report written: ok {data.get('ok')}, {units} of "
             f"{n * UNITS_PER_SHARD + 2} unit(s) ({printed} of {items} items printed); "
             f"{flags or 'no contract reports'}"
         )
     else:
-        out.append("  --eagle-report NOT written")
+        out.append("  --eagle-json-report NOT written")
     if "Traceback" in run.output:
         out.append("  a traceback was printed:")
         at_tb = run.output.index("Traceback")

@@ -6,7 +6,11 @@ rounded to D decimals. The identities (EC721-EC723, ``TOLERANCE``) must stay sil
 one; a profile whose scalar mean comes from another measurement must not. The drift rule
 (EC724, ``--max-drop`` 0.05) is run on two independent measurements of one draft (a false
 alarm when it fires) and on a draft whose acceptance really fell by 10 % (a miss when it does
-not), at several numbers of verify steps per profile.
+not), at several numbers of verify steps per profile. The same drift rule against a probe
+estimate (``probe --json``: per-step conditional rates rounded to 4 decimals over its
+``chains``, no histogram) is measured with the probe's own sampling noise counted (its chains
+and the variance its rates give) and without it (the rule before: the training histogram's
+noise alone).
 
     python benchmarks/false_alarms_profiles.py [--seeds 200]
 """
@@ -96,12 +100,68 @@ def drift_table(seeds: int) -> None:
         print(f"{steps:>7} {errors:>9}/{seeds} {warnings:>11}/{seeds} {misses:>10}/{seeds}")
 
 
+def probe_estimate(hist: dict[int, int], k: int, noise: bool) -> Profile:
+    """A probe estimate as ``profile`` reads ``probe --json``: the conditional rates the
+    chains give (``per_step``, rounded to 4 decimals), their running products the marginals;
+    ``steps`` = the chains where ``noise`` (0: the noise unknown, as before)."""
+    chains = sum(hist.values())
+
+    def at_least(t: int) -> float:
+        return sum(c for n, c in hist.items() if n >= t) / chains
+
+    conditional = [
+        round(at_least(i + 2) / at_least(i + 1), 4) if at_least(i + 1) else 0.0 for i in range(k)
+    ]
+    marginal: list[float] = []
+    for c in conditional:
+        marginal.append(c * (marginal[-1] if marginal else 1.0))
+    return Profile(
+        "probe.json",
+        k,
+        tuple(conditional),
+        tuple(marginal),
+        1 + sum(marginal),
+        steps=chains if noise else 0,
+    )
+
+
+def probe_table(seeds: int) -> None:
+    print(
+        "\ndrift against a probe estimate (EC724, max drop 5 %; training profile 2,000 steps): "
+        "same draft / 10 % worse"
+    )
+    print(
+        f"{'chains':>7} {'same: errors':>13} {'before':>7} {'same: warnings':>15} "
+        f"{'worse: missed':>14} {'before':>7}"
+    )
+    for chains in (32, 128, 512, 2048):
+        rng = random.Random(chains + 1)
+        errors = before = warnings = misses = missed_before = 0
+        for _ in range(seeds):
+            k = rng.randint(3, 6)
+            p = rates(rng, k)
+            train = profile(draw(rng, p, 2000), k, 6)
+            same = draw(rng, p, chains)
+            worse = draw(rng, [0.9 * x for x in p], chains)
+            now = _drift(train, probe_estimate(same, k, True))
+            errors += now == "error"
+            warnings += now == "warning"
+            before += _drift(train, probe_estimate(same, k, False)) == "error"
+            misses += _drift(train, probe_estimate(worse, k, True)) != "error"
+            missed_before += _drift(train, probe_estimate(worse, k, False)) != "error"
+        print(
+            f"{chains:>7} {errors:>9}/{seeds} {before:>3}/{seeds} {warnings:>11}/{seeds} "
+            f"{misses:>10}/{seeds} {missed_before:>3}/{seeds}"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=200)
     args = ap.parse_args()
     identity_table(args.seeds)
     drift_table(args.seeds)
+    probe_table(args.seeds)
 
 
 if __name__ == "__main__":

@@ -629,7 +629,7 @@ def output_cases(root: Path) -> list[Case]:
         "--json onto another file": [*check, "--json", "notes.txt"],
         "--json /dev/full": [*check, "--json", "/dev/full"],
         "--json onto a folder": [*check, "--json", "shards"],
-        "--report onto a shard": [*check, "--report", shard],
+        "--html-report onto a shard": [*check, "--html-report", shard],
         "--sharpness --json onto the contract": [
             "check", "contract.yaml", "--sharpness", "--json", "contract.yaml"
         ],

@@ -39,7 +39,8 @@ Each run ends in one class, the first that applies (benchmarks/hostile_sweep.py)
                   finding, or a skip of ``eagle_capture`` names no option to pass
     zero compared the run passed ("ok") on 0 shards while running a family that compares
                   shards (every per-shard family, token-parity): its report (check's
-                  ``--json``, the plugin's ``--eagle-report``) says "ok ... on 0 shard(s)"
+                  ``--json``, the plugin's ``--eagle-json-report``) says "ok ... on 0
+                  shard(s)"
     ok            none of the above
 
     python benchmarks/hostile_sweep.py --matrix [--quick] [--classes shards,drafts]
@@ -390,7 +391,8 @@ def _pytest(
     # a basetemp of its own: pytest's clean-up of old ones in /tmp/pytest-of-USER is not
     # the plugin's (a 1,100-level tree left there by a killed run crashes every session)
     argv += ["--basetemp", "out/basetemp", *GUARD, "-q", "-rfE", "--eagle-contract", contract]
-    argv += ["--eagle-report", "out/r.json"]  # its summary: no cell passes on 0 shards compared
+    # its summary: no cell passes on 0 shards compared
+    argv += ["--eagle-json-report", "out/r.json"]
     for s in shards:
         argv += ["--eagle-shards", s]
     argv += ["--eagle-sample", "all", *extra, "out/tests"]
@@ -447,7 +449,7 @@ def audit_cells(contract: str) -> list[Cell]:
 def ray_cluster(wanted: bool) -> Iterator[None]:
     """A local Ray cluster (2 CPUs, no dashboard) for the ``--backend ray`` cells, started
     outside the sweep's address-space cap (Ray's own processes reserve more than the cap,
-    and the runs that join it run uncapped: hostile_sweep._child) and stopped after."""
+    and the runs that join it run uncapped: hostile_runner._child) and stopped after."""
     if not wanted:
         yield
         return
@@ -1898,7 +1900,7 @@ def _bad_and_good(p: Planned) -> tuple[str, str]:
 
 
 def table(results: list[Any]) -> str:
-    from hostile_sweep import CLASSES as VERDICTS
+    from hostile_runner import CLASSES as VERDICTS
 
     defects = [v for v in VERDICTS if v != "ok"]
     rows: dict[tuple[str, str, str], list[Any]] = defaultdict(list)
@@ -2049,7 +2051,7 @@ def defects(results: list[Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    import hostile_sweep as sweep
+    import hostile_runner as runner
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--matrix", action="store_true", help="(hostile_sweep.py's switch)")
@@ -2112,7 +2114,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.record is not None:
         args.record.write_text("")
     with ray_cluster(any("--backend ray" in c.family for c in cases)):
-        results = sweep.run_all(
+        results = runner.run_all(
             cases, args.jobs, args.timeout, args.fresh, logs, args.budget, args.record
         )
     if len(results) < len(cases):
@@ -2124,7 +2126,7 @@ def main(argv: list[str] | None = None) -> None:
     print(coverage(results))
     worst = max(results, key=lambda r: r.rss)
     slowest = max(results, key=lambda r: r.seconds)
-    print(f"peak RSS {worst.rss / sweep.GIB:.2f} GiB ({worst.case.surface}: {worst.case.name})")
+    print(f"peak RSS {worst.rss / runner.GIB:.2f} GiB ({worst.case.surface}: {worst.case.name})")
     print(
         f"slowest {slowest.seconds:.1f} s ({slowest.case.surface}: {slowest.case.name}, "
         f"{slowest.case.family}, {slowest.case.shell})"

@@ -71,6 +71,8 @@ RuleCode = Literal[
     "EC520",
     "EC521",
     "EC522",
+    "EC523",
+    "EC524",
     "EC601",
     "EC602",
     "EC603",
@@ -105,6 +107,7 @@ RuleCode = Literal[
     "EC724",
     "EC725",
     "EC726",
+    "EC727",
     "EC801",
     "EC802",
     "EC901",
@@ -224,6 +227,9 @@ EC521 aux-states-off             the draft's use_aux_hidden_state: false runs an
                                  without its aux states
 EC522 guessed-taps               the draft config has no tap list: the engine guesses the layers
                                  by a formula
+EC523 draft-kind-fallback        mlx-vlm runs the draft as another drafter kind than the method
+EC524 drafter-dropped            mlx-vlm drops an incompatible MTP drafter and decodes without
+                                 speculation
 -- EC6xx: evidence of what each slot is (reference capture, weights)
 EC601 embed-identity             a slot is (or is declared but is not) the embedding rows
 EC602 norm-kind                  a slot is post-norm where pre-norm is declared, or the reverse
@@ -271,6 +277,7 @@ EC723 profile-histogram          the histogram disagrees with the rates or the m
 EC724 profile-drift              a deploy-time profile accepts less than the training-time one
 EC725 acceptance-saturated       acceptance is exactly 1.0 or exactly the maximum: nothing measured
 EC726 draft-length-mismatch      the profile was measured at another draft length than served
+EC727 profile-below-floor        a profile's mean accept length is below the contract's floor
 -- EC8xx: contract sharpness (mutations)
 EC801 not-sharp                  a class of pipeline bug passes the contract
 EC802 baseline-fails             a shard built to the contract's own description fails it

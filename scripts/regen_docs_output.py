@@ -63,7 +63,7 @@ SCREENSHOT = ROOT / "docs" / "img" / "report.png"
 REPORT_COMMAND = (
     "eagle-contract check contracts/demo-tiny-llama-eagle3.yaml eagle-demo/embed-in-front"
     " --sample all --target-model eagle-demo/target --reference-capture"
-    " --annotations none --report report.html"
+    " --annotations none --html-report report.html"
 )
 REPORT_TEXT_KEY = "eagle-contract-report-text"  # the page's text, kept in the PNG
 SCREEN = (1160, 4000)  # window size; the blank foot below the page is cropped

@@ -120,6 +120,7 @@ def draft_contract(request: InferRequest) -> Draft:
         request.vocab_size,
         request.shards_ref,
         request.schema_ref,
+        len(files),
     )
     serving = _serving(d, request.draft, request.draft_ref, request.engine)
     if request.tokenizer is not None or request.target_model is not None:
@@ -255,6 +256,7 @@ class _Drafting:
     vocab_size: int | None
     shards_ref: str | None
     schema_ref: str | None
+    found: int = 0  # shard files under the paths, of which obs.shards were read (--sample)
 
     @property
     def fc(self) -> list[int]:
@@ -273,8 +275,14 @@ class _Drafting:
         """What infer says about the bounds' false alarms; a warning when too many."""
         n = self.obs.shards
         rate = describe_rate(fit.rate, n)
-        said = f"norm bounds: estimated false alarms {rate} (from {n} shard(s))"
+        read = f"{n} of {self.found} shard(s), --sample all reads every one" if self.more else ""
+        said = f"norm bounds: estimated false alarms {rate} (from {read or f'{n} shard(s)'})"
         return [said, *self.rate_warnings(fit, model)]
+
+    @property
+    def more(self) -> bool:
+        """The sample left shards unread (``--sample N`` below the count found)."""
+        return self.found > self.obs.shards
 
     def rate_warnings(self, fit: Fit, model: str | None) -> list[str]:
         if fit.rate is not None and fit.rate <= ALARMING:
@@ -292,11 +300,15 @@ class _Drafting:
             )
         if n < 10:
             why.append(f"from {n} shard(s) the shard-to-shard spread is not known well")
-        advice = "draft from more shards" + (
-            ""
-            if model is not None or not fit.cut
-            else ", or pass --target-model DIR (a reference capture tells the slots apart, "
-            "and the bounds need no cut)"
+        advice = (
+            "draft from more shards"
+            + (" (--sample all)" if self.more else "")
+            + (
+                ""
+                if model is not None or not fit.cut
+                else ", or pass --target-model DIR (a reference capture tells the slots apart, "
+                "and the bounds need no cut)"
+            )
         )
         head = (
             f"how often the norm bounds fail good shards is {describe_rate(None, n)}"

@@ -76,6 +76,7 @@ def check_layout(
     from .layout_compare import compare
     from .layout_serving import (
         aux_states_off,
+        drafter_kind,
         fc_width,
         id_order,
         lint_launch,
@@ -107,6 +108,7 @@ def check_layout(
             return report.findings
     ids = read_ids(report, serving, draft)
     aux_states_off(report, contract, serving, draft, serving_args)
+    drafter_kind(report, contract, serving, draft, serving_args, serving_env)
     weights = (
         read_draft_weights(draft.path.parent, target.vocab_size, draft.draft_vocab_size)
         if draft is not None and draft.path.parent.is_dir()

@@ -9,7 +9,7 @@ from ..contract.model import Contract, ServingSpec, TrainingSpec
 from ..engines.draft_config import DraftConfig
 from ..engines.resolve import Resolution, engine_aux_ids, get_engine
 from ..engines.sglang_launch import lint_sglang, served_dtype
-from ..findings import Finding
+from ..findings import Finding, RuleCode
 from ..layers import Layer
 from ..models.draft import DraftWeights
 from ..shards.formats import FORMATS
@@ -106,6 +106,95 @@ def aux_states_off(
         hint="remove use_aux_hidden_state: false from the draft's eagle_config (ATOM and "
         "tpu-inference#2841 ran such drafts without their aux states)",
     )
+
+
+def drafter_kind(
+    report: LayoutReport,
+    contract: Contract,
+    serving: ServingSpec,
+    draft: DraftConfig | None,
+    serving_args: str | None,
+    serving_env: Mapping[str, str] | None = None,
+) -> None:
+    """EC523: mlx-vlm runs the EAGLE-3 draft as another drafter kind (no ``--draft-kind``
+    and a config type it does not know: ``dflash``; a ``--draft-kind eagle3`` overridden by
+    the type's own kind); EC524: it then drops the drafter and decodes token by token. Read
+    from the launch line (``mlx_vlm.server`` / ``mlx_vlm.generate`` with ``--draft-model``)
+    per mlx-vlm release (engines/mlx_drafters.py)."""
+    from ..engines import mlx_drafters
+    from ..engines.draft_config import read_draft_json
+    from ..engines.knobs import launch_env
+    from ..errors import EagleContractError
+
+    if serving.engine != "mlx" or draft is None or contract.method not in ("eagle3", "eagle3.1"):
+        return
+    command = serving_args or serving.launch or ""
+    env = {**launch_env(command), **(serving_env or {})}
+    runs, asked = mlx_drafters.launched(command, env)
+    if not runs:
+        return
+    try:
+        config = read_draft_json(draft.path)
+    except EagleContractError:
+        return  # the draft config's own check reports it
+    known = mlx_drafters.releases()
+    versions = [v for v in get_engine("mlx").versions(serving.version) if v in known or v is None]
+    results = [
+        mlx_drafters.served(v or known[-1], config, asked, contract.target.hidden_size)
+        for v in versions
+    ]
+    said = f"--draft-kind {asked}" if asked else "no --draft-kind"
+    code: RuleCode
+    for code, bad in (
+        ("EC523", [r for r in results if r.kind != "eagle3"]),
+        ("EC524", [r for r in results if r.dropped]),
+    ):
+        if not bad:
+            continue
+        first = bad[0]
+        span = first.version if len(bad) == 1 else f"{bad[0].version} to {bad[-1].version}"
+        mt = f"model_type {first.model_type!r}" if first.model_type else "no model_type"
+        if code == "EC524":
+            message = (
+                f"mlx-vlm {span} refuses the drafter ({first.dropped}) and, with no error, "
+                "falls back to autoregressive generation: nothing is drafted, the accept "
+                "length is 1.0"
+            )
+            hint = (
+                "serve a drafter made for this target (its hidden size is the target's), "
+                "as an EAGLE-3 draft whose config says model_type eagle3"
+            )
+            expected, found = "the drafter kept", "decoding without the drafter"
+        else:
+            if asked is None and first.required is None:
+                why = f"the draft config's {mt} names no kind, so it runs as the default"
+                hint = (
+                    'write the draft config as mlx-vlm\'s EAGLE-3 drafter reads it ("model_type": '
+                    '"eagle3", or speculators\' "speculators_model_type": "eagle3"): mlx-vlm '
+                    "loads that drafter and picks its kind by it; then pass --draft-kind eagle3"
+                )
+            elif asked is not None and first.required not in (None, asked):
+                why = f"its {mt} requires {first.required!r}, which overrides {said}"
+                hint = (
+                    "point --draft-model at the EAGLE-3 draft (model_type eagle3): this folder "
+                    f"holds a {first.required} drafter"
+                )
+            else:
+                why = f"the launch asks for it ({said})"
+                hint = "pass --draft-kind eagle3 (or leave it out for a model_type eagle3 draft)"
+            message = (
+                f"mlx-vlm {span} runs the draft {draft.path.parent.name or draft.path!s} as a "
+                f"{first.kind!r} drafter, not EAGLE-3: {why} (logged, no error)"
+            )
+            expected, found = "drafter kind eagle3", f"drafter kind {first.kind}"
+        report.add(
+            code,
+            message,
+            "serving.launch" if serving.launch and not serving_args else "serving.draft_config",
+            expected=expected,
+            found=found,
+            hint=hint,
+        )
 
 
 IDS_CODES = frozenset({"EC501", "EC502", "EC506", "EC514"})

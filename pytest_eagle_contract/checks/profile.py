@@ -49,6 +49,7 @@ class Profile:
     histogram: dict[int, int] = field(default_factory=dict)
     method: str | None = None
     conditions: dict[str, Any] = field(default_factory=dict)
+    steps: int = 0  # verify steps (chains, rounds) measured, where no histogram counts them
 
     def accept_length(self, k: int | None = None) -> float:
         """The mean accept length the marginals give over the first ``k`` positions."""
@@ -153,6 +154,7 @@ def _from_measure(path: Path, measured: dict[str, Any]) -> Profile:
         marginal,
         float(length),
         method=f"measured on {engine}" if isinstance(engine, str) else "measured",
+        steps=_count(measured.get("rounds")),
     )
 
 
@@ -181,7 +183,13 @@ def _from_probe(path: Path, layouts: list[Any]) -> Profile:
         tuple(marginal),
         float(length),
         method=f"probe estimate, layout {row.get('name')!s}",
+        steps=_count(row.get("chains")),
     )
+
+
+def _count(x: object) -> int:
+    """A step count as measure (``rounds``) and probe (``chains``) write it; 0 when absent."""
+    return x if isinstance(x, int) and not isinstance(x, bool) and x > 0 else 0
 
 
 def _number(x: object) -> bool:
@@ -349,7 +357,7 @@ def compare(training: Profile, deploy: Profile, max_drop: float) -> list[Finding
     if was > 0 and (was - now) / was > max_drop:
         rows = [
             f"  position {i}: conditional {training.conditional[i]:.4f} -> "
-            f"{deploy.conditional[i]:.4f}"
+            f"{deploy.conditional[i]:.4f}{_position_noise(training, deploy, i)}"
             for i in range(k)
         ]
         out.append(
@@ -375,15 +383,42 @@ def compare(training: Profile, deploy: Profile, max_drop: float) -> list[Finding
     return out
 
 
+def _reached(p: Profile, i: int) -> float:
+    """How many of ``p``'s steps reached draft position ``i`` (0: the steps are unknown)."""
+    steps = sum(p.histogram.values()) or p.steps
+    return steps * (p.marginal[i - 1] if i else 1.0)
+
+
+def _position_noise(training: Profile, deploy: Profile, i: int) -> str:
+    """Whether the drop of the conditional rate at position ``i`` lies beyond ``NOISE_Z``
+    standard errors of the two rates' binomial noise (each over the steps that reached it);
+    empty where either profile's steps are unknown or no step reached it."""
+    a, b = training.conditional[i], deploy.conditional[i]
+    n_a, n_b = _reached(training, i), _reached(deploy, i)
+    if n_a < 1 or n_b < 1 or b >= a:
+        return ""
+    se = math.sqrt(a * (1 - a) / n_a + b * (1 - b) / n_b)
+    if se == 0 or a - b > NOISE_Z * se:
+        return f" (beyond {NOISE_Z:g} standard errors)"
+    return f" (within {NOISE_Z:g} standard errors)"
+
+
 def _noise(p: Profile, k: int) -> float:
-    """The variance of ``p``'s accept length over the first ``k`` positions as its histogram
-    measured it (the mean of min(length, k + 1) over its steps); 0 without a histogram."""
+    """The variance of ``p``'s accept length over the first ``k`` positions as it was
+    measured (the mean of min(length, k + 1) over its steps): from its histogram; else, where
+    the steps are known (probe's ``chains``, measure's ``rounds``), from the distribution its
+    marginals give (``P(len >= i+2) = marginal[i]``) over that many steps; 0 otherwise."""
     steps = sum(p.histogram.values())
-    if steps < 2:
+    if steps >= 2:
+        values = [(min(n, k + 1), c) for n, c in p.histogram.items()]
+        mean = sum(v * c for v, c in values) / steps
+        return sum(c * (v - mean) ** 2 for v, c in values) / (steps - 1) / steps
+    if p.steps < 2:
         return 0.0
-    values = [(min(n, k + 1), c) for n, c in p.histogram.items()]
-    mean = sum(v * c for v, c in values) / steps
-    return sum(c * (v - mean) ** 2 for v, c in values) / (steps - 1) / steps
+    at_least = [1.0, *p.marginal[:k]]  # P(min(len, k+1) >= j+1), j = 0..k
+    probs = [max(at_least[j] - (at_least[j + 1] if j < k else 0.0), 0.0) for j in range(k + 1)]
+    mean = sum((j + 1) * q for j, q in enumerate(probs))
+    return sum(q * (j + 1 - mean) ** 2 for j, q in enumerate(probs)) / p.steps
 
 
 def served_length(p: Profile, command: str) -> list[Finding]:
@@ -409,11 +444,39 @@ def served_length(p: Profile, command: str) -> list[Finding]:
     ]
 
 
+def below_floor(p: Profile, contract: Any) -> list[Finding]:
+    """EC727 when the profile's mean accept length lies under the contract's floor
+    ``serving.min_accept_length`` (the one floor probe, EC906, and measure, EC712, hold)."""
+    serving = getattr(contract, "serving", None)
+    floor = serving.min_accept_length if serving is not None else None
+    if floor is None or p.mean >= floor:
+        return []
+    return [
+        finding(
+            "EC727",
+            f"{p.path} ({p.method or 'a speculation profile'}) accepts {p.mean:.3f} tokens a "
+            f"verify step at num_speculative_tokens {p.k}, below the contract's floor {floor}",
+            file=p.path,
+            contract=contract,
+            key="serving.min_accept_length",
+            expected=f">= {floor}",
+            found=f"{p.mean:.3f}",
+            hint="the draft accepts too little for this contract: check the served layout "
+            "(eagle-contract check), compare with the probe's estimate (probe --json as "
+            "--compare), retrain, or lower serving.min_accept_length",
+        )
+    ]
+
+
 def check_profiles(
-    path: Path, against: Path | None = None, serving_args: str | None = None, max_drop: float = 0.05
+    path: Path,
+    against: Path | None = None,
+    serving_args: str | None = None,
+    max_drop: float = 0.05,
+    contract: Any = None,
 ) -> tuple[list[Finding], list[Profile]]:
     """Every finding on the profile at ``path`` (and ``against``, the deploy-time one, when
-    given) and the profiles read."""
+    given) and the profiles read; with ``contract``, each held to its acceptance floor."""
     out: list[Finding] = []
     read: list[Profile] = []
     for p in (path, against):
@@ -434,6 +497,8 @@ def check_profiles(
             continue
         read.append(profile)
         out += identities(profile)
+        if contract is not None:
+            out += below_floor(profile, contract)
         if serving_args:
             out += served_length(profile, serving_args)
     if against is not None and len(read) == 2:
@@ -448,8 +513,8 @@ def _not_planned(*_: object) -> list[Finding]:
 FAMILY = CheckFamily(
     "acceptance-profile",
     "contract",
-    "a speculation_profile.json's identities, training against deploy time, the draft length "
-    "(eagle-contract profile)",
+    "a speculation_profile.json's identities, training against deploy time, the draft length, "
+    "the contract's floor (eagle-contract profile)",
     codes=codes("EC72"),
     keys=("serving",),
     run=_not_planned,

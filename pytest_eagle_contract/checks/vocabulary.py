@@ -130,14 +130,18 @@ def _byte_level_chars() -> set[str]:
 
 def _byte_ids(folder: Any) -> set[int]:
     """Byte tokens: sentencepiece byte fallback (``<0xHH>``) and byte-level BPE's 256
-    single-character tokens."""
+    single-character tokens. A vocabulary is byte-level only where it holds all 256 of
+    them (byte-level BPE starts from that alphabet): a character-level or word-level
+    vocabulary's ``a`` or ``!`` is an ordinary token, not a byte."""
     if folder is None:
         return set()
     vocab: dict[str, int] = folder.backend.get_vocab(with_added_tokens=False)
     out = {i for text, i in vocab.items() if _BYTE_TOKEN.match(text)}
     if not out:
         chars = _byte_level_chars()
-        out = {i for text, i in vocab.items() if len(text) == 1 and text in chars}
+        singles = {text: i for text, i in vocab.items() if len(text) == 1 and text in chars}
+        if len(singles) == len(chars):
+            out = set(singles.values())
     return out
 
 

@@ -13,7 +13,10 @@ Each knob was read in the engine's own code (cited per knob below and in the doc
   release wheels 0.19.0, 0.20.0, 0.26.0, 0.33.0 (0.18.0 and older have no synthetic method).
 - TensorRT-LLM: ``TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS`` (0 = off; counts accepted
   draft tokens, not the bonus one): ``tensorrt_llm/_torch/speculative/interface.py``,
-  ``get_force_num_accepted_tokens`` (NVIDIA/TensorRT-LLM, the stored snapshot).
+  ``get_force_num_accepted_tokens`` (NVIDIA/TensorRT-LLM's stored sources, a version after
+  1.2.0rc2: the snapshot at b35ac1b, ``version.py`` 1.2.0rc2, has no such knob). No release
+  wheel was read: PyPI holds only stubs of tensorrt-llm, and pypi.nvidia.com does not resolve
+  from the machine the rules were read on.
 - sglang-jax: ``SIMULATE_ACC_LEN`` (and ``SIMULATE_ACC_METHOD``) read with ``os.environ.get``
   in ``python/sgl_jax/srt/speculative/eagle_util.py`` (sgl-project/sglang-jax at 02793f47);
   its releases on the index (0.0.1, 0.0.1.post1) carry no speculative code.
@@ -64,7 +67,8 @@ ENV_KNOBS: tuple[Knob, ...] = (
         "TensorRT-LLM",
         "forces this many draft tokens accepted per step (the bonus token not counted), "
         "whatever the draft predicts",
-        "TensorRT-LLM tensorrt_llm/_torch/speculative/interface.py",
+        "TensorRT-LLM tensorrt_llm/_torch/speculative/interface.py (sources after 1.2.0rc2; "
+        "no release wheel read)",
     ),
     Knob(
         "SIMULATE_ACC_LEN",

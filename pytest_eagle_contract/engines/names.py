@@ -1,17 +1,18 @@
 """The engines' and trainers' names as users write them, in ``resolve.ENGINES``'s order: the
-CLI's ``--engine`` choices without loading a single engine's rules (a command that resolves
-nothing, such as ``check`` of a contract without a serving section, never imports them).
+CLI's ``--engine`` and ``resolve --trainer`` choices without loading a single engine's rules
+(a command that resolves nothing, such as ``check`` of a contract without a serving section,
+never imports them).
 ``tests/release/test_resolve.py`` holds this tuple equal to ``resolve.ENGINES``."""
 
 from __future__ import annotations
 
 from ..methods import EAGLE3_ENGINES
 
-ENGINE_NAMES: tuple[str, ...] = (
-    *EAGLE3_ENGINES,  # the serving engines (every one serves EAGLE-3), then the trainers
-    "specforge",
-    "speculators-v1",
-    "speculators",
-    "eagle",
-    "hf",
-)
+SERVING_ENGINE_NAMES: tuple[str, ...] = EAGLE3_ENGINES
+"""The serving engines (every one serves EAGLE-3): what ``--engine`` takes in every command."""
+
+TRAINER_NAMES: tuple[str, ...] = ("specforge", "speculators-v1", "speculators", "eagle", "hf")
+"""The trainers (``hf``: plain hidden_states indices): what ``resolve --trainer`` takes."""
+
+ENGINE_NAMES: tuple[str, ...] = (*SERVING_ENGINE_NAMES, *TRAINER_NAMES)
+"""Both, in ``resolve.ENGINES``'s order: every name the engines' table resolves."""

@@ -163,7 +163,7 @@ LAYOUT_CODES: frozenset[str] = frozenset(
 ENGINE_CODES: frozenset[str] = frozenset(
     {"EC507", "EC508", "EC510", "EC511", "EC514", "EC516", "EC522"}
 )
-METHOD_CODES: frozenset[str] = frozenset({"EC521"})
+METHOD_CODES: frozenset[str] = frozenset({"EC521", "EC523", "EC524"})
 LAUNCH_CODES: frozenset[str] = frozenset({"EC512", "EC517", "EC518", "EC519", "EC520"})
 
 
@@ -183,7 +183,8 @@ def _engine_rules(s: Setup) -> list[Finding]:
 
 def _method(s: Setup) -> list[Finding]:
     """The method and mode the engine will really run with this draft (issue 39 item 1):
-    a draft config that turns the aux states off under EAGLE3 (EC521)."""
+    a draft config that turns the aux states off under EAGLE3 (EC521), mlx-vlm running the
+    draft as another drafter kind (EC523) or dropping it (EC524)."""
     return [f for f in s.layout("method") if f.code in METHOD_CODES]
 
 

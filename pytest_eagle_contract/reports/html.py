@@ -189,7 +189,7 @@ MARK = b"<title>eagle-contract report</title>"  # a previous page may be replace
 
 
 def write(
-    path: Path, runs: Sequence[CheckRun], flag: str = "--report", reads: Sequence[Path] = ()
+    path: Path, runs: Sequence[CheckRun], flag: str = "--html-report", reads: Sequence[Path] = ()
 ) -> None:
     """The page of what each run's families measured, written to ``path`` atomically,
     never onto an input or a file that is not a report."""

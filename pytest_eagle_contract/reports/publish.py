@@ -9,6 +9,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .run import CheckRun
 
+FLAGS = ("--json-report", "--html-report")
+"""The options that name the JSON and the HTML report (eagle-contract check's), for messages."""
+
 
 def publish(
     runs: Sequence[CheckRun],
@@ -18,12 +21,12 @@ def publish(
     annotations: str = "auto",
     session: bool = False,
     echo: Callable[[str], None] = print,
-    flag: str = "",
+    flags: tuple[str, str] = FLAGS,
 ) -> None:
     """``json_path``: the check report (a session report of every contract with
     ``session``); ``html_path``: the HTML report; ``annotations``: auto, github or none;
-    ``flag``: the option that named the report (default ``--json-report`` / ``--report``).
-    Neither report is written onto what the runs read (:mod:`..outputs`)."""
+    ``flags``: the options that named the two reports, for messages. Neither report is
+    written onto what the runs read (:mod:`..outputs`)."""
     from . import github, json_report
 
     reads = run_inputs(runs)
@@ -33,11 +36,11 @@ def publish(
             if session or len(runs) != 1
             else json_report.check_report(runs[0])
         )
-        json_report.write(json_path, data, flag or "--json-report", reads)
+        json_report.write(json_path, data, flags[0], reads)
     if html_path is not None:
         from .html import write
 
-        write(html_path, runs, flag or "--report", reads)
+        write(html_path, runs, flags[1], reads)
     github.emit(runs, annotations, echo)
 
 
@@ -55,7 +58,10 @@ def run_inputs(runs: Sequence[CheckRun]) -> tuple[Path, ...]:
 
 
 def check_targets(
-    reads: Sequence[Path], json_path: Path | None, html_path: Path | None, flag: str = ""
+    reads: Sequence[Path],
+    json_path: Path | None,
+    html_path: Path | None,
+    flags: tuple[str, str] = FLAGS,
 ) -> None:
     """Refuse report paths before a run (the same rules the writes apply after it)."""
     from ..outputs import checked_output
@@ -63,6 +69,6 @@ def check_targets(
     from .json_report import MARK
 
     if json_path is not None:
-        checked_output(json_path, flag or "--json-report", reads=reads, ours=MARK)
+        checked_output(json_path, flags[0], reads=reads, ours=MARK)
     if html_path is not None:
-        checked_output(html_path, flag or "--report", reads=reads, ours=PAGE)
+        checked_output(html_path, flags[1], reads=reads, ours=PAGE)

@@ -21,10 +21,22 @@ def add_shards(parser: argparse.ArgumentParser, *, help: str = SHARD_PATHS) -> N
     parser.add_argument("paths", type=Path, nargs="*", metavar="PATH", help=help)
 
 
-def add_sampling(parser: argparse.ArgumentParser, default: str | None = "all") -> None:
-    """``--sample`` and ``--seed``."""
-    shown = default or "10"
-    parser.add_argument("--sample", default=default, help=f"N shards or 'all' (default: {shown})")
+SAMPLE = "10"
+"""``--sample``'s one default in every command, and ``--eagle-sample``'s (ini eagle_sample):
+``shards.discovery.DEFAULT_SAMPLE`` as text (not imported: the plugin imports this module, and
+discovery loads the contract model; tests/cli/test_cli_grammar.py holds the two equal)."""
+
+
+def add_sampling(parser: argparse.ArgumentParser, what: str = "", note: str = "") -> None:
+    """``--sample N|all`` and ``--seed``: one meaning and one default in every command that
+    reads a sample of shards (docs/cli.md, "One default"). ``what`` goes before the
+    meaning (``with --check: ``), ``note`` after the default."""
+    parser.add_argument(
+        "--sample",
+        default=SAMPLE,
+        metavar="N|all",
+        help=f"{what}read N shards, a seeded sample, or all of them (default: {SAMPLE}{note})",
+    )
     parser.add_argument(
         "--seed", type=int, default=0, metavar="S", help="seed of the shard sample (default: 0)"
     )

@@ -183,7 +183,7 @@ def check(args: argparse.Namespace) -> int:
         request,
         quiet=args.quiet,
         report=args.json_report,
-        html=args.report,
+        html=args.html_report,
         annotations=args.annotations,
         workers=workers_option(args.workers),
         json_out=args.json,

@@ -50,7 +50,7 @@ from .terminal import Erasing, QuietPipe
 
 
 def _parser() -> argparse.ArgumentParser:
-    from ..engines.names import ENGINE_NAMES
+    from ..engines.names import SERVING_ENGINE_NAMES, TRAINER_NAMES
     from ..methods import METHODS
     from ..version import __version__
 
@@ -133,7 +133,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     inf.add_argument(
         "--engine",
-        choices=ENGINE_NAMES,
+        choices=SERVING_ENGINE_NAMES,
         metavar="ENGINE",
         help="the serving engine the serving section is drafted for (default: the one the "
         "shards' pipeline pairs with: vllm for speculators' files, trtllm for TensorRT-LLM's, "
@@ -144,19 +144,31 @@ def _parser() -> argparse.ArgumentParser:
         "the tokenizer folder the data was made with: drafts the tokenizer section "
         "(default: --target-model's folder, when it holds tokenizer.json)",
     )
-    add_sampling(inf)
+    add_sampling(
+        inf,
+        note="; the norm bounds and their false-alarm estimate come from the shards read: "
+        "all drafts them from every one",
+    )
     add_workers(inf, "measuring shards")
 
     chk = sub.add_parser("check", help="check shards against a contract")
     add_contract(chk)
     add_shards(chk)
-    add_sampling(chk, None)
+    add_sampling(chk)
     add_report_json(chk)
     chk.add_argument(
-        "--report",
+        "--html-report",
         type=Path,
         metavar="HTML",
-        help="also write one self-contained HTML report (plots with the report extra)",
+        help="also write one self-contained HTML report to HTML (plots with the report extra)",
+    )
+    chk.add_argument(
+        "--report",
+        dest="html_report",
+        type=Path,
+        action=Renamed,
+        new="--html-report",
+        command="check",
     )
     add_annotations(chk.add_argument)
     add_workers(chk)
@@ -240,7 +252,11 @@ def _parser() -> argparse.ArgumentParser:
     rec.add_argument(
         "--out", dest="out", type=Path, action=Renamed, new="-o/--output", command="record"
     )
-    add_sampling(rec)
+    add_sampling(
+        rec,
+        note="; check --captures with the same --sample and --seed checks the same shards, "
+        "all records every one",
+    )
     rec.add_argument(
         "--timeout",
         type=float,
@@ -260,14 +276,22 @@ def _parser() -> argparse.ArgumentParser:
     add_print_json(idf)
 
     res = sub.add_parser("resolve", help="map an engine's aux layer ids to canonical layers")
-    res.add_argument(
+    side = res.add_mutually_exclusive_group(required=True)
+    side.add_argument(
         "--engine",
-        required=True,
-        choices=ENGINE_NAMES,
+        choices=SERVING_ENGINE_NAMES,
         metavar="ENGINE",
-        help="the engine or trainer whose ids are resolved (one of: "
-        + ", ".join(ENGINE_NAMES)
+        help="the serving engine whose reading of the ids is resolved (one of: "
+        + ", ".join(SERVING_ENGINE_NAMES)
         + ")",
+    )
+    side.add_argument(
+        "--trainer",
+        choices=TRAINER_NAMES,
+        metavar="TRAINER",
+        help="instead of --engine: the trainer whose reading of the ids is resolved, the "
+        "layers it trains the draft on (one of: " + ", ".join(TRAINER_NAMES) + "; hf: plain "
+        "hidden_states indices); --engine TRAINER is its old spelling, until 0.3.0",
     )
     res.add_argument(
         "--version",
@@ -401,15 +425,69 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="then check each valid contract's own training.shards (as `check --sample N`)",
     )
-    val.add_argument(
-        "--sample", default="5", metavar="N|all", help="with --check: shards per contract (5)"
-    )
+    add_sampling(val, "with --check: ")
     for command in sub.choices.values():
         add_verbosity(command)
-    for parser in sub.choices.values():  # last: after every option
-        parser.epilog = (parser.epilog.rstrip() + "\n\n" if parser.epilog else "") + epilog()
+    for name, parser in sub.choices.items():  # last: after every option
+        text = (parser.epilog or "").rstrip()
+        if "Examples:" not in text:  # measure writes its own, among its prose
+            lines = "\n".join(f"  eagle-contract {name} {e}".rstrip() for e in EXAMPLES[name])
+            text = (text + "\n\n" if text else "") + "Examples:\n" + lines
+        parser.epilog = text + "\n\n" + epilog()
         parser.formatter_class = argparse.RawDescriptionHelpFormatter
     return p
+
+
+EXAMPLES: dict[str, tuple[str, ...]] = {
+    # Each command's "Examples:", after its command name (tests/cli/test_cli_grammar.py
+    # parses every one); the paths are the ones docs/first-contract.md uses.
+    "inspect": ("data/rows_0-2000/data_0.ckpt", "data/ --json --workers 4"),
+    "infer": (
+        "data/ --target-model models/target -o contracts/mine.yaml",
+        "data/ --num-layers 61 --sample all -o contracts/mine.yaml",
+        "--update contracts/mine.yaml",
+    ),
+    "check": (
+        "contracts/mine.yaml",
+        "contracts/mine.yaml data/ --sample all --json-report r.json --html-report r.html",
+        "contracts/mine.yaml --target-model models/target --reference-capture",
+    ),
+    "record": (
+        "contracts/mine.yaml --sglang-url http://127.0.0.1:30000 -o captures/",
+        "contracts/mine.yaml --vllm-files hs/ -o captures/ --layer-ids 2 30 58 61",
+    ),
+    "identify": ("data/rows_0-2000/data_0.ckpt --target-model models/target",),
+    "resolve": (
+        "--engine sglang --version 0.5.14 --arch deepseek_v3 --num-layers 61 --ids 2 30 58",
+        "--engine vllm --target-config models/target --draft-config draft/ --json",
+        "--trainer specforge --arch deepseek_v3 --num-layers 61",
+    ),
+    "demo": ("", "-o /tmp/eagle-demo"),
+    "explain": ("EC401", "--list"),
+    "probe": (
+        "contracts/mine.yaml data/ --draft draft/ --target-model models/target",
+        "--draft draft/ --target-model models/target --engine vllm --json",
+    ),
+    "audit": (
+        "contracts/mine.yaml data/ --json-report audit.json",
+        "contracts/mine.yaml --against audit.json --workers 8",
+    ),
+    "matrix": ("contracts/mine.yaml", "contracts/mine.yaml --json"),
+    "compare-captures": (
+        "captures/tp1 captures/tp8",
+        "captures/tp1 captures/pp2 --num-layers 61 --pp-size 2",
+    ),
+    "doctor": (
+        "--draft draft/ --target-model models/target --engine sglang --version 0.5.23",
+        "--draft draft/ --contract contracts/mine.yaml --json",
+    ),
+    "profile": (
+        "speculation_profile.json",
+        "speculation_profile.json --compare deployed.json --max-drop 0.1",
+    ),
+    "schema": ("-o contracts/contract-v1.schema.json", "--path"),
+    "validate": ("contracts/*.yaml", "contracts/mine.yaml --check --sample 5"),
+}
 
 
 def add_contract(parser: argparse.ArgumentParser, help: str = "the contract YAML file") -> None:

@@ -347,6 +347,8 @@ def _target_config(args: argparse.Namespace) -> None:
 
 
 def resolve(args: argparse.Namespace) -> int:
+    if args.trainer is not None:  # the engines' table resolves a trainer's reading as well
+        args.engine = args.trainer
     _target_config(args)
     method = getattr(args, "method", "eagle3")
     if method == "dflash":
@@ -614,7 +616,7 @@ def validate(args: argparse.Namespace) -> int:
     from ..shards.discovery import parse_sample
     from .check import run_check
 
-    request = CheckRequest.of(sample=parse_sample(args.sample))
+    request = CheckRequest.of(sample=parse_sample(args.sample), seed=args.seed)
     for contract in loaded:
         try:
             checked = run_check(contract.path, request, quiet=args.quiet, verbose=args.verbose)

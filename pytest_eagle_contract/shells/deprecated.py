@@ -7,7 +7,8 @@ that stores where the new one does, with a warning. ``check --json REPORT`` and
 report on stdout, as ``--json`` does in every other command): argparse cannot tell the two
 apart (``nargs='?'`` would swallow the contract path), so the command line is rewritten
 before parsing: while the old spelling lives, ``--json`` followed by a word that is not an
-option is the old one.
+option is the old one. ``resolve --engine TRAINER`` became ``resolve --trainer TRAINER``
+(``--engine`` names a serving engine in every command): rewritten alike, with a warning.
 """
 
 from __future__ import annotations
@@ -59,10 +60,13 @@ def _command_at(argv: list[str]) -> int | None:
 
 def rewrite(argv: Sequence[str]) -> list[str]:
     """``check``/``audit`` ``--json REPORT`` (or ``--json=REPORT``) as ``--json-report
-    REPORT``, with a warning; everything else as given. Until the old spelling goes, a word
+    REPORT``, and ``resolve --engine TRAINER`` as ``--trainer TRAINER``, each with a
+    warning; everything else as given. Until the old spelling goes, a word
     after ``--json`` that is not an option is the report path, as it always was."""
     out = list(argv)
     at = _command_at(out)
+    if at is not None and out[at] == "resolve":
+        return _trainer_engine(out, at)
     if at is None or out[at] not in _JSON_REPORT_COMMANDS:
         return out
     command = out[at]
@@ -91,3 +95,22 @@ def _warn_json(command: str, path: str) -> None:
             "contract and shard paths",
             file=sys.stderr,
         )
+
+
+def _trainer_engine(out: list[str], at: int) -> list[str]:
+    """``resolve --engine TRAINER`` (or ``--engine=TRAINER``) as ``--trainer TRAINER``."""
+    from ..engines.names import TRAINER_NAMES
+
+    for i in range(at + 1, len(out)):
+        word = out[i]
+        if word == "--":
+            break
+        name = word.split("=", 1)[1] if word.startswith("--engine=") else None
+        if word == "--engine" and i + 1 < len(out):
+            name = out[i + 1]
+        if name not in TRAINER_NAMES:
+            continue
+        warn("resolve", f"--engine {name}", f"--trainer {name} (--engine names a serving engine)")
+        out[i : i + (1 if "=" in word else 2)] = ["--trainer", name]
+        break  # one --engine: a second is argparse's to refuse
+    return out

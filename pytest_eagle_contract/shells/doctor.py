@@ -82,7 +82,7 @@ def doctor(args: argparse.Namespace) -> int:
 
 def add_parser(sub: Any) -> None:
     """The ``doctor`` subcommand's arguments."""
-    from ..engines.names import ENGINE_NAMES
+    from ..engines.names import SERVING_ENGINE_NAMES
 
     doc = sub.add_parser(
         "doctor",
@@ -97,7 +97,7 @@ def add_parser(sub: Any) -> None:
     add_serving_target_model(doc)
     doc.add_argument(
         "--engine",
-        choices=ENGINE_NAMES,
+        choices=SERVING_ENGINE_NAMES,
         metavar="ENGINE",
         help="the serving engine, as resolve --engine names it (overrides serving.engine)",
     )

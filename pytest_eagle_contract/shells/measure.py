@@ -55,7 +55,7 @@ def add_parser(sub: Any) -> None:
     )
     engines = p.add_mutually_exclusive_group(required=True)
     add_measure(p.add_argument, url_add=engines.add_argument)
-    add_sampling(p, "10")
+    add_sampling(p)
     p.add_argument(
         "--draft",
         type=Path,

@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pytest
 
-from .args import MEASURE_URLS, add_annotations, add_checks, add_measure, add_sglang
+from .args import (
+    MEASURE_URLS,
+    SAMPLE,
+    add_annotations,
+    add_checks,
+    add_measure,
+    add_sglang,
+)
+from .deprecated import REMOVED_IN
 
 if TYPE_CHECKING:
     from ..shards.discovery import Sampling
@@ -153,7 +161,7 @@ def add_options(parser: pytest.Parser) -> None:
         dest="eagle_sample",
         metavar="N|all",
         default=None,
-        help="how many shards to sample per contract (default 10)",
+        help=f"shards read per contract: N, a seeded sample, or all (default: {SAMPLE})",
     )
     group.addoption(
         "--eagle-seed",
@@ -272,7 +280,7 @@ def add_options(parser: pytest.Parser) -> None:
         default=[],
     )
     parser.addini("eagle_shards", "default for --eagle-shards", type="paths", default=[])
-    parser.addini("eagle_sample", "default for --eagle-sample", default="10")
+    parser.addini("eagle_sample", "default for --eagle-sample", default=SAMPLE)
     parser.addini("eagle_seed", "default for --eagle-seed", default="0")
     parser.addini("eagle_batch", "default for --eagle-batch", default="auto")
 
@@ -293,12 +301,75 @@ def batch_size(config: pytest.Config, shards: int) -> int:
 
 
 def _add_report_options(group: Any) -> None:
+    """The report files, one option each, as ``eagle-contract check`` names them
+    (``--json-report``, ``--html-report``); ``--eagle-report PATH``, which chose by PATH's
+    extension, is their old spelling until 0.3.0 (:func:`report_paths`)."""
+    group.addoption(
+        "--eagle-json-report",
+        dest="eagle_json_report",
+        metavar="REPORT",
+        default=None,
+        help="write the JSON report of the contracts' results to REPORT (versioned, with a "
+        "JSON Schema: docs/reports.md; as eagle-contract check --json-report)",
+    )
+    group.addoption(
+        "--eagle-html-report",
+        dest="eagle_html_report",
+        metavar="HTML",
+        default=None,
+        help="write one self-contained HTML report of the contracts' results, with plots, "
+        "to HTML (as eagle-contract check --html-report)",
+    )
     group.addoption(
         "--eagle-report",
         dest="eagle_report",
         metavar="PATH",
         default=None,
-        help="write a report of the contracts' results: PATH.json (the versioned "
-        "JSON report), else one self-contained HTML file with plots",
+        help=f"deprecated, goes in {REMOVED_IN}: PATH.json as --eagle-json-report, any other "
+        "PATH as --eagle-html-report",
     )
     add_annotations(group.addoption, "eagle-")
+
+
+class ReportPaths(NamedTuple):
+    """The report files asked for, each with the option that named it (for messages)."""
+
+    json: Path | None
+    html: Path | None
+    json_flag: str = "--eagle-json-report"
+    html_flag: str = "--eagle-html-report"
+
+
+def report_paths(config: pytest.Config) -> ReportPaths:
+    """``--eagle-json-report`` and ``--eagle-html-report``; the old ``--eagle-report PATH``
+    stands for the one its extension picked (.json: JSON, else HTML). Giving it beside the
+    new option for the same report is a usage error."""
+    new_json, new_html = (config.getoption(n) for n in ("eagle_json_report", "eagle_html_report"))
+    paths = ReportPaths(Path(new_json) if new_json else None, Path(new_html) if new_html else None)
+    old = config.getoption("eagle_report")
+    if not old:
+        return paths
+    is_json = Path(old).suffix == ".json"
+    taken = paths.json if is_json else paths.html
+    new = "--eagle-json-report" if is_json else "--eagle-html-report"
+    if taken is not None:
+        raise pytest.UsageError(
+            f"--eagle-report {old}: give {new} alone (--eagle-report is its old spelling)"
+        )
+    if is_json:
+        return paths._replace(json=Path(old), json_flag="--eagle-report")
+    return paths._replace(html=Path(old), html_flag="--eagle-report")
+
+
+def warn_deprecated(config: pytest.Config) -> None:
+    """One pytest deprecation warning per old spelling given (``-W error`` makes it fatal),
+    on the controller only (an xdist worker has the same options)."""
+    old = config.getoption("eagle_report")
+    if not old or hasattr(config, "workerinput"):
+        return
+    new = "--eagle-json-report" if Path(old).suffix == ".json" else "--eagle-html-report"
+    warning = f"--eagle-report is deprecated and goes in {REMOVED_IN}: use {new} {old}"
+    try:
+        config.issue_config_time_warning(pytest.PytestDeprecationWarning(warning), stacklevel=2)
+    except pytest.PytestDeprecationWarning:  # -W error: refused as a usage error, no traceback
+        raise pytest.UsageError(warning) from None

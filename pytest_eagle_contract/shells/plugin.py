@@ -45,6 +45,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "fixtures of this test use",
     )
     config.stash[_COLLECTED] = set()
+    options.warn_deprecated(config)
     if config.getoption("eagle_sglang_url") is not None:  # a bad URL or timeout: usage error
         from ..capture.sglang_client import use_server
         from ..errors import UsageError
@@ -348,8 +349,7 @@ class BaselineItem(pytest.Item):
 
 
 def _html_report(config: pytest.Config) -> bool:
-    report = config.getoption("eagle_report")
-    return bool(report) and Path(report).suffix != ".json"
+    return options.report_paths(config).html is not None
 
 
 def _request(config: pytest.Config) -> CheckRequest:
@@ -413,7 +413,7 @@ def _request(config: pytest.Config) -> CheckRequest:
 
 def _runner(config: pytest.Config) -> Runner:
     """One runner per session: shards read once, the target model and captures opened once
-    (an HTML ``--eagle-report`` plots the target's curve, which the evidence family then
+    (an ``--eagle-html-report`` plots the target's curve, which the evidence family then
     measures)."""
     if _RUNNER not in config.stash:
         from ..plan.planner import Runner

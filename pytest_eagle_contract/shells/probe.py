@@ -189,7 +189,7 @@ def _thinking_line(split: ThinkingSplit) -> str:
 
 def add_parser(sub: Any) -> None:
     """The ``probe`` subcommand's arguments."""
-    from ..engines.names import ENGINE_NAMES
+    from ..engines.names import SERVING_ENGINE_NAMES
 
     prb = sub.add_parser(
         "probe",
@@ -213,7 +213,7 @@ def add_parser(sub: Any) -> None:
     )
     prb.add_argument(
         "--engine",
-        choices=ENGINE_NAMES,
+        choices=SERVING_ENGINE_NAMES,
         default="sglang",
         help="without a contract: the engine whose reading of the draft config's "
         "ids gives the served layout (default sglang)",

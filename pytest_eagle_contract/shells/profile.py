@@ -1,7 +1,8 @@
-"""``eagle-contract profile FILE [--compare FILE] [--serving-args COMMAND] [--json]``: a
-speculation_profile.json's identities, a training-time profile against a deploy-time one and
-the draft length served (checks/profile.py; docs/acceptance-profiles.md). Exit 0 when no
-error, 1 on an error finding, 2 on a usage error."""
+"""``eagle-contract profile FILE [--compare FILE] [--serving-args COMMAND] [--contract C]
+[--json]``: a speculation_profile.json's identities, a training-time profile against a
+deploy-time one, the draft length served and the contract's floor (checks/profile.py;
+docs/acceptance-profiles.md). Exit 0 when no error, 1 on an error finding, 2 on a usage
+error."""
 
 from __future__ import annotations
 
@@ -25,13 +26,21 @@ def profile(args: argparse.Namespace) -> int:
         raise UsageError(f"--max-drop {args.max_drop}: give a fraction in [0, 1)")
     for option, path in (("FILE", args.file), ("--compare", args.compare)):
         if path is not None and not path.is_file():
-            raise UsageError(f"{option} {path}: no such file")
+            why = "not a regular file (a FIFO or a device)" if path.exists() else "no such file"
+            raise UsageError(f"{option} {path}: {why}")
     if args.serving_args is not None:
         try:
             shlex.split(args.serving_args)
         except ValueError as exc:
             raise UsageError(f"--serving-args: {exc}") from None
-    findings, read = check_profiles(args.file, args.compare, args.serving_args, args.max_drop)
+    contract = None
+    if args.contract is not None:
+        from ..contract.model import load_contract
+
+        contract = load_contract(args.contract)
+    findings, read = check_profiles(
+        args.file, args.compare, args.serving_args, args.max_drop, contract
+    )
     errors = [f for f in findings if f.severity == "error"]
     if args.json:
         print(
@@ -77,7 +86,7 @@ def add_parser(sub: Any) -> None:
     pro = sub.add_parser(
         "profile",
         help="check a speculation_profile.json (ModelOpt): its identities, against a "
-        "deploy-time one and the draft length served",
+        "deploy-time one, the draft length served and the contract's floor",
     )
     pro.add_argument(
         "file", type=Path, metavar="FILE", help="the speculation_profile.json (training time)"
@@ -86,8 +95,8 @@ def add_parser(sub: Any) -> None:
         "--compare",
         type=Path,
         metavar="FILE",
-        help="a deploy-time speculation_profile.json (or `measure --json`'s output): its "
-        "accept length against FILE's",
+        help="a deploy-time speculation_profile.json (or `measure --json`'s or `probe --json`'s "
+        "output): its accept length against FILE's, per position",
     )
     pro.add_argument(
         "--max-drop",
@@ -101,5 +110,12 @@ def add_parser(sub: Any) -> None:
         "--serving-args",
         metavar="COMMAND",
         help="the engine's launch command line: its draft length against the profile's",
+    )
+    pro.add_argument(
+        "--contract",
+        type=Path,
+        metavar="CONTRACT",
+        help="hold each profile's mean accept length to the contract's floor "
+        "(serving.min_accept_length, EC727)",
     )
     add_print_json(pro)

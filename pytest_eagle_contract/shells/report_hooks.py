@@ -1,5 +1,6 @@
 """The plugin's reports: JUnit properties on each contract item, and at the end of the
-session (on the xdist controller) GitHub annotations and the ``--eagle-report`` file.
+session (on the xdist controller) GitHub annotations and the report files
+(``--eagle-json-report``, ``--eagle-html-report``).
 
 Each contract item's report carries ``eagle_contract`` (its contract, and per unit it ran
 the unit's findings and measures, plain JSON), which xdist sends to the controller with the
@@ -9,7 +10,7 @@ pytest's terminal reporter keeps every report to the end of the session. On the 
 the reports of a passing contract item share what its three reports (setup, call, teardown)
 and the other items of its contract hold alike, once the other plugins have read them
 (:meth:`ReportHooks.pytest_runtest_logreport`); the findings the
-``--eagle-report`` needs are kept compact (:class:`_Seen`).
+reports need are kept compact (:class:`_Seen`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any, NamedTuple
 
 import pytest
 
+from . import options
 from .options import CONTRACT_SUFFIXES
 
 _ATTR = "eagle_contract"
@@ -62,7 +64,7 @@ class ReportHooks:
         self.seen: list[_Seen] = []
         self.session: pytest.Session | None = None
         self._controller = not hasattr(config, "workerinput")
-        self._measures = bool(config.getoption("eagle_report"))  # a report plots them
+        self._measures = any(options.report_paths(config)[:2])  # a report plots them
         self._open: dict[str, pytest.TestReport] = {}  # nodeid -> its setup report
         self._shared: dict[Any, Any] = {}  # a value -> the one copy the reports share
 
@@ -138,8 +140,7 @@ class ReportHooks:
             return
         from ..reports.publish import publish
 
-        path = self.config.getoption("eagle_report")
-        report = Path(path) if path else None
+        reports = options.report_paths(self.config)
         stopped = self.session is not None and bool(
             self.session.shouldstop or self.session.shouldfail  # -x, --maxfail
         )
@@ -149,33 +150,34 @@ class ReportHooks:
         try:
             publish(
                 runs,
-                json_path=report if report and report.suffix == ".json" else None,
-                html_path=report if report and report.suffix != ".json" else None,
+                json_path=reports.json,
+                html_path=reports.html,
                 annotations=self.config.getoption("eagle_annotations"),
                 session=True,
                 echo=terminalreporter.write_line,
-                flag="--eagle-report",
+                flags=(reports.json_flag, reports.html_flag),
             )
         except EagleContractError as exc:  # a full disk: a line, not an INTERNALERROR
             terminalreporter.write_line(f"eagle-contract: error: {exc}", red=True)
             return
-        if report is not None:
-            terminalreporter.write_line(f"eagle-contract: report written to {report}")
+        for report in (reports.json, reports.html):
+            if report is not None:
+                terminalreporter.write_line(f"eagle-contract: report written to {report}")
 
 
 def check_report_path(config: pytest.Config, reads: list[Path]) -> None:
-    """``--eagle-report``: refused at the start (not after the run) where the write would
-    be: onto ``reads`` (contracts, shards), a folder, a device, a file that is no report."""
-    path = config.getoption("eagle_report")
-    if not path or hasattr(config, "workerinput"):
+    """``--eagle-json-report``, ``--eagle-html-report``: refused at the start (not after the
+    run) where a write would be: onto ``reads`` (contracts, shards), a folder, a device, a
+    file that is no report."""
+    reports = options.report_paths(config)
+    if not (reports.json or reports.html) or hasattr(config, "workerinput"):
         return
     from ..outputs import inputs
     from ..reports.publish import check_targets
 
-    report = Path(path)
-    json_path = report if report.suffix == ".json" else None
-    html_path = None if json_path else report
-    check_targets(inputs(*reads), json_path, html_path, "--eagle-report")
+    check_targets(
+        inputs(*reads), reports.json, reports.html, (reports.json_flag, reports.html_flag)
+    )
 
 
 def _is_contract_item(report: pytest.TestReport) -> bool:

@@ -267,6 +267,17 @@ def test_bad_arguments_are_usage_errors(cli, tmp_path):
         assert res.returncode == 2, (args, res.stdout, res.stderr)
 
 
+def test_a_fifo_is_not_a_regular_file_and_a_missing_file_is_missing(cli, tmp_path):
+    """A FIFO given as the profile is refused as what it is, never read (it would block)."""
+    import os
+
+    os.mkfifo(tmp_path / "p.json")
+    for name, said in (("p.json", "not a regular file"), ("none.json", "no such file")):
+        res = cli("profile", tmp_path / name)
+        no_traceback(res)
+        assert res.returncode == 2 and said in res.stderr, (name, res.stderr)
+
+
 @pytest.mark.parametrize("engine", ["llama.cpp", "sglang", "vllm"])
 @pytest.mark.parametrize(
     ("accepts", "said"),
@@ -312,3 +323,93 @@ def test_measures_result_is_a_deploy_time_profile(cli, tmp_path):
     drop = cli("profile", write(tmp_path, "worse.json", worse), "--compare", measured)
     assert drop.returncode == 1, drop.stdout
     assert "EC724 profile-drift" in drop.stdout
+
+
+def floor_contract(tmp_path: Path, floor: float) -> Path:
+    """A contract whose serving floor (``serving.min_accept_length``, probe's EC906 and
+    measure's EC712) is ``floor``: one vLLM layout, the draft's config beside it."""
+    (tmp_path / "draft").mkdir(exist_ok=True)
+    (tmp_path / "draft" / "config.json").write_text('{"architectures": ["LlamaForCausalLMEagle3"]}')
+    contract = tmp_path / "c.yaml"
+    contract.write_text(
+        "contract: floored\nversion: 1\n"
+        "target: {arch: LlamaForCausalLM, num_hidden_layers: 32, hidden_size: 4096, "
+        "vocab_size: 128256}\n"
+        f"serving:\n  engine: vllm\n  draft_config: draft\n  min_accept_length: {floor}\n"
+    )
+    return contract
+
+
+@pytest.mark.parametrize("floor, code", [(3.0, 1), (2.5, 0)])
+def test_a_profile_under_the_contracts_floor_fails_ec727(cli, tmp_path, floor, code):
+    """TRAINED accepts 2.738 a step: under a floor of 3.0 it is EC727 at the contract's
+    ``serving.min_accept_length``; a floor of 2.5 holds. The same floor holds --compare's."""
+    contract = floor_contract(tmp_path, floor)
+    path = write(tmp_path, "trained.json", profile_of(TRAINED, 3))
+    res = cli("profile", path, "--contract", contract, "--json")
+    no_traceback(res)
+    assert res.returncode == code, res.stdout + res.stderr
+    found = [f for f in json.loads(res.stdout)["findings"] if f["code"] == "EC727"]
+    assert len(found) == (1 if code else 0)
+    if found:
+        assert found[0]["contract"] == str(contract) and found[0]["line"] == 7  # the floor
+        assert found[0]["expected"] == ">= 3.0" and found[0]["found"] == "2.738"
+    deployed = write(tmp_path, "deployed.json", profile_of(DEPLOYED_WORSE, 3))
+    both = cli("profile", path, "--compare", deployed, "--contract", contract, "--json")
+    files = {f["file"] for f in json.loads(both.stdout)["findings"] if f["code"] == "EC727"}
+    assert str(deployed) in files  # 2.128 is under 2.5 and 3.0 alike
+
+
+def test_profile_contract_errors_are_usage_errors(cli, tmp_path):
+    path = write(tmp_path, "trained.json", profile_of(TRAINED, 3))
+    missing = cli("profile", path, "--contract", tmp_path / "none.yaml")
+    no_traceback(missing)
+    assert missing.returncode == 2, missing.stdout + missing.stderr
+
+
+def probe_json(per_step: list[float], chains: int, name: str = "sglang") -> dict[str, Any]:
+    """``eagle-contract probe --json`` as it prints it (models/acceptance.py Estimate.to_dict:
+    the trainer's layout first, then the served one; per_step rounded to 4 decimals)."""
+    marginal, m = [], 1.0
+    for c in per_step:
+        m *= c
+        marginal.append(m)
+    row = {
+        "layers": ["residual:2", "residual:16", "residual:29"],
+        "accept_length": round(1 + sum(marginal), 4),
+        "per_step": [round(p, 4) for p in per_step],
+        "chains": chains,
+        "positions_from": 0,
+    }
+    return {
+        "convention": "accept_length: tokens per target forward, counting the target's own",
+        "layouts": [{**row, "name": "trainer"}, {**row, "name": name}],
+    }
+
+
+def test_a_probe_estimate_is_compared_per_position_with_its_noise(cli, tmp_path):
+    """A training-time profile (1,000 steps, 2.738) against probe estimates of the same draft:
+    over 40 chains a drop to 2.457 lies within 3 standard errors of the probe's sampling noise
+    (its chains, the variance its per-step rates give): a warning; the same rates over 4,000
+    chains are an error; a probe of the trained rates passes."""
+    train = write(tmp_path, "trained.json", profile_of(TRAINED, 3))
+    few = write(tmp_path, "few.json", probe_json([0.72, 0.66, 0.55], 40))
+    many = write(tmp_path, "many.json", probe_json([0.72, 0.66, 0.55], 4000))
+    same = write(tmp_path, "same.json", probe_json([0.813, 0.7036, 0.6171], 400))
+    warned = cli("profile", train, "--compare", few, "--json")
+    no_traceback(warned)
+    assert warned.returncode == 0, warned.stdout
+    (drift,) = [f for f in json.loads(warned.stdout)["findings"] if f["code"] == "EC724"]
+    assert drift["severity"] == "warning" and "measure more steps" in drift["hint"]
+    failed = cli("profile", train, "--compare", many, "--json")
+    assert failed.returncode == 1, failed.stdout
+    (drift,) = [f for f in json.loads(failed.stdout)["findings"] if f["code"] == "EC724"]
+    assert drift["severity"] == "error"
+    rows = drift["details"].splitlines()  # per position: the drop against its own noise
+    assert rows[0].strip() == "position 0: conditional 0.8130 -> 0.7200 (beyond 3 standard errors)"
+    assert "position 2: conditional 0.6171 -> 0.5500" in rows[2]
+    (drift,) = [f for f in json.loads(warned.stdout)["findings"] if f["code"] == "EC724"]
+    assert "(within 3 standard errors)" in drift["details"]
+    ok = cli("profile", train, "--compare", same)
+    assert ok.returncode == 0 and "EC724" not in ok.stdout, ok.stdout
+    assert "probe estimate, layout sglang" in ok.stdout

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shlex
 from collections import defaultdict
 from pathlib import Path
 
@@ -24,6 +25,18 @@ CONTRACT = demo.shipped_contract()
 KNOWN = {
     "--version": "the top level prints the tool's version (as every CLI does); in a "
     "command it names the engine's version",
+}
+# One default per option name, but for these: each with why (the test fails when one stops
+# differing). ``--sample`` is not among them: 10 in every command (infer and record read all,
+# validate --check 5, before 0.2.0; CHANGELOG.md).
+DEFAULTS_DIFFER = {
+    "--output": "demo writes its shards to a fresh ./eagle-demo; elsewhere no -o means "
+    "stdout (infer, schema) or is refused (record)",
+    "--engine": "probe without a contract must read the draft's ids as some engine does "
+    "(sglang); elsewhere no --engine means the contract's serving.engine or the shards' "
+    "pipeline",
+    "--timeout": "record waits on one forward pass per shard (60 s, as check's "
+    "--sglang-timeout); measure on a generation of --max-new-tokens tokens (120 s)",
 }
 # One meaning, one spelling: the names a command may not use for these meanings.
 SYNONYMS = {"--out": "-o/--output", "--quiet": "-q/--quiet", "--output": "-o/--output"}
@@ -80,6 +93,74 @@ def test_options_spelled_alike_mean_the_same_in_every_command() -> None:
     assert set(clashes) == set(KNOWN), "a known clash is gone: drop it from KNOWN"
 
 
+def test_options_spelled_alike_have_one_default() -> None:
+    defaults: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for command, parser in _parsers().items():
+        for action in _options(parser):
+            long = [f for f in action.option_strings if f.startswith("--")]
+            if long and long[0] not in KNOWN:  # KNOWN: two meanings, so two defaults
+                defaults[long[0]][repr(action.default)].append(command)
+    differ = {flag: seen for flag, seen in defaults.items() if len(seen) > 1}
+    unknown = {flag: seen for flag, seen in differ.items() if flag not in DEFAULTS_DIFFER}
+    assert unknown == {}, f"one spelling, several defaults: {json.dumps(unknown, indent=1)}"
+    assert set(differ) == set(DEFAULTS_DIFFER), "a known difference is gone: drop it"
+
+
+def test_sample_is_n_or_all_default_10_in_every_command_and_the_plugin(pytester) -> None:
+    """``--sample N|all``, default 10, wherever a command reads a sample of shards, as
+    ``--eagle-sample`` and the core's default (shells/args.py cannot import the core's)."""
+    from pytest_eagle_contract.shards.discovery import DEFAULT_SAMPLE, parse_sample
+    from pytest_eagle_contract.shells.args import SAMPLE
+
+    offered = {
+        command: action
+        for command, parser in _parsers().items()
+        for action in _options(parser)
+        if "--sample" in action.option_strings
+    }
+    assert {c.split()[-1] for c in offered} >= {"check", "infer", "record", "measure", "validate"}
+    for command, action in offered.items():
+        assert action.default == SAMPLE and action.metavar == "N|all", command
+        assert f"(default: {SAMPLE}" in action.help, command
+    assert parse_sample(SAMPLE) == DEFAULT_SAMPLE
+    config = pytester.parseconfig()
+    assert config.getini("eagle_sample") == SAMPLE and config.getoption("eagle_sample") is None
+
+
+def test_engine_names_a_serving_engine_in_every_command() -> None:
+    """``--engine`` takes the serving engines only; a trainer is ``resolve --trainer``."""
+    from pytest_eagle_contract.engines.names import SERVING_ENGINE_NAMES, TRAINER_NAMES
+
+    seen: dict[str, tuple[str, ...]] = {}
+    for command, parser in _parsers().items():
+        for action in _options(parser):
+            if "--engine" in action.option_strings:
+                seen[command] = tuple(action.choices or ())
+            if "--trainer" in action.option_strings:
+                assert command == "eagle-contract resolve"
+                assert tuple(action.choices or ()) == TRAINER_NAMES
+    assert seen and all(c == SERVING_ENGINE_NAMES for c in seen.values()), seen
+
+
+def test_resolve_engine_trainer_is_now_trainer(cli) -> None:
+    """``resolve --engine TRAINER`` still resolves, with one warning naming ``--trainer``."""
+    args = ("--num-layers", "8", "--ids", "0", "3", "8", "--json")
+    new = cli("resolve", "--trainer", "hf", *args)
+    assert new.returncode == 0 and new.stderr == "", new.stderr
+    for old in (("--engine", "hf"), ("--engine=hf",)):
+        res = cli("resolve", *old, *args)
+        assert res.returncode == 0, res.stderr
+        assert json.loads(res.stdout) == json.loads(new.stdout)
+        (line,) = res.stderr.splitlines()
+        assert "--engine hf is deprecated" in line and "use --trainer hf" in line
+    both = cli("resolve", "--trainer", "hf", "--engine", "sglang", *args)
+    assert both.returncode == 2 and "not allowed with" in both.stderr
+    none = cli("resolve", *args)
+    assert none.returncode == 2 and "--engine --trainer is required" in none.stderr
+    help_text = cli("resolve", "--help").stdout
+    assert "--trainer TRAINER" in help_text and "specforge" in help_text
+
+
 def test_one_meaning_has_one_spelling() -> None:
     """A file or folder to write is ``-o/--output``; ``-q`` is ``--quiet``; no ``--out``."""
     wrong = []
@@ -93,6 +174,27 @@ def test_one_meaning_has_one_spelling() -> None:
             if ("-q" in flags) != ("--quiet" in flags):
                 wrong.append(f"{command} {'/'.join(sorted(flags))} (use -q/--quiet)")
     assert wrong == []
+
+
+def test_every_epilog_has_examples_that_parse() -> None:
+    """Each command's ``--help`` shows ``Examples:``, and each example is a command line its
+    parser takes (as main() takes it: shard paths may follow the options)."""
+    top = _parser()
+    for command, parser in _parsers().items():
+        if command == "eagle-contract":
+            continue
+        text = parser.epilog or ""
+        assert "\nExamples:\n" in f"\n{text}", command
+        block = f"\n{text}".split("\nExamples:\n", 1)[1].split("\n\n", 1)[0]
+        lines = [line.strip() for line in block.splitlines()]
+        assert lines and all(line.startswith(f"{command}") for line in lines), (command, lines)
+        for line in lines:
+            words = shlex.split(line)[1:]
+            try:
+                args, extra = top.parse_known_args(words)
+            except SystemExit:
+                pytest.fail(f"{line!r} does not parse")
+            assert args.command == words[0] and not [e for e in extra if e.startswith("-")], line
 
 
 @pytest.mark.slow
@@ -180,3 +282,15 @@ def test_record_and_demo_out_is_now_o_output(tmp_path: Path, cli) -> None:
 def test_record_without_an_output_folder_is_a_usage_error(shards: Path, cli) -> None:
     res = cli("record", CONTRACT, shards / "good", "--sglang-url", "http://127.0.0.1:9")
     assert res.returncode == 2 and "-o/--output DIR" in res.stderr
+
+
+def test_check_report_is_now_html_report(shards: Path, cli) -> None:
+    """``check --report HTML`` stores where ``--html-report`` does, with a warning, and is in
+    no help; either, onto the contract, is refused before any check (exit 2)."""
+    text = cli("check", "--help").stdout
+    assert "--html-report HTML" in text and "--report " not in text
+    for flag in ("--report", "--html-report"):
+        res = cli("check", CONTRACT, shards / "good", flag, CONTRACT)
+        assert res.returncode == 2 and "an input of this run" in res.stderr, res.stderr
+        assert ("--report is deprecated" in res.stderr) == (flag == "--report")
+        assert "use --html-report" in res.stderr or flag != "--report"

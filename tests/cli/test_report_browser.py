@@ -94,7 +94,8 @@ def page(tmp_path_factory: pytest.TempPathFactory) -> Path:
     demo.write_demo_shards(root, shards=3, save_target=True)
     report = root / "report.html"
     args = ["check", str(demo.shipped_contract()), str(root / "embed-in-front"), "-q"]
-    more = ["--target-model", str(root / "target"), "--reference-capture", "--report", str(report)]
+    more = ["--target-model", str(root / "target"), "--reference-capture"]
+    more += ["--html-report", str(report)]
     assert main([*args, *more, "--annotations", "none"]) == 1
     return report
 

@@ -265,7 +265,17 @@ def _page(path: Path) -> _Page:
 
 def _html(repo: Path, shards: Path, *extra: str) -> _Page:
     report = repo / "report.html"
-    _check(repo, shards, "embed-in-front", "--sample", "all", "--report", str(report), "-q", *extra)
+    _check(
+        repo,
+        shards,
+        "embed-in-front",
+        "--sample",
+        "all",
+        "--html-report",
+        str(report),
+        "-q",
+        *extra,
+    )
     return _page(report)
 
 
@@ -370,7 +380,7 @@ def test_html_report_without_matplotlib(repo, shards):
     contract = repo / "contracts" / "demo.yaml"
     args = ["check", str(contract), str(shards / "embed-in-front"), "--sample", "all"]
     res = subprocess.run(
-        [sys.executable, "-c", block + run, *args, "--report", str(report), "-q"],
+        [sys.executable, "-c", block + run, *args, "--html-report", str(report), "-q"],
         capture_output=True,
         text=True,
         timeout=300,
@@ -453,7 +463,7 @@ def test_plugin_junit_properties_and_json_under_xdist(project, monkeypatch):
         "-n",
         "2",
         "--junitxml=junit.xml",
-        "--eagle-report=report.json",
+        "--eagle-json-report=report.json",
         "--eagle-annotations=github",
     )
     assert result.parseoutcomes()["failed"] == 3  # norms, on each of the 3 shards
@@ -485,7 +495,7 @@ def test_plugin_html_and_annotations(project, monkeypatch):
     monkeypatch.setenv("GITHUB_ACTIONS", "true")
     monkeypatch.setenv("GITHUB_WORKSPACE", str(project.path))
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(project.path / "summary.md"))
-    result = _plugin(project, "--eagle-sample", "all", "--eagle-report=report.html")
+    result = _plugin(project, "--eagle-sample", "all", "--eagle-html-report=report.html")
     assert result.parseoutcomes()["failed"] == 3
     result.stdout.fnmatch_lines(
         [
@@ -508,7 +518,7 @@ def test_plugin_reports_the_warnings_of_a_passing_item(project, monkeypatch):
         "-k",
         "layout",
         "--junitxml=junit.xml",
-        "--eagle-report=report.json",
+        "--eagle-json-report=report.json",
         "--eagle-annotations=github",
     )
     outcomes = result.parseoutcomes()  # the layout item passes with its warning
@@ -551,7 +561,7 @@ def test_every_layout_view_shows_what_the_reference_capture_proved(
     contract = repo / "contracts" / "demo.yaml"
     args = ["check", str(contract), str(shards / "embed-in-front"), "--sample", "all"]
     model = ["--target-model", str(shards / "target"), "--reference-capture"]
-    outputs = ["--json", str(tmp_path / "r.json"), "--report", str(tmp_path / "r.html")]
+    outputs = ["--json-report", str(tmp_path / "r.json"), "--html-report", str(tmp_path / "r.html")]
     assert main([*args, *model, *outputs, "--annotations", "github"]) == 1
     data = _valid(tmp_path / "r.json")
     (ec501,) = {f["message"] for f in data["findings"] if f["code"] == "EC501"}

@@ -86,7 +86,7 @@ def test_the_sweep_fails_a_run_that_passed_having_compared_nothing(tmp_path):
     """No cell passes on zero compared items: a run of a shard-comparing family whose report
     says "ok ... on 0 shard(s)" is its own class of defect; "passed, incomplete" (EC009:
     it said so) and a run of a family that compares no shard are not."""
-    import hostile_sweep as sweep
+    import hostile_runner as runner
     from hostile_inputs import Case
 
     (tmp_path / "out").mkdir()
@@ -96,9 +96,9 @@ def test_the_sweep_fails_a_run_that_passed_having_compared_nothing(tmp_path):
         data = {"summary": summary}
         report.write_text(json.dumps({"reports": [data]} if session else data))
         case = Case("shards", "x", tmp_path, [], covers=frozenset(covers))
-        return sweep.compared_nothing(case)
+        return runner.compared_nothing(case)
 
-    assert "zero compared" in sweep.CLASSES
+    assert "zero compared" in runner.CLASSES
     assert verdict("ok: 1 checks on 0 shard(s) passed", {"token-parity"})
     assert verdict("ok: 1 checks on 0 shard(s) passed", {"token-parity"}, session=True)
     assert not verdict("ok: 1 checks on 3 shard(s) passed", {"token-parity"})

@@ -47,7 +47,7 @@ def test_a_session_stopped_by_x_says_so_in_its_report(root, pytester):
         "--eagle-sample",
         "all",
         "--eagle-no-sharpness",
-        "--eagle-report",
+        "--eagle-json-report",
         str(report),
     )
     out = result.stdout.str()
@@ -72,7 +72,7 @@ def test_a_full_session_is_complete(root, pytester):
         "--eagle-shards",
         str(root / "good"),
         "--eagle-no-sharpness",
-        "--eagle-report",
+        "--eagle-json-report",
         str(report),
     )
     assert result.ret == 0, result.stdout.str()

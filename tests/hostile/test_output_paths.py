@@ -89,7 +89,7 @@ def test_check_reports_are_never_written_onto_inputs(project):
     assert refused(check(project, "--json", shard), "an input of this run")
     assert refused(check(project, "--json", project / "contract.yaml"), "an input of this run")
     inside = project / "shards" / "rows_0-2000" / "report.json"
-    assert refused(check(project, "--report", inside), "an input of this run")
+    assert refused(check(project, "--html-report", inside), "an input of this run")
     assert not inside.exists()
     link = project / "link.json"
     link.symlink_to(shard)  # a link to a shard is the shard
@@ -115,10 +115,10 @@ def test_check_reports_refuse_folders_devices_and_files_that_are_not_reports(pro
 def test_a_previous_report_or_an_empty_file_is_replaced(project):
     report, page = project / "r.json", project / "r.html"
     report.touch()  # as `mktemp` leaves it
-    assert check(project, "--json", report, "--report", page).returncode in (0, 1)
+    assert check(project, "--json", report, "--html-report", page).returncode in (0, 1)
     first = report.read_text()
     assert '"schema_version"' in first and "eagle-contract report" in page.read_text()
-    assert check(project, "--json", report, "--report", page).returncode in (0, 1)
+    assert check(project, "--json", report, "--html-report", page).returncode in (0, 1)
     assert report.read_text() == first
     assert not [p for p in project.iterdir() if p.name.endswith(".tmp")]
 
@@ -180,13 +180,14 @@ def test_record_and_demo_folders(project, tmp_path_factory):
     assert list(elsewhere.iterdir()) == []
 
 
-def test_pytest_report_onto_a_contract_is_a_usage_error(project, pytester):
+@pytest.mark.parametrize("flag", ["--eagle-html-report", "--eagle-json-report", "--eagle-report"])
+def test_pytest_report_onto_a_contract_is_a_usage_error(project, pytester, flag):
     res = pytester.runpytest_subprocess(
         "-p",
         "no:cacheprovider",
         f"--eagle-contract={project / 'contract.yaml'}",
-        f"--eagle-report={project / 'contract.yaml'}",
+        f"{flag}={project / 'contract.yaml'}",
     )
     assert res.ret == pytest.ExitCode.USAGE_ERROR
-    res.stderr.fnmatch_lines(["*--eagle-report*an input of this run*"])
+    res.stderr.fnmatch_lines([f"*{flag}*an input of this run*"])
     assert (project / "contract.yaml").read_text("utf-8") == CONTRACT_TEXT

@@ -314,7 +314,7 @@ def test_the_report_of_a_batched_run_holds_every_check_on_every_shard(project):
     args = ["--eagle-contract", CONTRACT, "--eagle-sample", "all", "--eagle-shards", bad]
     units = {}
     for batch, report in (("1", "one.json"), ("3", "batched.json")):
-        project.runpytest(*args, "--eagle-batch", batch, "-n", "2", f"--eagle-report={report}")
+        project.runpytest(*args, "--eagle-batch", batch, "-n", "2", f"--eagle-json-report={report}")
         (run,) = json.loads((project.path / report).read_text())["reports"]
         units[batch] = sorted(
             (u["check"], u["shard"], sorted(f["code"] for f in u["findings"])) for u in run["units"]

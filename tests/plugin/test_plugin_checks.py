@@ -38,7 +38,7 @@ def test_named_families_are_the_items(good, pytester):
         "good",
         "--eagle-checks",
         "structure,values",
-        "--eagle-report",
+        "--eagle-json-report",
         str(report),
     )
     assert result.ret == 0, result.stdout.str()

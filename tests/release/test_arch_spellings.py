@@ -10,7 +10,7 @@ import json
 import pytest
 from serving_cases import resolve_json
 
-from pytest_eagle_contract.engines.names import ENGINE_NAMES
+from pytest_eagle_contract.engines.names import ENGINE_NAMES, TRAINER_NAMES
 
 # per engine, a target it serves: (architectures[0], model_type, ids); engines whose rules do
 # not depend on the architecture (trtllm, openvino, the trainers) take any
@@ -49,7 +49,8 @@ def test_both_spellings_and_the_config_give_one_answer(cli, tmp_path, engine):
     config.write_text(
         json.dumps({"architectures": [arch], "model_type": model_type, "num_hidden_layers": 32})
     )
-    head = ("--engine", engine, *(("--ids", *ids) if ids else ()))
+    side = "--trainer" if engine in TRAINER_NAMES else "--engine"
+    head = (side, engine, *(("--ids", *ids) if ids else ()))
     by_arch = resolve_json(cli, *head, "--arch", arch, "--num-layers", 32)
     by_type = resolve_json(cli, *head, "--arch", model_type, "--num-layers", 32)
     by_file = resolve_json(cli, *head, "--target-config", config)

@@ -16,3 +16,11 @@ import gen_mlx_rules as gen  # noqa: E402
 
 def test_the_rules_file_is_what_the_releases_code_says():
     assert gen.main([str(WHEELS), "--check"]) == 0
+
+
+def test_the_drafter_kinds_are_what_the_releases_code_says():
+    """``engines/mlx_drafters_rules.json`` (EC523, EC524) re-derived by
+    ``scripts/gen_mlx_drafters.py`` from the same wheels."""
+    import gen_mlx_drafters
+
+    assert gen_mlx_drafters.main([str(WHEELS), "--check"]) == 0

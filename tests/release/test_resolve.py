@@ -38,7 +38,9 @@ def resolve_table(cli, *args):
     ],
 )
 def test_resolve_layers(cli, engine, arch, version, ids, layers):
-    args = ["--engine", engine, "--num-layers", 61]
+    from pytest_eagle_contract.engines.names import TRAINER_NAMES
+
+    args = ["--trainer" if engine in TRAINER_NAMES else "--engine", engine, "--num-layers", 61]
     args += ["--arch", arch] if arch else []
     args += ["--version", version] if version else []
     args += ["--ids", *ids] if ids else []
@@ -49,7 +51,7 @@ def test_resolve_layers(cli, engine, arch, version, ids, layers):
 
 
 def test_hf_indices(cli):
-    code, out = resolve_table(cli, "--engine", "hf", "--num-layers", 8, "--ids", 0, 3, 8)
+    code, out = resolve_table(cli, "--trainer", "hf", "--num-layers", 8, "--ids", 0, 3, 8)
     assert code == 0 and out["layers"] == ["embed", "residual:3", "final_norm"]
 
 

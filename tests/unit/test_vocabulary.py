@@ -227,6 +227,38 @@ def test_byte_tokens_outside_the_map_are_ec935(tmp_path):
         assert (("EC935", "warning") in codes(found)) is want, found
 
 
+def test_a_character_level_vocabulary_has_no_byte_tokens(tmp_path):
+    """Single characters of a vocabulary that lacks byte-level BPE's full 256-character
+    alphabet are ordinary tokens: a map without them is EC933's business (coverage), never
+    EC935's (the false alarm this guards: every letter of a small WordLevel vocabulary was
+    called a byte token)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    letters = [chr(c) for c in range(ord("a"), ord("z") + 1)] + list("!?.,")
+    words = ["the", "draft", "tokens"]
+    vocab = {t: i for i, t in enumerate(["<unk>", *letters, *words])}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    (tmp_path / "tok").mkdir()
+    tok.save(str(tmp_path / "tok" / "tokenizer.json"))
+    single = [vocab[t] for t in letters]
+    g = torch.Generator().manual_seed(2)
+    rows = [[single[int(k)] for k in torch.randint(0, len(single), (32,), generator=g)]]
+    rows += [[vocab[w] for w in words] * 10 for _ in range(3)]
+    counts = shards(tmp_path / "shards", rows)
+    kept = [vocab[w] for w in words]
+    d2t, t2d = build_maps(Counter({t: 1 for t in kept}), n=len(kept))
+    draft(tmp_path / "draft", d2t, t2d)
+    (tmp_path / "c.yaml").write_text(
+        contract_text("    min_vocab_coverage: 0.9", "tokenizer:\n  path: tok\n")
+    )
+    c = load_contract(tmp_path / "c.yaml")
+    paths = sorted((tmp_path / "shards").rglob("*.ckpt"))
+    found = check_vocabulary(tmp_path / "draft", contract=c, shard_paths=paths)
+    assert counts and "EC935" not in {f.code for f in found}, found
+    assert any(f.code == "EC933" for f in found), found  # the letters are missed all the same
+
+
 def test_a_d2t_far_outside_the_vocabulary_allocates_nothing(tmp_path):
     # found by the hostile sweep: i + d2t[i] near 1e12 once made a bool array that long
     c, paths, _ = setup(tmp_path, "    min_vocab_coverage: 0.5")

@@ -45,6 +45,7 @@ class Method:
     engines: tuple[str, ...]  # engines whose tap rules for it are read here
     architectures: tuple[str, ...] = ()  # draft config ``architectures`` that name it
     config_markers: tuple[str, ...] = ()  # top-level draft config keys that name it
+    config_values: tuple[str, ...] = ()  # top-level draft config keys whose int names it
     rules_note: str = ""  # why no engine's rules are read, where none are
 
     def serves(self, engine: str) -> bool:
@@ -169,13 +170,18 @@ METHODS: dict[str, Method] = by_name(
         Method(
             "pard",
             "PARD",
-            ("pard_token", "target_proj"),
+            ("pard_token",),
             (),
-            "not read here",
+            "no taps: the draft reads no target hidden state (vLLM 0.16.0-0.33.0 serve it as "
+            "method draft_model with parallel_drafting, whose proposer passes none)",
             (),
-            rules_note="no tap rule, not read: vLLM 0.34.0 reads only pard_token (a mask token, "
-            "v1/worker/gpu/spec_decode/utils.py); no release of sglang, specforge, speculators "
-            "or nvidia-modelopt read here names PARD or target_proj",
+            config_values=("pard_token",),
+            rules_note="no tap rule: a PARD draft reads no target hidden state in any release "
+            "read here (vLLM 0.16.0-0.33.0 serve it as method draft_model with "
+            "parallel_drafting: true, mask token pard_token, and the draft model's proposer "
+            "passes no hidden states; 0.34.0 refuses parallel_drafting for draft_model); no "
+            "release of vLLM, sglang, mlx-vlm, llama-cpp-python, specforge, speculators or "
+            "nvidia-modelopt read here has PARD-2's target_proj or a target-dependent mode",
         ),
         Method(
             "mtp",
@@ -210,7 +216,8 @@ def _dspark_head(config: Mapping[str, Any]) -> bool:
 
 def detect(config: Mapping[str, Any]) -> str | None:
     """The method a draft config.json names (a DSpark head first, then its ``architectures``,
-    then a key only that method writes), or None where it names none of them."""
+    then a key only that method writes: a section, then a token id such as PARD's
+    ``pard_token``), or None where it names none of them."""
     archs = config.get("architectures")
     names = [a for a in archs if isinstance(a, str)] if isinstance(archs, list) else []
     if "DFlash2DraftModel" not in names and _dspark_head(config):
@@ -220,5 +227,8 @@ def detect(config: Mapping[str, Any]) -> str | None:
             return method.name
     for method in METHODS.values():
         if any(isinstance(config.get(k), dict) for k in method.config_markers):
+            return method.name
+    for method in METHODS.values():
+        if any(type(config.get(k)) is int for k in method.config_values):
             return method.name
     return None

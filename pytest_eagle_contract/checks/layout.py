@@ -104,6 +104,10 @@ def check_layout(
         return check_dflash(
             contract, report, serving_args, serving_env, env_label, found[0], found[1]
         )
+    if contract.method == "mtp":  # one state, no tap list (engines/mtp.py)
+        from .layout_mtp import check_mtp
+
+        return check_mtp(contract, report)
     target = contract.target
     L, H = target.num_hidden_layers, target.hidden_size
     arch = serving.arch or target.arch

@@ -38,7 +38,6 @@ PACKAGES = {"sglang": "SGLang", "vllm": "vLLM", "llama.cpp": "llama-cpp-python"}
 NOT_READ = {
     "mlx": "mlx-vlm's mtp drafter kind is known (EC523/EC524) but which target state its "
     "models hand the MTP drafter was not read",
-    "mlx-lm": "no mlx-lm release was read for MTP",
 }
 SHIFT = (
     "the head at position t reads the state at t and the embedding of token t+1 (speculators "

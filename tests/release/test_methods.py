@@ -146,7 +146,7 @@ def test_want_gives_the_dspark_taps(cli):
     assert out["taps"] == [1, 17, 33] and out["config_key"] == "dspark_target_layer_ids"
 
 
-@pytest.mark.parametrize("method", ["pard", "mtp"])
+@pytest.mark.parametrize("method", ["pard"])
 def test_methods_without_rules_are_usage_errors(cli, method):
     res = cli(
         "resolve", "--engine", "vllm", "--method", method, "--num-layers", "36", "--ids", "1"

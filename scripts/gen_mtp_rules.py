@@ -19,7 +19,8 @@ returns, unless the target class defines ``get_mtp_target_hidden_states``
 
 Per target architecture (SGLang: a model file's ``EntryClass``; vLLM: ``models/registry.py``):
 ``final_norm`` where the file's model ends on ``hidden_states ... = self.norm(hidden_states``
-(SGLang from 0.5.2x also ``residual_batch.final_norm(hidden_states, forward_batch, self.norm)``:
+(SGLang 0.5.21 ``residual_batch.norm(hidden_states, forward_batch, self.norm)``, from 0.5.22
+``residual_batch.final_norm(...)``, both returning the normalized tensor:
 the state returned to the logits processor is the final norm's output) and has no own
 hook; ``own`` where it has one (SGLang ``hidden_states_before_norm=``, vLLM
 ``get_mtp_target_hidden_states``: not followed, refused); absent (not read) otherwise. MTP draft
@@ -51,7 +52,7 @@ from release_scan import version_key  # noqa: E402
 OUT = Path(__file__).resolve().parents[1] / "pytest_eagle_contract/engines/mtp_rules.json"
 NORM_END = re.compile(
     r"hidden_states(?:, _)? = (?:self\.norm\(\s*hidden_states|"
-    r"residual_batch\.final_norm\(\s*hidden_states,\s*forward_batch,\s*self\.norm\b)"
+    r"residual_batch\.(?:final_)?norm\(\s*hidden_states,\s*forward_batch,\s*self\.norm\b)"
 )
 HEAD_NORMS = re.compile(
     r"self\.(hnorm|enorm|pre_fc_norm_hidden|pre_fc_norm_embedding|hidden_layernorm|"

@@ -29,6 +29,7 @@ def mtp(cli, engine, arch, *more):
     [
         ("sglang", "DeepseekV3ForCausalLM", "0.5.23", "final_norm"),
         ("sglang", "Qwen3NextForCausalLM", "0.5.11", "final_norm"),
+        ("sglang", "DeepseekV3ForCausalLM", "0.5.21", "final_norm"),
         ("vllm", "DeepseekV3ForCausalLM", "0.34.0", "final_norm"),
         ("vllm", "Glm4MoeForCausalLM", "0.24.0", "final_norm"),
         ("llama.cpp", "qwen35", "0.3.36", "final_norm"),

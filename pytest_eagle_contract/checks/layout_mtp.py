@@ -27,9 +27,7 @@ def check_mtp(contract: object, report: LayoutReport) -> list[Finding]:
     versions: list[str | None] = (
         [None]
         if serving.version is None
-        else list(
-            releases_for(serving.version, releases(serving.engine), PACKAGES[serving.engine])
-        )
+        else list(releases_for(serving.version, releases(serving.engine), PACKAGES[serving.engine]))
     )
     trained = training.slots[-1].layer if training is not None and training.slots else None
     for version in versions:

@@ -191,3 +191,35 @@ def _llamacpp(q: Query, version: str) -> Resolution:
         + ("after build_norm(output_norm)" if last == "final_norm" else "from the layer loop")
         + " (gen_llamacpp_rules.py archs); the MTP graph reads it as mtp_h_input",
     )
+
+
+def mtp_matrix(
+    trained: Layer, num_layers: int, arch: str | None, own: tuple[str, Sequence[str]] | None
+) -> list[Any]:
+    """``matrix`` rows of an MTP contract: every engine and release read, the state each
+    feeds the head, and whether it is the ``trained`` one (no ids to fix: an MTP head has no
+    tap list)."""
+    from .dflash import version_order
+    from .fixes import relabel, runs
+    from .matrix import Row
+    from .resolve import get_engine
+
+    rows: list[Any] = []
+    for name in ENGINES:
+        mine = list(own[1]) if own is not None and own[0] == name else []
+        read = releases(name)
+        versions = sorted(set(read) | {v for v in mine if v in read}, key=version_order)
+        cells: dict[str, tuple[Any, ...]] = {}
+        for v in versions:
+            try:
+                res = resolve_mtp(name, num_layers, arch, v)
+            except Unservable as exc:
+                cells[v] = (None, relabel(str(exc), v, "\x00"), (), False, None, v in mine)
+                continue
+            same = res.layers == (trained,)
+            cells[v] = (res.layers, None, (), same, None, v in mine)
+        rows += [
+            Row(get_engine(name), tuple(run), None, *cells[run[0]])
+            for run in runs(list(cells), cells.__getitem__)
+        ]
+    return rows

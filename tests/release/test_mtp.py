@@ -157,3 +157,15 @@ def test_rules_table_pins_what_the_releases_say():
         "enorm",
         "hnorm",
     ]
+
+
+def test_matrix_of_an_mtp_contract(cli, tmp_path):
+    """``matrix`` lists the state every engine read feeds the head, against the trained one."""
+    res = cli("matrix", contract(tmp_path, "final_norm"), "--json")
+    assert res.returncode in (0, 1), res.stderr
+    out = json.loads(res.stdout)
+    assert out["method"] == "mtp" and out["trained"] == ["final_norm"]
+    rows = {(r["engine"], r["versions"][-1]): r for r in out["rows"]}
+    assert rows[("sglang", "0.5.23")]["feeds"] == ["final_norm"]
+    assert rows[("vllm", "0.34.0")]["feeds"] == ["final_norm"]
+    assert rows[("llama.cpp", "0.3.36")]["feeds"] is None

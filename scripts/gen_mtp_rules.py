@@ -14,8 +14,10 @@ records that sentence's presence.
 
 vLLM (``v1/worker/gpu/model_runner.py`` and ``v1/worker/gpu_model_runner.py``): without aux
 states (MTP asks for none) the drafter gets the ``hidden_states`` the target's ``forward``
-returns, unless the target class defines ``get_mtp_target_hidden_states``
-(``spec_decode/utils.get_drafter_hidden_states``, from 0.32.0).
+returns, unless the target class defines ``get_mtp_target_hidden_states`` (V1: the runner's
+``getattr(self.get_model(), "get_mtp_target_hidden_states", ...)``, ``hook_v1``; V2 from 0.32.0:
+``spec_decode/utils.get_drafter_hidden_states``, ``hook_v2``). Every class of the wheel that
+defines it (DeepSeek-V4, V4.1, Qwen4-exp under ``vllm/models/``) is ``own``.
 
 Per target architecture (SGLang: a model file's ``EntryClass``; vLLM: ``models/registry.py``):
 ``final_norm`` where the file's model ends on ``hidden_states ... = self.norm(hidden_states``
@@ -122,6 +124,23 @@ def derive_sglang(path: Path) -> dict[str, Any]:
 REGISTRY = re.compile(r'"(\w+)": \(\s*"(\w+)",\s*"(\w+)"', re.S)
 
 
+def _hook_classes(text: str, method: str) -> list[str]:
+    """The classes of ``text`` that define ``method``."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return []
+    return [
+        node.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ClassDef)
+        and any(isinstance(f, ast.FunctionDef) and f.name == method for f in node.body)
+    ]
+
+
+VLLM_HOOK = "get_mtp_target_hidden_states"
+
+
 def derive_vllm(path: Path) -> dict[str, Any]:
     targets: dict[str, str] = {}
     drafts: dict[str, list[str]] = {}
@@ -129,11 +148,21 @@ def derive_vllm(path: Path) -> dict[str, Any]:
         names = set(z.namelist())
         registry = z.read("vllm/model_executor/models/registry.py").decode()
         v2 = "vllm/v1/worker/gpu/model_runner.py"
-        runner = z.read(v2).decode() if v2 in names else ""
-        hook = "get_drafter_hidden_states(self.model" in runner
+        v1 = "vllm/v1/worker/gpu_model_runner.py"
+        runner2 = z.read(v2).decode() if v2 in names else ""
+        runner1 = z.read(v1).decode() if v1 in names else ""
+        own: set[str] = set()
+        for name in sorted(names):
+            if name.startswith("vllm/") and name.endswith(".py"):
+                text = z.read(name).decode(errors="replace")
+                if f"def {VLLM_HOOK}" in text:
+                    own.update(_hook_classes(text, VLLM_HOOK))
         texts: dict[str, str] = {}
-        for arch, module, _cls in REGISTRY.findall(registry):
+        for arch, module, cls in REGISTRY.findall(registry):
             file = f"vllm/model_executor/models/{module}.py"
+            if cls in own:
+                targets[arch] = "own"
+                continue
             if file not in names:
                 continue
             if file not in texts:
@@ -142,12 +171,15 @@ def derive_vllm(path: Path) -> dict[str, Any]:
             if _is_mtp(file):
                 drafts[arch] = _norms(text)
                 continue
-            kind = _kind(text, "def get_mtp_target_hidden_states")
+            kind = _kind(text, f"def {VLLM_HOOK}")
             if kind is not None:
                 targets[arch] = kind
+        for cls in own:
+            targets.setdefault(cls, "own")
     return {
         "file": "vllm/v1/worker/gpu/model_runner.py, vllm/v1/worker/gpu_model_runner.py",
-        "hook": hook,
+        "hook_v1": f'"{VLLM_HOOK}"' in runner1,
+        "hook_v2": "get_drafter_hidden_states(self.model" in runner2,
         "drafts": dict(sorted(drafts.items())),
         "targets": dict(sorted(targets.items())),
     }

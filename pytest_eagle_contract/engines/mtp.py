@@ -11,8 +11,9 @@ from the releases (docs/mtp.md):
   ``hidden_states_before_norm`` (preferred by ``layers/logits_processor.py``) are refused
   (not followed), as is every target the generator could not classify.
 - vLLM (same table): the ``hidden_states`` the target's ``forward`` returns, ``final_norm`` on
-  the same kind of target; a target with its own ``get_mtp_target_hidden_states`` (from
-  0.32.0) is refused.
+  the same kind of target; a target with its own ``get_mtp_target_hidden_states`` (taken
+  instead by the V1 runner from 0.24.0 and the V2 runner from 0.32.0: DeepSeek-V4, V4.1,
+  Qwen4-exp) is refused.
 - llama.cpp (``llamacpp_rules.json``'s ``archs``, ``scripts/gen_llamacpp_rules.py``): the
   graph's ``t_h_nextn`` (the MTP graph's ``mtp_h_input``), ``final_norm`` or ``residual:L``
   per architecture from llama-cpp-python 0.3.35; graphs that never set it, or set it to the
@@ -128,7 +129,7 @@ def resolve_mtp(
         hook = (
             "passes its own hidden_states_before_norm, which layers/logits_processor.py prefers"
             if engine == "sglang"
-            else "defines get_mtp_target_hidden_states (v1/worker/gpu/spec_decode/utils.py)"
+            else "defines get_mtp_target_hidden_states, which the runner feeds the head instead"
         )
         raise Unservable(f"{package} {ver}: {name} {hook}: not followed here")
     q.arch = name
@@ -144,7 +145,15 @@ def resolve_mtp(
         source = (
             f"MTP: vLLM {_span(row)} {row['file']}: without aux states the drafter gets the "
             f"hidden_states {name}.forward returns, after its final norm"
-            + (" (get_drafter_hidden_states: no own hook)" if row["hook"] else "")
+            + (
+                " (no get_mtp_target_hidden_states of its own, which "
+                + " and ".join(
+                    n for n, k in (("the V1 runner", "hook_v1"), ("V2", "hook_v2")) if row[k]
+                )
+                + " would take instead)"
+                if row["hook_v1"] or row["hook_v2"]
+                else ""
+            )
         )
     return q.answer((Position(None, 0, Layer.parse("final_norm")),), source)
 

@@ -67,6 +67,7 @@ def test_resolve_reads_the_target_config(cli, tmp_path):
     "engine,arch,said",
     [
         ("sglang", "MiMoV2FlashForCausalLM", "hidden_states_before_norm"),
+        ("vllm", "DeepseekV4ForCausalLM", "get_mtp_target_hidden_states"),
         ("llama.cpp", "qwen3", "never sets t_h_nextn"),
         ("llama.cpp", "deepseek4", "hyper-connection streams"),
         ("sglang", "NoSuchForCausalLM", "was not read"),
@@ -151,7 +152,9 @@ def test_rules_table_pins_what_the_releases_say():
     assert releases("sglang")[0] == "0.5.11" and releases("vllm")[-1] == "0.34.0"
     assert releases("llama.cpp") == ["0.3.35", "0.3.36"]
     rows = _table()["vllm"]["rows"]
-    assert {r["since"]: r["hook"] for r in rows}["0.32.0"] is True
+    hooks = {r["since"]: (r["hook_v1"], r["hook_v2"]) for r in rows}
+    assert hooks["0.24.0"] == (True, False) and hooks["0.34.0"] == (False, True)
+    assert rows[-1]["targets"]["DeepseekV4ForCausalLM"] == "own"
     sg = _table()["sglang"]["rows"][-1]
     assert sg["prefers_before_norm"] and sg["drafts"]["DeepseekV3ForCausalLMNextN"] == [
         "enorm",

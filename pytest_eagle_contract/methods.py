@@ -251,7 +251,8 @@ def detect(config: Mapping[str, Any]) -> str | None:
     for method in METHODS.values():
         if any(isinstance(config.get(k), dict) for k in method.config_markers):
             return method.name
-    if mtp_layers(config):
+    eagle = "draft_vocab_size" in config or any(str(k).startswith("eagle") for k in config)
+    if mtp_layers(config) and not eagle:  # an EAGLE-3 draft may carry its target's keys
         return "mtp"
     return None
 

@@ -144,6 +144,8 @@ def test_detect_names_mtp_drafts_and_targets_with_mtp_layers():
     assert detect({"architectures": ["X"], "num_nextn_predict_layers": 1}) == "mtp"
     assert detect({"text_config": {"mtp_num_hidden_layers": 1}}) == "mtp"
     assert detect({"architectures": ["X"], "num_nextn_predict_layers": 0}) is None
+    eagle3 = {"architectures": ["LlamaForCausalLM"], "num_nextn_predict_layers": 1}
+    assert detect({**eagle3, "draft_vocab_size": 32000}) is None
 
 
 def test_rules_table_pins_what_the_releases_say():

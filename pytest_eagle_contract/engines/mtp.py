@@ -42,7 +42,8 @@ NOT_READ = {
 }
 SHIFT = (
     "the head at position t reads the state at t and the embedding of token t+1 (speculators "
-    "0.9.0 models/mtp/core.py; the engines' own shift was not traced)"
+    "0.9.0 models/mtp/core.py; vLLM 0.30.0 v1/spec_decode/llm_base_proposer.py shifts the "
+    "input ids by one beside unshifted states; SGLang's and llama.cpp's shift not traced)"
 )
 
 

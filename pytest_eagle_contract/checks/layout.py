@@ -105,7 +105,11 @@ def check_layout(
         return check_dflash(
             contract, report, serving_args, serving_env, env_label, found[0], found[1]
         )
-    if not get_method(contract.method).engines:  # PARD, MTP: no tap list to resolve
+    if contract.method == "mtp":  # one state, no tap list (engines/mtp.py)
+        from .layout_mtp import check_mtp
+
+        return check_mtp(contract, report)
+    if not get_method(contract.method).engines:  # PARD: no target state read
         lint_launch(report, serving, serving_args, serving_env, env_label)
         return report.findings
     target = contract.target

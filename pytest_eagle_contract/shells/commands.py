@@ -355,6 +355,8 @@ def resolve(args: argparse.Namespace) -> int:
         return _resolve_dflash(args)
     if method in ("dflash2", "dspark"):
         return _resolve_family(args)
+    if method == "mtp":
+        return _resolve_mtp(args)
     if method not in ("eagle3", "eagle3.1"):
         from ..methods import get_method
 
@@ -549,6 +551,35 @@ def _resolve_family(args: argparse.Namespace) -> int:
                     }
                 )
             )
+        print(f"eagle-contract resolve: {args.engine} would not serve this: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    return _print_resolution(args, res)
+
+
+def _resolve_mtp(args: argparse.Namespace) -> int:
+    """``resolve --method mtp`` (engines/mtp.py): the one target state the engine feeds an
+    MTP head on the target (``--arch`` or ``--target-config``); no tap list to give."""
+    from ..engines.mtp import refusal, resolve_mtp
+    from ..errors import Unservable
+    from ..render import to_json
+
+    if args.num_layers < 1:
+        raise UsageError(f"--num-layers {args.num_layers}: a target has at least one layer")
+    if args.ids is not None or args.draft_config is not None or args.want is not None:
+        raise UsageError(
+            "--method mtp has no tap list: give --arch or --target-config, not --ids, "
+            "--draft-config or --want"
+        )
+    if getattr(args, "runner", "auto") != "auto":
+        raise UsageError("--runner is not read for --method mtp")
+    why = refusal(args.engine)
+    if why is not None:
+        raise UsageError(f"--method mtp: {why}")
+    try:
+        res = resolve_mtp(args.engine, args.num_layers, args.arch, args.version)
+    except Unservable as exc:
+        if args.json:
+            print(to_json({**_dflash_asked(args), "refused": str(exc), "layers": None}))
         print(f"eagle-contract resolve: {args.engine} would not serve this: {exc}", file=sys.stderr)
         return EXIT_USAGE
     return _print_resolution(args, res)

@@ -75,6 +75,11 @@ def matrix(args: argparse.Namespace) -> int:
         from ..engines.dflash_family import family_matrix
 
         rows = family_matrix(contract.method, trained, num_layers, arch, serving, own)
+    elif contract.method == "mtp":  # one state, no ids (engines/mtp.py)
+        from ..engines.mtp import mtp_matrix
+
+        trained = [training.slots[-1].layer]
+        rows = mtp_matrix(trained[0], num_layers, arch, own)
     else:
         rows = core.matrix(trained, num_layers, arch, ids_of, own)
     differs = any(r.own and not r.same for r in rows)

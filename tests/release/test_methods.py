@@ -147,8 +147,7 @@ def test_want_gives_the_dspark_taps(cli):
 
 
 @pytest.mark.parametrize(
-    ("method", "words"),
-    [("pard", "reads no target hidden state in any release read"), ("mtp", "not read")],
+    ("method", "words"), [("pard", "reads no target hidden state in any release read")]
 )
 def test_methods_without_rules_are_usage_errors(cli, method, words):
     res = cli(

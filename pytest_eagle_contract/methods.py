@@ -18,6 +18,33 @@ from .named import by_name, lookup
 
 DEFAULT = "eagle3"
 
+# MTP draft architectures the engines register (sglang 0.5.23 models/*_nextn.py / *_mtp.py
+# EntryClass, vllm 0.34.0 models/registry.py *_mtp modules; engines/mtp_rules.json lists all)
+MTP_ARCHITECTURES = (
+    "DeepseekV3ForCausalLMNextN",
+    "Glm4MoeForCausalLMNextN",
+    "Glm4MoeLiteForCausalLMNextN",
+    "BailingMoeForCausalLMNextN",
+    "MiMoMTP",
+    "MiMoV2MTP",
+    "Qwen3NextForCausalLMMTP",
+    "Qwen3_5ForCausalLMMTP",
+    "Qwen3MoeForCausalLMMTP",
+    "NemotronHForCausalLMMTP",
+    "Step3p5MTP",
+    "Gemma4AssistantForCausalLM",
+    "DeepSeekMTPModel",
+    "Qwen3NextMTP",
+    "Glm4MoeMTPModel",
+    "MiMoMTPModel",
+    "MiMoV2MTPModel",
+    "NemotronHMTPModel",
+    "Gemma4MTPModel",
+)
+# config.json keys that give a model MTP layers (DeepSeek-V3 / GLM-4.5 / MiMo-V2:
+# num_nextn_predict_layers; Qwen3-Next / Qwen3.5: mtp_num_hidden_layers)
+MTP_LAYER_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers")
+
 EAGLE3_ENGINES = (
     "sglang",
     "vllm",
@@ -45,6 +72,7 @@ class Method:
     engines: tuple[str, ...]  # engines whose tap rules for it are read here
     architectures: tuple[str, ...] = ()  # draft config ``architectures`` that name it
     config_markers: tuple[str, ...] = ()  # top-level draft config keys that name it
+    config_values: tuple[str, ...] = ()  # top-level draft config keys whose int names it
     rules_note: str = ""  # why no engine's rules are read, where none are
 
     def serves(self, engine: str) -> bool:
@@ -169,24 +197,32 @@ METHODS: dict[str, Method] = by_name(
         Method(
             "pard",
             "PARD",
-            ("pard_token", "target_proj"),
+            ("pard_token",),
             (),
-            "not read here",
+            "no taps: the draft reads no target hidden state (vLLM 0.16.0-0.33.0 serve it as "
+            "method draft_model with parallel_drafting, whose proposer passes none)",
             (),
-            rules_note="no tap rule, not read: vLLM 0.34.0 reads only pard_token (a mask token, "
-            "v1/worker/gpu/spec_decode/utils.py); no release of sglang, specforge, speculators "
-            "or nvidia-modelopt read here names PARD or target_proj",
+            config_values=("pard_token",),
+            rules_note="no tap rule: a PARD draft reads no target hidden state in any release "
+            "read here (vLLM 0.16.0-0.33.0 serve it as method draft_model with "
+            "parallel_drafting: true, mask token pard_token, and the draft model's proposer "
+            "passes no hidden states; 0.34.0 refuses parallel_drafting for draft_model); no "
+            "release of vLLM, sglang, mlx-vlm, llama-cpp-python, specforge, speculators or "
+            "nvidia-modelopt read here has PARD-2's target_proj or a target-dependent mode",
         ),
         Method(
             "mtp",
             "MTP",
-            ("num_nextn_predict_layers",),
+            ("num_nextn_predict_layers", "mtp_num_hidden_layers"),
             (),
-            "no tap list: the head reads the target's last hidden state",
-            (),
-            rules_note="no tap list to map: an MTP head reads the target's last hidden state "
-            "inside each engine's model file (vLLM 0.34.0 MTPModelTypes, SGLang NextN); which "
-            "tensor each feeds is not read here",
+            "no tap list: the head reads one target state, the one its engine hands the "
+            "draft worker (docs/mtp.md)",
+            ("sglang", "vllm", "llama.cpp"),
+            MTP_ARCHITECTURES,
+            rules_note="engines/mtp_rules.json (scripts/gen_mtp_rules.py): SGLang 0.5.11-0.5.23 "
+            "and vLLM 0.24.0-0.34.0 feed final_norm on the targets read; llama-cpp-python "
+            "0.3.35+ feeds t_h_nextn (final_norm or residual:L per graph); mlx-vlm, mlx-lm and "
+            "the other engines not read",
         ),
     ]
 )
@@ -210,7 +246,8 @@ def _dspark_head(config: Mapping[str, Any]) -> bool:
 
 def detect(config: Mapping[str, Any]) -> str | None:
     """The method a draft config.json names (a DSpark head first, then its ``architectures``,
-    then a key only that method writes), or None where it names none of them."""
+    then a key only that method writes: a section, then a token id such as PARD's
+    ``pard_token``), or None where it names none of them."""
     archs = config.get("architectures")
     names = [a for a in archs if isinstance(a, str)] if isinstance(archs, list) else []
     if "DFlash2DraftModel" not in names and _dspark_head(config):
@@ -221,4 +258,22 @@ def detect(config: Mapping[str, Any]) -> str | None:
     for method in METHODS.values():
         if any(isinstance(config.get(k), dict) for k in method.config_markers):
             return method.name
+    for method in METHODS.values():
+        if any(type(config.get(k)) is int for k in method.config_values):
+            return method.name
+    eagle = "draft_vocab_size" in config or any(str(k).startswith("eagle") for k in config)
+    if mtp_layers(config) and not eagle:  # an EAGLE-3 draft may carry its target's keys
+        return "mtp"
     return None
+
+
+def mtp_layers(config: Mapping[str, Any]) -> int:
+    """How many MTP layers a config (draft or target, or its ``text_config``) declares
+    (``MTP_LAYER_KEYS``), 0 where none."""
+    text = config.get("text_config")
+    for holder in (config, text if isinstance(text, dict) else {}):
+        for key in MTP_LAYER_KEYS:
+            n = holder.get(key)
+            if type(n) is int and n > 0:
+                return n
+    return 0

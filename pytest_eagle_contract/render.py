@@ -18,10 +18,11 @@ FEW = 3
 """A rule code found more often than this prints as one entry with its count."""
 
 
-def format_finding(f: Finding, width: int | None = None) -> str:
+def format_finding(f: Finding, width: int | None = None, tail: str = "") -> str:
     """One finding as a multi-line diagnostic; with ``width`` (the terminal's short view)
     its prose is wrapped at that width and EC501's every-engine table is cut to the rows
-    that differ from the contract's own engine (the whole table: ``-v``, ``matrix``)."""
+    that differ from the contract's own engine (the whole table: ``-v``, ``matrix``).
+    ``tail`` ends its hint (the short view's ``eagle-contract explain CODE``)."""
     level = "" if f.severity == "error" else f"{f.severity}: "
     lines = [f"{level}{f.code} {f.rule.name}: {f.message}"]
     where = []
@@ -40,12 +41,17 @@ def format_finding(f: Finding, width: int | None = None) -> str:
     for label, value in (("expected", f.expected), ("found", f.found), ("hint", f.hint)):
         if value:
             lines.append(f"  {label:>8}: {value}")
+    if tail:
+        lines.append(f"{lines.pop()}{tail}" if f.hint else f"  {'see':>8}: {tail.lstrip(' ·')}")
     return "\n".join(lines if width is None else [w for line in lines for w in _fit(line, width)])
 
 
-def format_findings(findings: Sequence[Finding], shown: int = 3, width: int | None = None) -> str:
+def format_findings(
+    findings: Sequence[Finding], shown: int = 3, width: int | None = None, tail: str = ""
+) -> str:
     """Diagnostics grouped: the same rule at the same place in many shards prints once,
-    followed by the other shards' names and what they showed."""
+    followed by the other shards' names and what they showed (``tail``: ends the last
+    one's hint, as :func:`format_finding`'s)."""
     groups: dict[tuple[Any, ...], list[Finding]] = {}
     seen: Counter[tuple[Any, ...]] = Counter()
     for n, f in enumerate(findings):
@@ -56,8 +62,8 @@ def format_findings(findings: Sequence[Finding], shown: int = 3, width: int | No
         seen[(*place, f.file)] += 1  # the k-th such finding of one shard groups with the
         groups.setdefault((*place, seen[(*place, f.file)]), []).append(f)  # others' k-th
     blocks = []
-    for same in groups.values():
-        text = format_finding(same[0], width)
+    for n, same in enumerate(groups.values(), 1):
+        text = format_finding(same[0], width, tail if n == len(groups) else "")
         rest = [f for f in same[1:] if f.file]
         if rest:
             names = ", ".join(f.file for f in rest[:shown])
@@ -68,12 +74,18 @@ def format_findings(findings: Sequence[Finding], shown: int = 3, width: int | No
 
 
 def format_short(
-    findings: Sequence[Finding], width: int = WIDTH, known: Sequence[Finding] = ()
+    findings: Sequence[Finding],
+    width: int = WIDTH,
+    known: Sequence[Finding] = (),
+    few: int = FEW,
 ) -> str:
-    """The terminal's default view: one entry per rule code. A code found up to ``FEW``
-    times prints its diagnostics (wrapped at ``width``); a code found more often prints one
-    line with the count, where they are and the first one's place, then the first one's
-    message and hint.
+    """The terminal's default view: one entry per rule code, ended by its
+    ``eagle-contract explain CODE``. A code found up to ``few`` times prints its
+    diagnostics (wrapped at ``width``); a code found more often prints one line with the
+    count and where they are, the first one's place on a ``-->`` line, its message and its
+    hint (EC501's: each span's). With ``few``, EC501's findings (one per engine-version span
+    that feeds the fc another input) print the first in full and the others' message and
+    hint, one each.
     Findings in ``known`` (printed before by the same run: the demo's second look at a
     shard set) print as one line per code. Every finding in full: :func:`format_findings`
     (``-v``); the reports hold them all."""
@@ -83,23 +95,59 @@ def format_short(
     for f in findings:
         (again if f in seen else by_code).setdefault(f.code, []).append(f)
     blocks = []
-    for same in by_code.values():
+    for code, same in by_code.items():
         first = same[0]
-        if len(same) <= FEW:
-            blocks.append(format_findings(same, width=width))
+        tail = f" · eagle-contract explain {code}"
+        if len(same) > 1 and few and all(isinstance(f.extra.get("matrix"), list) for f in same):
+            blocks.append(_spans(same, width, tail))
+            continue
+        if len(same) <= few:
+            blocks.append(format_findings(same, width=width, tail=tail))
             continue
         level = "" if first.severity == "error" else f"{first.severity}: "
-        head = f"{level}{first.code} {first.rule.name}: {len(same)} findings{_spread(same)}"
-        lines = [head + (f" (the first at {_place(first)})" if _place(first) else "")]
+        head = f"{level}{code} {first.rule.name}: {_count(len(same), 'finding')}{_spread(same)}"
+        lines = [head]
+        if _place(first):
+            lines.append(f"  --> {_place(first)}" + ("" if len(same) == 1 else " (the first)"))
         lines.append(f"  {first.message}")
-        if first.hint:
-            lines.append(f"  {'hint':>8}: {first.hint}")
+        lines.extend(_hints(same, tail))
         blocks.append("\n".join(w for line in lines for w in _fit(line, width)))
     for same in again.values():
         first = same[0]
         text = f"{first.code} {first.rule.name}: the {_count(len(same), 'finding')} above again"
         blocks.append("\n".join(_fit(text + _spread(same), width)))
     return "\n\n".join(blocks)
+
+
+def _hints(findings: Sequence[Finding], tail: str) -> list[str]:
+    """The first finding's hint, ended by ``tail``; of EC501's findings (one per engine-version
+    span, each with its own fix) each distinct hint, up to ``FEW``, then how many more."""
+    hints = list(dict.fromkeys(f.hint for f in findings if f.hint))
+    if not all(isinstance(f.extra.get("matrix"), list) for f in findings):
+        hints = hints[:1]
+    lines = [f"  {'hint':>8}: {h}" for h in hints[:FEW]]
+    if len(hints) > FEW:
+        lines.append(f"  {'':>8}  and {len(hints) - FEW} other hint(s) (-v prints each)")
+    if not lines:
+        return [f"  {'see':>8}: {tail.lstrip(' ·')}"]
+    lines[-1] += tail
+    return lines
+
+
+def _spans(findings: Sequence[Finding], width: int, tail: str) -> str:
+    """EC501 found for several engine-version spans: the first in full (its table cut to
+    the rows that differ), then each other span's message and its own hint."""
+    lines = []
+    for f in findings[1:]:
+        lines.append(f"  {'also':>8}: {f.message}")
+        if f.hint:
+            lines.append(f"  {'hint':>8}: {f.hint}")
+    if lines[-1].lstrip().startswith("hint: "):
+        lines[-1] += tail
+    else:
+        lines.append(f"  {'see':>8}: {tail.lstrip(' ·')}")
+    rest = [w for line in lines for w in _fit(line, width)]
+    return "\n".join([format_finding(findings[0], width), *rest])
 
 
 def _spread(findings: Sequence[Finding]) -> str:
@@ -111,14 +159,20 @@ def _spread(findings: Sequence[Finding]) -> str:
         parts.append(("slot " if len(slots) == 1 else "slots ") + ", ".join(map(str, slots)))
     if shards:
         parts.append(_count(len(shards), "shard"))
-    return (", " + " in ".join(parts)) if parts else ""
+    if not slots:
+        return f" in {parts[0]}" if parts else ""
+    return ", " + " in ".join(parts)
 
 
 def _place(f: Finding) -> str:
-    if not f.contract:
-        return f"shard {f.file}" if f.file else ""
-    contract = display_path(f.contract)
-    return f"{contract}:{f.line}" if f.line else contract
+    """The first finding's place: its contract line and its shard."""
+    where = []
+    if f.contract:
+        contract = display_path(f.contract)
+        where.append(f"{contract}:{f.line}" if f.line else contract)
+    if f.file:
+        where.append(f.file if f.file.startswith("batch ") else f"shard {f.file}")
+    return ", ".join(where)
 
 
 def _count(n: int, word: str) -> str:
@@ -143,6 +197,11 @@ def _fit(line: str, width: int) -> list[str]:
         break_long_words=False,
         break_on_hyphens=False,
     ) or [line]
+
+
+def cut(line: str, width: int) -> str:
+    """``line`` cut to ``width`` columns, ending ``…`` where it was longer."""
+    return line if len(line) <= width else line[: width - 1] + "…"
 
 
 MATRIX_HEADING = "what the other engines and versions feed with these ids:"

@@ -21,6 +21,28 @@ from kinds import KINDS, TESTS
 
 pytest_plugins = ["pytester"]
 
+
+def _import_the_package() -> None:
+    """Every module of the package, imported once per process (0.6 s; nothing heavy but
+    numpy), before any in-process pytester run. pytester drops the modules a run imported
+    first, so a module that outlived one run (imported at collection, say checks.vocabulary)
+    could call into a dropped one whose classes the next run no longer makes: the values
+    check's reading.comparable met a re-imported shards.stored.Stored ("'Stored' object has no
+    attribute 'is_complex'"), failing test_plugin's items whenever a worker ran them after a
+    module that had imported part of the package (seen with -n 2 on test_plugin.py beside
+    test_vocabulary.py)."""
+    import importlib
+    import pkgutil
+
+    import pytest_eagle_contract as package
+
+    for module in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+        if not module.name.endswith("__main__"):  # __main__ runs the CLI
+            importlib.import_module(module.name)
+
+
+_import_the_package()
+
 # Every test module's kind is its folder (tests/kinds.py), selectable with -m (a module
 # outside those folders fails test_every_test_module_has_a_kind). The slow marker (a test
 # over ~2 s: a model, a subprocess, a sweep) is set per test; the quick loop is

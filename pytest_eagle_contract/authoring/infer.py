@@ -581,7 +581,10 @@ def _method_only(method: str, engine: str) -> list[str]:
 
     m = get_method(method)
     how = (
-        f"add one (engine: one of {', '.join(m.engines)}; draft_config) to check the taps"
+        f"add one (engine: one of {', '.join(m.engines)}) to check the trained state "
+        "(the last training slot, docs/mtp.md)"
+        if method == "mtp"
+        else f"add one (engine: one of {', '.join(m.engines)}; draft_config) to check the taps"
         if m.engines
         else m.rules_note
     )

@@ -72,6 +72,7 @@ def check_layout(
     from ..engines.matrix import matrix as serving_matrix
     from ..engines.resolve import engine_aux_ids, get_engine
     from ..errors import EagleContractError
+    from ..methods import get_method
     from ..models.draft import read_draft_weights
     from .layout_compare import compare
     from .layout_serving import (
@@ -104,6 +105,13 @@ def check_layout(
         return check_dflash(
             contract, report, serving_args, serving_env, env_label, found[0], found[1]
         )
+    if contract.method == "mtp":  # one state, no tap list (engines/mtp.py)
+        from .layout_mtp import check_mtp
+
+        return check_mtp(contract, report)
+    if not get_method(contract.method).engines:  # PARD: no target state read
+        lint_launch(report, serving, serving_args, serving_env, env_label)
+        return report.findings
     target = contract.target
     L, H = target.num_hidden_layers, target.hidden_size
     arch = serving.arch or target.arch

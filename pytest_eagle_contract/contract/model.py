@@ -389,7 +389,13 @@ def _method_served(method: str, engine: str, r: _Reading) -> None:
     m = get_method(method)
     if m.serves(engine):
         return
-    if m.engines:
+    if m.engines and method == "mtp":
+        r.problem(
+            "serving.engine",
+            f"{engine}: MTP not read: which target state it feeds an MTP head was not read "
+            f"here; read for {', '.join(m.engines)} (docs/mtp.md)",
+        )
+    elif m.engines:
         r.problem(
             "serving.engine",
             f"{engine}: no {m.title} tap rules are read here; method {method} is resolved "

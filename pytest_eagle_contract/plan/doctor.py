@@ -167,8 +167,21 @@ METHOD_CODES: frozenset[str] = frozenset({"EC521", "EC523", "EC524", "EC527", "E
 LAUNCH_CODES: frozenset[str] = frozenset({"EC512", "EC517", "EC518", "EC519", "EC520", "EC526"})
 
 
+def _no_taps(contract: Contract) -> None:
+    """Skip a tap seam for a method that reads no tap list (PARD, MTP: docs/methods.md)."""
+    from ..methods import get_method
+
+    m = get_method(contract.method)
+    if not m.engines:
+        raise Skipped(
+            f"{m.title}: {m.tap_count}",
+            "nothing to give: see docs/methods.md",
+        )
+
+
 def _layout(s: Setup) -> list[Finding]:
     contract = s.serving_contract("layout")
+    _no_taps(contract)
     if contract.training is None:
         raise Skipped(
             "no training section: the layers the draft was trained on are unknown",
@@ -178,6 +191,7 @@ def _layout(s: Setup) -> list[Finding]:
 
 
 def _engine_rules(s: Setup) -> list[Finding]:
+    _no_taps(s.serving_contract("engine-rules"))
     return [f for f in s.layout("engine-rules") if f.code in ENGINE_CODES]
 
 

@@ -144,12 +144,12 @@ def audit(args: argparse.Namespace) -> int:
         from ..render import to_json
 
         print(to_json(report))
-    else:
+    else:  # the verdict first, then what it rests on
+        print(_summary(report, took))
         if not args.quiet:
             if findings:
-                print(findings_text(findings, args.verbose) + "\n")
-            print(format_text(report) + "\n")
-        print(_summary(report, took))
+                print(findings_text(findings, args.verbose))
+            print("\n" + format_text(report))
     if args.json_report is not None:
         write(args.json_report, report, "--json-report", reads=reads)
     if not complete:

@@ -66,7 +66,8 @@ def compare_captures(args: argparse.Namespace) -> int:
     from ..capture.compare import RTOL
     from ..capture.files import load_captures
     from ..capture.topology import Topology, compare_sets
-    from ..render import format_findings, to_json
+    from ..render import to_json
+    from .check import findings_text
 
     rtol = RTOL if args.rtol is None else args.rtol
     if not 0 < rtol < 10:
@@ -94,12 +95,12 @@ def compare_captures(args: argparse.Namespace) -> int:
                 }
             )
         )
-    else:
-        if parity.findings:
-            print(format_findings(parity.findings) + "\n")
+    else:  # the verdict first, then the findings (short; -v: each in full)
         verdict = "FAILED" if errors or not parity.pairs else "ok"
         print(
             f"{verdict}: {parity.pairs} prompt(s) compared row by row (rtol {rtol:g}), "
             f"{parity.unpaired} captured on one side only, {len(errors)} finding(s)"
         )
+        if parity.findings and not args.quiet:
+            print("\n" + findings_text(parity.findings, args.verbose))
     return EXIT_FINDINGS if errors or not parity.pairs else EXIT_OK

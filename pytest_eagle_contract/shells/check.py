@@ -79,11 +79,11 @@ def run_check(
         per_unit[i], measured[i] = checked.findings, checked.measured
     outcome = Outcome(units, per_unit, measured)
     findings = outcome.findings
-    if not quiet and findings and not json_out:
-        print(findings_text(findings, verbose, shown or ()) + "\n")
     line = summary(findings, len(outcome.units), outcome.shards)
-    if not json_out:
+    if not json_out:  # the verdict first, then what it rests on
         print(line)
+        if not quiet and findings:
+            print(findings_text(findings, verbose, shown or ()))
     if shown is not None:
         shown.extend(findings)
     from ..reports.publish import publish
@@ -150,7 +150,7 @@ def check(args: argparse.Namespace) -> int:
                 "--sharpness tests the contract alone: it takes no shard PATH, "
                 "--checks, --target-model or capture options"
             )
-        return _sharpness(args.contract, args.quiet, args.json_report, args.json)
+        return _sharpness(args.contract, args.quiet, args.json_report, args.json, args.verbose)
     if args.sglang_url is not None:
         from ..capture.sglang_client import use_server
 
@@ -202,11 +202,15 @@ def serving_env(path: str | None) -> dict[str, str] | None:
 
 
 def _sharpness(
-    contract_path: Path, quiet: bool, report: Path | None, json_out: bool = False
+    contract_path: Path,
+    quiet: bool,
+    report: Path | None,
+    json_out: bool = False,
+    verbose: int = 0,
 ) -> int:
     from ..contract.model import load_contract
     from ..outputs import checked_output, write_text
-    from ..render import format_findings, to_json
+    from ..render import to_json
     from ..reports.json_report import MARK, stamped
     from ..sharpness.selftest import format_sharpness_table, sharpness
 
@@ -220,14 +224,14 @@ def _sharpness(
     took = time.perf_counter() - start
     applicable = [r for r in result.rows if r.caught is not None]
     caught = sum(bool(r.caught) for r in applicable)
-    if not json_out:
+    if not json_out:  # the verdict first
+        print(
+            f"{'sharp' if result.sharp else 'NOT SHARP'}: {caught} of {len(applicable)} "
+            f"mutation classes caught ({took:.2f} s)\n"
+        )
         print(format_sharpness_table(result.rows))
         if result.findings and not quiet:
-            print("\n" + format_findings(result.findings))
-        print(
-            f"\n{'sharp' if result.sharp else 'NOT SHARP'}: {caught} of {len(applicable)} "
-            f"mutation classes caught ({took:.2f} s)"
-        )
+            print("\n" + findings_text(result.findings, verbose))
     text = to_json(
         stamped(
             "sharpness",

@@ -356,7 +356,9 @@ def _parser() -> argparse.ArgumentParser:
         metavar="METHOD",
         help="the drafting method whose tap rules resolve the ids (default eagle3; dflash, "
         "dflash2, dspark: --ids are the draft's target_layer_ids, --draft-config its "
-        "config.json; one of: " + ", ".join(METHOD_NAMES) + ")",
+        "config.json; mtp: no ids, the one state fed to an MTP head on --arch; one of: "
+        + ", ".join(METHOD_NAMES)
+        + ")",
     )
     add_print_json(res)
     res.add_argument(

@@ -55,22 +55,37 @@ def infer(args: argparse.Namespace) -> int:
             args.update, args.paths or None, parse_sample(args.sample), args.seed
         )
         changes = update.changes
-        if update.warnings:  # what check says of these shards: before the numbers it moved
-            from ..render import format_findings
-
-            slots = sorted({f.slot for f in update.warnings if f.slot is not None})
-            print(
-                "warning: check finds the layout of slot(s) "
-                f"{', '.join(map(str, slots))} moved in these shards, not only their norms; "
-                "the update takes it in as the new baseline: fix the pipeline instead, "
-                "unless the layout moved on purpose\n"
-            )
-            print(format_findings(update.warnings) + "\n")
-        for change in changes:
-            print(f"{args.update}: {change}")
-        print(
-            f"{len(changes)} bound(s) changed" if changes else "no bound changed: nothing written"
+        moved = sorted({f.slot for f in update.warnings if f.slot is not None})
+        verdict = (  # the verdict first, then what it rests on
+            f"changed: {len(changes)} bound(s) re-measured and rewritten in {args.update}: "
+            "review the diff and commit it"
+            if changes
+            else "no bound changed: nothing written"
         )
+        if update.warnings:
+            where = f"slot(s) {', '.join(map(str, moved))}" if moved else "the slots"
+            verdict = f"FAILED: check finds the layout of {where} moved; {verdict}"
+        print(verdict)
+        if update.warnings and not args.quiet:  # what check says of these shards
+            from .check import findings_text
+            from .probe import wrapped
+
+            print(
+                "\n"
+                + wrapped(
+                    "warning: the layout moved in these shards, not only their norms; the "
+                    "update takes it in as the new baseline: fix the pipeline instead, "
+                    "unless the layout moved on purpose"
+                )
+            )
+            print("\n" + findings_text(update.warnings, args.verbose))
+        if changes and not args.quiet:
+            shown = changes if args.verbose or len(changes) <= 10 else changes[:10]
+            print()
+            for change in shown:
+                print(f"{args.update}: {change}")
+            if len(shown) < len(changes):
+                print(f"... and {len(changes) - len(shown)} more (-v prints each)")
         return EXIT_FINDINGS if changes or update.warnings else EXIT_OK
     if not args.paths:
         raise UsageError("infer needs shard PATHs (or --update CONTRACT)")
@@ -340,6 +355,8 @@ def resolve(args: argparse.Namespace) -> int:
         return _resolve_dflash(args)
     if method in ("dflash2", "dspark"):
         return _resolve_family(args)
+    if method == "mtp":
+        return _resolve_mtp(args)
     if method not in ("eagle3", "eagle3.1"):
         from ..methods import get_method
 
@@ -534,6 +551,35 @@ def _resolve_family(args: argparse.Namespace) -> int:
                     }
                 )
             )
+        print(f"eagle-contract resolve: {args.engine} would not serve this: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    return _print_resolution(args, res)
+
+
+def _resolve_mtp(args: argparse.Namespace) -> int:
+    """``resolve --method mtp`` (engines/mtp.py): the one target state the engine feeds an
+    MTP head on the target (``--arch`` or ``--target-config``); no tap list to give."""
+    from ..engines.mtp import refusal, resolve_mtp
+    from ..errors import Unservable
+    from ..render import to_json
+
+    if args.num_layers < 1:
+        raise UsageError(f"--num-layers {args.num_layers}: a target has at least one layer")
+    if args.ids is not None or args.draft_config is not None or args.want is not None:
+        raise UsageError(
+            "--method mtp has no tap list: give --arch or --target-config, not --ids, "
+            "--draft-config or --want"
+        )
+    if getattr(args, "runner", "auto") != "auto":
+        raise UsageError("--runner is not read for --method mtp")
+    why = refusal(args.engine)
+    if why is not None:
+        raise UsageError(f"--method mtp: {why}")
+    try:
+        res = resolve_mtp(args.engine, args.num_layers, args.arch, args.version)
+    except Unservable as exc:
+        if args.json:
+            print(to_json({**_dflash_asked(args), "refused": str(exc), "layers": None}))
         print(f"eagle-contract resolve: {args.engine} would not serve this: {exc}", file=sys.stderr)
         return EXIT_USAGE
     return _print_resolution(args, res)

@@ -15,28 +15,36 @@ if TYPE_CHECKING:
     from ..plan.doctor import Diagnosis, Verdict
 
 
-def render(diagnosis: Diagnosis) -> str:
-    """The verdict table (most costly first), each failing or warning seam's findings, what
-    each skipped seam needs, and one line."""
+def render(diagnosis: Diagnosis, verbose: int = 0, quiet: bool = False) -> str:
+    """The verdict line first, then the verdict table (most costly first), the failing and
+    warning seams' findings (short: one entry per rule code; ``verbose``: each in full)
+    and what each skipped seam needs (``verbose``: its reason and fix, else one line)."""
     from ..plan.doctor import STATUSES
-    from ..render import format_findings
     from ..tables import table
+    from .check import findings_text
 
-    rows = [[v.name, v.status.upper(), _found(v)] for v in diagnosis.verdicts]
-    out = [table(["seam", "verdict", "found"], rows)]
-    for v in diagnosis.verdicts:
-        if v.status in ("fail", "warn"):
-            out.append(f"\n== {v.name}: {v.status} ==\n{format_findings(list(v.findings))}")
-    skipped = [v for v in diagnosis.verdicts if v.status == "skipped"]
-    if skipped:
-        out.append("\n== skipped ==")
-        out += [f"  {v.name}: {v.reason}\n    to run it: {v.fix}" for v in skipped]
     count = {s: sum(v.status == s for v in diagnosis.verdicts) for s in STATUSES}
     tail = ", ".join(f"{n} {s}" for s, n in count.items() if n)
+    skipped = [v for v in diagnosis.verdicts if v.status == "skipped"]
     head = {"fail": "FAILED", "warn": "passed with warnings", "pass": "ok"}[diagnosis.verdict]
     if skipped and not diagnosis.failed:
         head += ", incomplete"
-    return "\n".join(out) + f"\n\ndoctor: {head} ({tail} of {len(diagnosis.verdicts)} seams)"
+    out = [f"doctor: {head} ({tail} of {len(diagnosis.verdicts)} seams)"]
+    if quiet:
+        return out[0]
+    rows = [[v.name, v.status.upper(), _found(v)] for v in diagnosis.verdicts]
+    out.append("\n" + table(["seam", "verdict", "found"], rows))
+    for v in diagnosis.verdicts:
+        if v.status in ("fail", "warn"):
+            found = findings_text(list(v.findings), verbose)
+            out.append(f"\n== {v.name}: {v.status} ==\n{found}")
+    if skipped and verbose:
+        out.append("\n== skipped ==")
+        out += [f"  {v.name}: {v.reason}\n    to run it: {v.fix}" for v in skipped]
+    elif skipped:
+        names = ", ".join(v.name for v in skipped)
+        out.append(f"\nskipped: {names} (what each needs: -v)")
+    return "\n".join(out)
 
 
 def _found(v: Verdict) -> str:
@@ -66,7 +74,9 @@ def doctor(args: argparse.Namespace) -> int:
             serving_env_label=f"--serving-env {args.serving_env}" if args.serving_env else "",
         )
     )
-    print(to_json(diagnosis.to_dict()) if args.json else render(diagnosis))
+    print(
+        to_json(diagnosis.to_dict()) if args.json else render(diagnosis, args.verbose, args.quiet)
+    )
     return EXIT_FINDINGS if diagnosis.failed else EXIT_OK
 
 

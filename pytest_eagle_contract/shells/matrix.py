@@ -19,8 +19,11 @@ from .args import add_print_json
 from .exit_codes import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from ..engines.base import Engine, Resolution
     from ..engines.fixes import Inverse
+    from ..engines.matrix import Row
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -72,6 +75,11 @@ def matrix(args: argparse.Namespace) -> int:
         from ..engines.dflash_family import family_matrix
 
         rows = family_matrix(contract.method, trained, num_layers, arch, serving, own)
+    elif contract.method == "mtp":  # one state, no ids (engines/mtp.py)
+        from ..engines.mtp import mtp_matrix
+
+        trained = [training.slots[-1].layer]
+        rows = mtp_matrix(trained[0], num_layers, arch, own)
     else:
         rows = core.matrix(trained, num_layers, arch, ids_of, own)
     differs = any(r.own and not r.same for r in rows)
@@ -90,9 +98,35 @@ def matrix(args: argparse.Namespace) -> int:
             )
         )
     else:
+        print(_verdict(rows, differs))  # the verdict first: the contract's own engine
         print(f"{contract.name}: {arch or 'no arch'}, L = {num_layers}")
-        print(core.render(rows, trained))
+        text = core.render(rows, trained)
+        if not args.verbose:  # the refusals' reasons cut to the terminal (whole: -v, --json)
+            from ..render import cut
+            from .check import terminal_width
+
+            width = terminal_width()
+            text = "\n".join(
+                cut(line, width) if line.startswith("refused:") else line
+                for line in text.splitlines()
+            )
+        print(text)
     return EXIT_FINDINGS if differs else EXIT_OK
+
+
+def _verdict(rows: Sequence[Row], differs: bool) -> str:
+    """The matrix's first line: what the contract's own engine rows say."""
+    own = [r for r in rows if r.own]
+    if not own:
+        return "no verdict: the contract names no serving engine (every engine's row below)"
+    if differs:
+        bad = [r for r in own if r.feeds is not None and not r.same] or [
+            r for r in own if not r.same
+        ]
+        spans = ", ".join(f"{r.engine.title} {r.label}" for r in bad)
+        return f"FAILED: {spans}: the fc gets another input than the trainer's (rows marked *)"
+    spans = ", ".join(f"{r.engine.title} {r.label}" for r in own)
+    return f"ok: {spans}: the fc gets what the trainer feeds (rows marked *)"
 
 
 def resolve_engine(args: argparse.Namespace) -> Engine:

@@ -194,6 +194,21 @@ class UnitFailed(Exception):
         self.findings = findings
 
 
+def failure_text(findings: list[Finding], verbosity: int) -> str:
+    """A failing item's text: one entry per rule code (its count, the first one's place,
+    message and hints, and ``eagle-contract explain CODE``); under ``pytest -v`` every
+    finding in full (where, expected, found, hint)."""
+    from ..render import WIDTH, format_findings, format_short, unique
+
+    found = unique(findings)
+    if verbosity > 0:
+        return format_findings(found)
+    text = format_short(found, WIDTH, few=0)
+    if len(found) > len({f.code for f in found}):
+        text += "\n\n(pytest -v prints every finding in full: where, expected, found)"
+    return text
+
+
 class ContractFile(pytest.File):
     """A contract YAML file: one item per (check, sampled shard), or, batched
     (``--eagle-batch``), one item per batch of shards running every shard check on them."""
@@ -284,9 +299,7 @@ class ContractItem(pytest.Item):
         self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None
     ) -> str | Any:
         if isinstance(excinfo.value, UnitFailed):
-            from ..render import format_findings, unique
-
-            return format_findings(unique(excinfo.value.findings))
+            return failure_text(excinfo.value.findings, self.config.get_verbosity())
         return super().repr_failure(excinfo, style=style)
 
     def reportinfo(self) -> tuple[Path, int, str]:

@@ -145,7 +145,7 @@ def _mismatch(exc: TargetMismatch, contract: Contract | None, json: bool) -> int
     """EC625 printed as a finding (text or the JSON's ``findings``), no estimates: exit 1."""
     from ..findings import finding
     from ..models.acceptance import CONVENTION
-    from ..render import format_findings, to_json
+    from ..render import format_short, to_json
 
     found = finding(
         exc.code,
@@ -159,8 +159,9 @@ def _mismatch(exc: TargetMismatch, contract: Contract | None, json: bool) -> int
     )
     if json:
         print(to_json({"convention": CONVENTION, "layouts": [], "findings": [found.to_dict()]}))
-    else:
-        print(format_findings([found]))
+    else:  # the verdict first
+        print(f"FAILED: 1 finding(s) [{found.code}]: no estimate on another model's shards")
+        print(format_short([found]))
     return EXIT_FINDINGS
 
 

@@ -19,7 +19,8 @@ def profile(args: argparse.Namespace) -> int:
 
     from ..checks.profile import check_profiles
     from ..errors import UsageError
-    from ..render import format_findings, to_json
+    from ..render import to_json
+    from .check import findings_text
 
     if not 0.0 <= args.max_drop < 1.0:
         raise UsageError(f"--max-drop {args.max_drop}: give a fraction in [0, 1)")
@@ -61,22 +62,22 @@ def profile(args: argparse.Namespace) -> int:
             )
         )
     else:
+        codes = sorted({f.code for f in errors})
+        warned = len(findings) - len(errors)
+        tail = f", {warned} warning(s)" if warned else ""
+        print(  # the verdict first, then what it rests on
+            f"FAILED: {len(errors)} finding(s) [{', '.join(codes)}]{tail}"
+            if errors
+            else f"ok: {len(read)} profile(s) consistent{tail}"
+        )
         for p in read:
             rates = " ".join(f"{c:.3f}" for c in p.conditional)
             print(
                 f"{p.path}: {p.method or 'method not given'}, num_speculative_tokens {p.k}, "
                 f"mean accept length {p.mean:.3f}, conditional {rates}"
             )
-        if findings:
-            print("\n" + format_findings(findings) + "\n")
-        codes = sorted({f.code for f in errors})
-        warned = len(findings) - len(errors)
-        tail = f", {warned} warning(s)" if warned else ""
-        print(
-            f"FAILED: {len(errors)} finding(s) [{', '.join(codes)}]{tail}"
-            if errors
-            else f"ok: {len(read)} profile(s) consistent{tail}"
-        )
+        if findings and not args.quiet:
+            print("\n" + findings_text(findings, args.verbose))
     return EXIT_FINDINGS if errors else EXIT_OK
 
 

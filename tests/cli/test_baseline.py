@@ -83,10 +83,10 @@ def test_infer_update_on_a_layout_bug_warns_as_check_and_rewrites_the_comments(
     said = [line.strip() for line in check.stdout.splitlines() if "hint:" in line]
     assert any("looks like the embedding" in h for h in said), check.stdout
     assert any("slots swapped or layers shifted" in h for h in said), check.stdout
-    res = cli("infer", "--update", contract, shards / "embed-in-front")
+    res = cli("infer", "--update", contract, shards / "embed-in-front", "-v")
     assert res.returncode == 1, res.stdout + res.stderr
     out = res.stdout + res.stderr
-    for hint in said:  # every hint check gave, in the update's words too
+    for hint in said:  # every hint check -v gave, in the update's -v words too
         assert hint in out, (hint, out)
     assert "EC401" in out
     after = contract.read_text()

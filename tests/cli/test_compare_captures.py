@@ -153,7 +153,7 @@ def _late(s: dict[Layer, torch.Tensor]) -> list[torch.Tensor]:
 )
 def test_a_production_side_out_of_place_is_named(tmp_path, prompts, prod: Prod, expected):
     ref, prod_set = _sets(tmp_path, prompts, prod)
-    res = _compare(ref, prod_set)
+    res = _compare(ref, prod_set, "-v")  # every finding in full (the default: one per code)
     assert res.returncode == 1
     for words in expected:
         assert words in res.stdout, res.stdout

@@ -80,7 +80,7 @@ def test_without_pyarrow_the_dataset_checks_say_they_did_not_run(tmp_path):
     messages = " ".join(f["message"] for f in gaps)
     assert "dataset row (EC206" in messages and "loss-mask checks" in messages
     assert "needs pyarrow" in messages
-    last = res.stdout.strip().splitlines()[-1]
+    last = res.stdout.strip().splitlines()[0]  # the verdict, first
     assert last.startswith("passed, incomplete") and "did not run (EC009" in last, last
 
 
@@ -89,7 +89,7 @@ def test_with_pyarrow_every_check_runs_and_the_verdict_is_ok(tmp_path):
     _project(tmp_path, dataset=True)
     res, findings = _check(tmp_path, {**os.environ, "PYTHONWARNINGS": "ignore"})
     assert res.returncode == 0 and findings == [], res.stdout
-    assert res.stdout.strip().splitlines()[-1].startswith("ok:")
+    assert res.stdout.strip().splitlines()[0].startswith("ok:")
 
 
 def test_no_mask_anywhere_says_the_mask_checks_did_not_run(tmp_path):
@@ -97,7 +97,7 @@ def test_no_mask_anywhere_says_the_mask_checks_did_not_run(tmp_path):
     res, findings = _check(tmp_path, {**os.environ, "PYTHONWARNINGS": "ignore"})
     gaps = [f["message"] for f in findings if f["code"] == "EC009"]
     assert gaps and all("no loss_mask" in m for m in gaps), gaps
-    assert not res.stdout.strip().splitlines()[-1].startswith("ok")
+    assert not res.stdout.strip().splitlines()[0].startswith("ok")
 
 
 @pytest.fixture(scope="module")

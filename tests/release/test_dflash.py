@@ -162,7 +162,7 @@ def test_llamacpp_converts_and_refuses_a_missing_list(cli, tmp_path):
             ["--engine", "trtllm", "--method", "dflash", "--ids", "1"],
             "no DFlash tap rules of trtllm",
         ),
-        (["--engine", "sglang", "--method", "pard", "--ids", "1"], "no tap rule, not read"),
+        (["--engine", "sglang", "--method", "pard", "--ids", "1"], "no tap rule: a PARD draft"),
         (["--engine", "sglang", "--method", "dflash"], "needs --draft-config"),
         (
             ["--engine", "sglang", "--method", "dflash", "--ids", "1", "--want", "residual:2"],
@@ -267,7 +267,7 @@ def test_check_vllm_0_21_is_ec516(cli, tmp_path):
     [
         ("dflsh", "sglang", "c.yaml:3:1: method: unknown method 'dflsh' (did you mean 'dflash'?)"),
         ("dflash", "trtllm", "serving.engine: trtllm: no DFlash tap rules are read here"),
-        ("pard", "sglang", "method: PARD: no tap rule, not read"),
+        ("pard", "sglang", "method: PARD: no tap rule: a PARD draft"),
     ],
 )
 def test_contract_method_errors_exit_2(cli, tmp_path, method, engine, words):

@@ -146,12 +146,14 @@ def test_want_gives_the_dspark_taps(cli):
     assert out["taps"] == [1, 17, 33] and out["config_key"] == "dspark_target_layer_ids"
 
 
-@pytest.mark.parametrize("method", ["pard", "mtp"])
-def test_methods_without_rules_are_usage_errors(cli, method):
+@pytest.mark.parametrize(
+    ("method", "words"), [("pard", "reads no target hidden state in any release read")]
+)
+def test_methods_without_rules_are_usage_errors(cli, method, words):
     res = cli(
         "resolve", "--engine", "vllm", "--method", method, "--num-layers", "36", "--ids", "1"
     )  # fmt: skip
-    assert res.returncode == 2 and "not read" in " ".join(res.stderr.split())
+    assert res.returncode == 2 and words in " ".join(res.stderr.split())
 
 
 def test_engine_without_rules_for_the_method_is_a_usage_error(cli):
@@ -226,6 +228,23 @@ def test_infer_detection_names_the_methods():
     assert detect(DFLASH2) == "dflash2"
     assert detect(DSPARK) == "dspark"
     assert detect({"dspark_config": {"markov_rank": 8}}) == "dspark"
+
+
+# A PARD draft as vLLM 0.16.0-0.33.0 serve it: a plain causal LM whose config.json carries
+# pard_token, the mask token v1/spec_decode/eagle.py (0.16.0) and llm_base_proposer.py
+# (0.23.0-0.33.0) read for method draft_model with parallel_drafting.
+PARD = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "pard_token": 128256}
+
+
+def test_a_pard_draft_is_detected_by_its_pard_token():
+    from pytest_eagle_contract.methods import detect
+
+    assert detect(PARD) == "pard"
+    assert detect({**PARD, "pard_token": True}) is None  # not a token id
+    assert detect({"architectures": ["LlamaForCausalLM"]}) is None
+    # vLLM 0.33.0's Qwen3-Omni DSpark reads pard_token as its noise token: still DSpark
+    assert detect({**PARD, "architectures": ["Qwen3OmniDSparkModel"]}) == "dspark"
+    assert detect({**DFLASH2, "pard_token": 5}) == "dflash2"
 
 
 def test_rules_table_pins_what_the_releases_say():

@@ -304,4 +304,4 @@ def test_coverage_is_of_the_shards_the_command_names(tmp_path):
     empty = check(tmp_path / "empty")
     assert empty.returncode == 0, empty.stdout + empty.stderr
     assert "EC009" in empty.stdout and "no shard files under" in empty.stdout, empty.stdout
-    assert empty.stdout.strip().splitlines()[-1].startswith("passed, incomplete")
+    assert empty.stdout.strip().splitlines()[0].startswith("passed, incomplete")

@@ -1,0 +1,21 @@
+"""The MTP table against the release files (never part of the default run).
+
+Regenerates ``engines/mtp_rules.json`` with ``scripts/gen_mtp_rules.py`` from the folder
+EAGLE_CONTRACT_METHOD_WHEELS names (``pip download --no-deps`` of sglang 0.5.11-0.5.23 and
+vllm 0.24.0-0.34.0) and fails where the committed file differs.
+"""
+
+from __future__ import annotations
+
+import json
+
+from release_helpers import wheel_folder
+
+DIR = wheel_folder("EAGLE_CONTRACT_METHOD_WHEELS", "sglang/vllm", "methods")
+
+import gen_mtp_rules as gen  # noqa: E402
+
+
+def test_generated_file_matches_the_releases():
+    text = json.dumps(gen.table(DIR), indent=1) + "\n"
+    assert text == gen.OUT.read_text(), "regenerate: scripts/gen_mtp_rules.py DIR"

@@ -61,6 +61,21 @@ Seams and cases (tiny real transformers targets made in code, ``models.tiny``'s 
   (``residual:2/4/6``) on 60-300 fresh token ids, 4 shards a set written in SpecForge's
   DFlash layout; the contract is ``infer``'s from 8 trusted shards of the same pipeline.
   Good: a fresh set. Bad: a set captured one layer deeper (taps [2, 4, 6]).
+- ``family`` (issue 38; discrete rules: EC501, EC522, EC510 of the DFlash2 / DSpark layout
+  check by the method's own rules, EC901 of the draft checkpoint, and EC401's norm bounds
+  ``infer`` draws for a SpecForge DSpark shard set). Settings rows: a fresh random DFlash2 or
+  DSpark pipeline per seed (a target of 8-80 layers, 2-8 distinct taps; DFlash2 under
+  ``dflash_config.target_layer_ids``, DSpark under ``dspark_target_layer_ids`` with a Markov
+  head; served on SGLang 0.5.23 or vLLM 0.34.0), its draft a safetensors checkpoint whose
+  ``fc.weight`` is [H, taps x H] (``check_layout`` and ``check_draft`` in-process). Good: that
+  pipeline. Bad: the draft's taps one layer deeper than trained (EC501); the tap list removed
+  where SGLang's fallback spreads other layers (EC522); an fc one tap narrower (EC901).
+  mlx-vlm rows: a DFlash draft on mlx-vlm 0.7.10 (``qwen3_5`` target, 30-80 layers) with its
+  trained taps listed (good) or none, trained on other taps than the drafter's default
+  ``[1, 8, 15, 22, 29]`` (bad: EC522). Shards rows: the tiny target's real hidden states at
+  taps [1, 3, 5] and its final-norm state on 60-300 fresh token ids, 4 shards a set written in
+  SpecForge's DSpark layout (``specforge-dspark``); the contract is ``infer``'s from 8 trusted
+  shards. Good: a fresh set. Bad: a set captured one layer deeper.
 """
 
 from __future__ import annotations
@@ -84,7 +99,7 @@ sys.path.extend(kinds.folders())
 sys.path.insert(0, str(HERE))
 from false_alarms import loaded  # noqa: E402  (the same model cache)
 
-SEAMS = ("precision", "identity", "vocabulary", "dflash")
+SEAMS = ("precision", "identity", "vocabulary", "dflash", "family")
 TOKENS = (60, 300)  # shard lengths, as benchmarks/false_alarms.py and tests/shardgen.py
 H, LAYERS, VOCAB = 64, 8, 512  # models.tiny's default target
 BPE_VOCAB, DRAFT_VOCAB = 4096, 1024  # the tokenizer and draft vocabulary (32k of 128k)
@@ -660,6 +675,182 @@ def _dflash_shards(seeds: range, root: Path) -> list[Row]:
     return [good, deeper]
 
 
+FAMILY_WATCHED = ("EC501", "EC522", "EC510", "EC901")
+
+
+def _family_codes(root: Path, p: dict[str, Any], trained: list[int], fc_taps: int) -> set[str]:
+    """The errors of the layout check (by the method's rules) and the draft checkpoint check
+    for DFlash2 / DSpark pipeline ``p``, trained on ``trained``, its fc ``fc_taps`` taps wide."""
+    import json
+
+    import torch
+    from safetensors.torch import save_file
+
+    from pytest_eagle_contract.checks.draft import check_draft
+    from pytest_eagle_contract.checks.layout import check_layout
+    from pytest_eagle_contract.contract.model import parse_contract
+
+    draft: dict[str, Any] = {"hidden_size": 64, "num_hidden_layers": p["draft_layers"]}
+    if p["method"] == "dflash2":
+        draft["architectures"] = ["DFlash2DraftModel"]
+        draft["dflash_config"] = {"mask_token_id": 1}
+        if p["taps"] is not None:
+            draft["dflash_config"]["target_layer_ids"] = p["taps"]
+    else:
+        draft |= {"architectures": ["Qwen3DSparkModel"], "dspark_markov_rank": 8}
+        if p["taps"] is not None:
+            draft["dspark_target_layer_ids"] = p["taps"]
+    folder = _mkdir(root / "family-draft")
+    (folder / "config.json").write_text(json.dumps(draft))
+    save_file({"fc.weight": torch.zeros(64, fc_taps * 64)}, str(folder / "model.safetensors"))
+    slots = "".join(f"    - {{layer: residual:{t + 1}}}\n" for t in trained)
+    text = (
+        f"contract: f\nversion: 1\nmethod: {p['method']}\n"
+        f"target: {{arch: {p['arch']}, num_hidden_layers: {p['L']}, hidden_size: 64}}\n"
+        f"training:\n  target_slot: null\n  slots:\n{slots}"
+        f'serving:\n  engine: {p["engine"]}\n  version: "{p["version"]}"\n'
+        f"  draft_config: {folder}\n"
+    )
+    contract = parse_contract(text, root / "c.yaml")
+    found = [*check_layout(contract), *check_draft(contract, None)]
+    return {f.code for f in found if f.severity == "error"}
+
+
+def _mlx_codes(root: Path, L: int, taps: list[int] | None, trained: list[int]) -> set[str]:
+    """The DFlash layout check's errors for a qwen3_dflash draft on mlx-vlm 0.7.10."""
+    import json
+
+    from pytest_eagle_contract.checks.layout import check_layout
+    from pytest_eagle_contract.contract.model import parse_contract
+
+    dc: dict[str, Any] = {"mask_token_id": 1}
+    if taps is not None:
+        dc["target_layer_ids"] = taps
+    folder = _mkdir(root / "mlx-draft")
+    (folder / "config.json").write_text(
+        json.dumps({"model_type": "qwen3", "num_hidden_layers": 5, "dflash_config": dc})
+    )
+    slots = "".join(f"    - {{layer: residual:{t + 1}}}\n" for t in trained)
+    text = (
+        "contract: m\nversion: 1\nmethod: dflash\n"
+        f"target: {{arch: qwen3_5, num_hidden_layers: {L}, hidden_size: 64, vocab_size: 512}}\n"
+        f"training:\n  target_slot: null\n  slots:\n{slots}"
+        f'serving:\n  engine: mlx\n  version: "0.7.10"\n  draft_config: {folder}\n'
+    )
+    contract = parse_contract(text, root / "m.yaml")
+    return {f.code for f in check_layout(contract) if f.severity == "error"}
+
+
+def run_family(seeds: range, root: Path) -> list[Row]:
+    import random
+
+    from pytest_eagle_contract.engines.dflash import MLX_DEFAULT_TAPS, zlab_formula
+
+    rows = {
+        "good": Row("family", "settings: a fresh good DFlash2/DSpark pipeline", "good",
+                    FAMILY_WATCHED),
+        "shift": Row("family", "settings: the draft's taps one layer deeper", "bad", ("EC501",)),
+        "guess": Row("family", "settings: no tap list, SGLang's spread differs", "bad", ("EC522",)),
+        "fc": Row("family", "checkpoint: fc one tap narrower", "bad", ("EC901",)),
+        "mlx": Row("family", "mlx-vlm: the trained taps listed", "good", ("EC522", "EC510")),
+        "mlxguess": Row("family", "mlx-vlm: no list, default differs from trained", "bad",
+                        ("EC522",)),
+    }  # fmt: skip
+    for seed in seeds:
+        rng = random.Random(seed)
+        L = rng.randint(8, 80)
+        n = rng.randint(2, min(8, L - 2))
+        engine = rng.choice(["sglang", "vllm"])
+        p = {
+            "method": rng.choice(["dflash2", "dspark"]),
+            "L": L,
+            "taps": sorted(rng.sample(range(0, L - 2), n)),
+            "engine": engine,
+            "version": "0.5.23" if engine == "sglang" else "0.34.0",
+            "arch": "Qwen3ForCausalLM",
+            "draft_layers": n,
+        }
+        trained = list(p["taps"])
+        codes = _family_codes(root, p, trained, n)
+        rows["good"].add(seed, codes, L, f"{p['method']} {engine}: " + ", ".join(sorted(codes)))
+        shifted = dict(p, taps=[t + 1 for t in trained])
+        rows["shift"].add(seed, _family_codes(root, shifted, trained, n), L)
+        spread = zlab_formula(L, n)
+        other = trained if spread != trained else [t + 1 for t in trained]
+        guessed = dict(p, taps=None, engine="sglang", version="0.5.23")
+        rows["guess"].add(seed, _family_codes(root, guessed, other, n), L)
+        rows["fc"].add(seed, _family_codes(root, p, trained, n - 1), L)
+        M = rng.randint(30, 80)
+        listed = sorted(rng.sample(range(0, M - 1), 5))
+        codes = _mlx_codes(root, M, listed, listed)
+        rows["mlx"].add(seed, codes, M, ", ".join(sorted(codes)))
+        default = list(MLX_DEFAULT_TAPS)
+        other = listed if listed != default else [t + 1 for t in default]
+        rows["mlxguess"].add(seed, _mlx_codes(root, M, None, other), M)
+    return [*rows.values(), *_dspark_shards(seeds, root)]
+
+
+def _dspark_set(model: Any, folder: Path, seed: int, taps: tuple[int, ...], n: int) -> None:
+    import torch
+
+    from pytest_eagle_contract.layers import Layer
+    from pytest_eagle_contract.models.reference import capture_canonical
+    from pytest_eagle_contract.shards.writing import save, shard_dict, shard_name
+
+    for i in range(n):
+        ids = _ids(seed * 100 + i)
+        captured = capture_canonical(model, ids)
+        states = [captured[Layer(t + 1)].to(torch.bfloat16) for t in taps]
+        states.append(captured[Layer(-1)].to(torch.bfloat16))  # final_norm
+        mask = (torch.arange(len(ids)) >= len(ids) // 3).long()
+        data = shard_dict("specforge-dspark", ids, mask, states)
+        save(folder / shard_name("specforge-dspark", i), data)
+
+
+def _dspark_shards(seeds: range, root: Path) -> list[Row]:
+    import json
+
+    from pytest_eagle_contract.authoring.infer import InferRequest, draft_contract
+    from pytest_eagle_contract.contract.model import parse_contract
+    from pytest_eagle_contract.plan.planner import plan, run_units
+
+    model = loaded(_target(root, "target"))
+    draft = _mkdir(root / "dspark-draft")
+    (draft / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["DSparkDraftModel"],
+                "dflash_config": {"mask_token_id": 500, "target_layer_ids": list(DFLASH_TAPS),
+                                  "markov_rank": 4},
+                "hidden_size": H,
+                "num_hidden_layers": 3,
+                "vocab_size": VOCAB,
+            }
+        )
+    )  # fmt: skip
+    trusted = _mkdir(root / "dspark-trusted")
+    _dspark_set(model, trusted, 10**6, DFLASH_TAPS, 8)
+    where = root / "d.yaml"
+    drafted = draft_contract(
+        InferRequest(
+            [trusted], "specforge-dspark", num_layers=LAYERS, vocab_size=VOCAB,
+            arch="LlamaForCausalLM", draft=draft, where=where, draft_ref=str(draft),
+        )
+    )  # fmt: skip
+    contract = parse_contract(drafted.text, where)
+    good = Row("family", "DSpark shards: a fresh set of the same pipeline", "good", ("EC401",))
+    deeper = Row("family", "DSpark shards: a set captured one layer deeper", "bad", ("EC401",))
+    for seed in seeds:
+        for row, taps in ((good, DFLASH_TAPS), (deeper, tuple(t + 1 for t in DFLASH_TAPS))):
+            folder = _mkdir(root / f"dspark-{row.kind}-{seed}")
+            _dspark_set(model, folder, seed, taps, 4)
+            outcome = run_units(plan(contract, [folder], None, 0))
+            codes = {f.code for f in outcome.findings if f.severity == "error"}
+            said = "; ".join(f"{f.code} {f.message}" for f in outcome.findings)
+            row.add(seed, codes, len(codes), said[:300])
+    return [good, deeper]
+
+
 def thresholds() -> dict[str, str]:
     """Each seam's thresholds, as the code has them."""
     from pytest_eagle_contract.checks.precision import MAX_SATURATION, MAX_UNDERFLOW
@@ -676,6 +867,8 @@ def thresholds() -> dict[str, str]:
         "dflash": "EC526 draft tokens > block_size - 1 (vLLM) or block != block_size (SGLang); "
         "EC527 mask id absent/negative/>= vocab; EC528 repeated or negative taps; EC501/EC522 "
         "trained != served; EC401 infer's norm bounds on DFlash shards",
+        "family": "EC501/EC522 trained != served by the method's own rules; EC901 fc width != "
+        "taps x target hidden; EC401 infer's norm bounds on SpecForge DSpark shards",
     }
 
 
@@ -684,6 +877,7 @@ MEASURED = {
     "identity": "worst rel. error",
     "vocabulary": "coverage",
     "dflash": "L or codes",
+    "family": "L or codes",
 }
 
 
@@ -725,6 +919,7 @@ RUNS: dict[str, Callable[[range, Path], list[Row]]] = {
     "identity": run_identity,
     "vocabulary": run_vocabulary,
     "dflash": run_dflash,
+    "family": run_family,
 }
 
 

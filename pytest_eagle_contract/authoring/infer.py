@@ -201,8 +201,12 @@ def _name_slots(
     taps = _dflash_taps(obs, draft) if target is None else None
     if taps is not None:
         named = [Layer(t + 1) for t in taps]
+        why = [f"the draft's tap {t} (the output of layer {t})" for t in taps]
+        if FORMATS[obs.format].has_target:  # SpecForge's DSpark: SGLang's last hidden states
+            named.append(Layer(-1))
+            why.append(f"{obs.format}'s target_last_hidden_states (post-norm)")
         _check_count(n, named)
-        return named, [f"the draft's tap {t} (the output of layer {t})" for t in taps]
+        return named, why
     defaults: list[Layer] | None = None
     if obs.metadata.get("hidden_states", {}).get("layer_ids") or num_layers:
         defaults = default_layers(obs.format, num_layers or 0, obs.metadata, arch)
@@ -245,7 +249,7 @@ def _dflash_taps(obs: Observed, draft: Path | None) -> list[int] | None:
     """The taps a DFlash format's trainer captured: the draft config's tap list, distinct and
     in layer order (SpecForge captures them through SGLang's set_dflash_layers_to_capture),
     or None where the shards are not DFlash's or the draft names no taps."""
-    if FORMATS[obs.format].method != "dflash" or draft is None:
+    if FORMATS[obs.format].method not in ("dflash", "dspark") or draft is None:
         return None
     from ..engines.dflash import read_dflash_draft
 
@@ -467,6 +471,9 @@ class _Drafting:
         if not reference:
             out += [f"# WARNING: {note}" for note in self.overlap_notes(model is not None)]
         out += [f"# WARNING: {note}" for note in self.rate_warnings(fit, model)]
+        made_for = FORMATS[obs.format].method
+        if not serving and made_for is not None:  # fitting: the contract must still load
+            serving = [f"method: {made_for}"]
         return "\n".join(out + serving) + "\n"
 
 
@@ -498,6 +505,11 @@ def _serving(
         return [
             f"method: dflash  # {d.obs.format} shards are DFlash's (docs/dflash.md)",
             "# serving: pass --draft DIR (the DFlash draft) to draft a serving section",
+        ]
+    if FORMATS[d.obs.format].method == "dspark":
+        return [
+            f"method: dspark  # {d.obs.format} shards are DSpark's (docs/dspark.md)",
+            *_method_only("dspark", name)[1:],
         ]
     releases = _releases(name)
     if draft is not None:

@@ -7,8 +7,9 @@ each other is EC509 (layout family); the fc width against the contract's is EC50
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Unpack
+from typing import TYPE_CHECKING, Any, Unpack
 
 from ..findings import Finding, Parts, RuleCode, finding, not_run
 from .family import CheckFamily
@@ -20,6 +21,10 @@ if TYPE_CHECKING:
     from .unit import Resources, Unit
 
 KEY = "serving.draft_config"
+DFLASH_FAMILY = ("dflash", "dflash2", "dspark")
+# the fc weight's names in a DFlash checkpoint (``model.`` dropped): SGLang 0.5.23
+# models/dflash.py loads ``fc.weight`` and aliases the native export's ``encoder.fc.weight``
+DFLASH_FC = ("fc.weight", "encoder.fc.weight")
 
 
 def _shapes(directory: Path) -> dict[str, tuple[Path, str, tuple[int, ...]]]:
@@ -82,8 +87,10 @@ def check_draft(contract: Contract, target_embedding: torch.Tensor | None) -> li
     engine = get_engine(serving.engine)
     H = contract.target.hidden_size
     hidden = draft.hidden_size or H
-    n_aux = engine.n_aux(draft, serving.version)
-    if "fc.weight" in shapes:
+    if contract.method in DFLASH_FAMILY:
+        _dflash_fc(contract, config, shapes, hidden, add)
+    elif "fc.weight" in shapes:
+        n_aux = engine.n_aux(draft, serving.version)
         found = shapes["fc.weight"][2]
         want = (hidden, n_aux * (draft.target_hidden_size or H))
         if found != want:
@@ -125,6 +132,8 @@ def check_draft(contract: Contract, target_embedding: torch.Tensor | None) -> li
             "without d2t the engine reads draft ids as target ids: every "
             "drafted token is another token; export d2t/t2d with the draft",
         )
+    if contract.method in DFLASH_FAMILY:  # EC904 / EC905: SGLang's llama_eagle3 facts
+        return out
     embed = shapes.get("embed_tokens.weight")
     if embed is not None and target_embedding is not None and serving.engine == "sglang":
         if embed[2] != tuple(target_embedding.shape) or not bool(
@@ -147,6 +156,60 @@ def check_draft(contract: Contract, target_embedding: torch.Tensor | None) -> li
             "without the flag",
         )
     return out
+
+
+def _dflash_fc(
+    contract: Contract,
+    config: Mapping[str, Any],
+    shapes: dict[str, tuple[Path, str, tuple[int, ...]]],
+    hidden: int,
+    add: Callable[..., None],
+) -> None:
+    """EC901 for a DFlash-family draft: its fc takes one target state per tap, so its weight is
+    ``[hidden_size, taps x target hidden_size]``. The tap count is the draft's list as the
+    engine reads it, else its fallback's length: the draft's ``num_hidden_layers`` on SGLang
+    (``build_target_layer_ids``, models/dflash.py ``num_context_features``) and vLLM
+    (``qwen3_dflash.py`` ``_get_dflash_fc_input_size``), mlx-vlm's default list on mlx
+    (``qwen3_dflash/config.py``). Both engines refuse a checkpoint whose fc differs (SGLang
+    0.5.23: "DFLASH fc.weight shape mismatch")."""
+    from ..engines.dflash import TAP_KEYS, mlx_default_taps, parse_dflash_draft
+    from ..engines.dflash_family import DSPARK_KEY
+    from ..errors import EagleContractError
+
+    name = next((n for n in DFLASH_FC if n in shapes), None)
+    serving = contract.serving
+    if name is None or serving is None:
+        return
+    try:
+        draft = parse_dflash_draft(config)
+    except EagleContractError:  # the layout family reports it (EC510)
+        return
+    keys = (DSPARK_KEY, *TAP_KEYS) if contract.method == "dspark" else TAP_KEYS
+    key = next((k for k in keys if k in draft.found), None)
+    if key is not None:
+        taps, said = len(draft.found[key]), f"its {key} lists {len(draft.found[key])}"
+    elif serving.engine == "mlx":
+        taps = len(mlx_default_taps())
+        said = f"it lists none and mlx-vlm's default {mlx_default_taps()} has {taps}"
+    elif draft.num_hidden_layers is not None:
+        taps = draft.num_hidden_layers
+        said = f"it lists none and the engine takes one per draft layer ({taps})"
+    else:
+        return
+    H = contract.target.hidden_size
+    found = shapes[name][2]
+    want = (hidden, taps * H)
+    if found != want:
+        add(
+            "EC901",
+            f"{name} is {list(found)}; the draft's fc takes {taps} taps of the target's "
+            f"hidden size {H} ({said}): {list(want)}",
+            "the engine refuses the checkpoint at load, or the draft was trained on another "
+            "tap count or target: export the draft trained for this target with its tap list "
+            "in dflash_config.target_layer_ids",
+            expected=list(want),
+            found=list(found),
+        )
 
 
 def _run(runner: Resources, unit: Unit) -> list[Finding]:

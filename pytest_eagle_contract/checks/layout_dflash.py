@@ -95,6 +95,26 @@ def _every_engine(
     return summary(rows), listing(rows)
 
 
+def _family_table(
+    method: str,
+    trained: list[Layer],
+    L: int,
+    arch: str | None,
+    contract: Contract,
+    engine: str,
+    versions: Sequence[str | None],
+) -> tuple[str, list[dict[str, object]]]:
+    """EC501's every-engine table for a DFlash2 / DSpark draft, from the method's own rules
+    (``engines/dflash_family.py``, ``method_rules.json``): the rows ``matrix`` gives it."""
+    from ..engines.dflash_family import family_matrix
+    from ..engines.matrix import listing, summary
+
+    rows = family_matrix(
+        method, trained, L, arch, contract.serving, (engine, [v or "" for v in versions])
+    )
+    return summary(rows), listing(rows)
+
+
 def _fix(
     engine: str,
     L: int,
@@ -109,6 +129,15 @@ def _fix(
     return f": {TAP_KEYS[0]}: {list(taps)}" if taps is not None else ""
 
 
+def _family_fix(
+    method: str, engine: str, L: int, trained: list[Layer], arch: str | None, version: str | None
+) -> str:
+    from ..engines.dflash_family import taps_for
+
+    taps = taps_for(method, engine, L, trained, arch, version)
+    return f": {list(taps)}" if taps is not None else ""
+
+
 def check_dflash(
     contract: Contract,
     report: LayoutReport,
@@ -120,8 +149,9 @@ def check_dflash(
 ) -> list[Finding]:
     """``resolve``: another DFlash-family method's resolver (engines/dflash_family.py), called
     as ``resolve_dflash`` is; ``title``: that method's name in the findings. DFlash's own
-    settings (EC526-EC528), every-engine table and fix are DFlash's rules: they are given for
-    DFlash alone, not for a method served on its path whose settings were not read."""
+    settings (EC526-EC528) are DFlash's rules: they are checked for DFlash alone, not for a
+    method served on its path whose settings were not read. The every-engine table and the
+    fix come from each method's own rules (``dflash_matrix`` / ``family_matrix``)."""
     from ..engines.dflash import TAP_KEYS, resolve_dflash
     from ..engines.fixes import relabel, runs, span_label
     from ..engines.knobs import launch_knobs
@@ -169,7 +199,9 @@ def check_dflash(
         lambda: (
             _every_engine(trained_list, L, arch, draft, serving.engine, versions)
             if resolve is None
-            else ("", [])
+            else _family_table(
+                contract.method, trained_list, L, arch, contract, serving.engine, versions
+            )
         )
     )
     for run in runs(list(versions), key):  # type: ignore[arg-type]
@@ -226,7 +258,9 @@ def check_dflash(
                     + (
                         _fix(serving.engine, L, trained[0], arch, run[0], draft)
                         if resolve is None
-                        else ""
+                        else _family_fix(
+                            contract.method, serving.engine, L, trained[0], arch, run[0]
+                        )
                     ),
                     expected=", ".join(map(str, trained[0])),
                     found=shown,

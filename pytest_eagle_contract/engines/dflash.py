@@ -41,7 +41,12 @@ _READ_KEYS = (
     "dflash_config.layer_ids",
     "eagle_config.layer_ids",
 )
-ENGINES = ("sglang", "vllm", "llama.cpp")
+ENGINES = ("sglang", "vllm", "llama.cpp", "mlx")
+# mlx-vlm's qwen3_dflash drafter (speculative/drafters/qwen3_dflash/config.py, 0.6.15 to
+# 0.7.10 alike): DFlashConfig.target_layer_ids defaults to this list when the draft has none
+MLX_DEFAULT_TAPS = (1, 8, 15, 22, 29)
+MLX_FILE = "mlx_vlm/speculative/drafters/qwen3_dflash/config.py"
+MLX_DRAFTERS = ("qwen3",)  # the <model_type>_dflash drafters read here (gemma4, laguna: not)
 GGUF_KEY = "gguf:dflash.target_layers"
 LLAMACPP_READ = "0.3.36"  # the llama-cpp-python sdist whose vendored llama.cpp was read
 SGLANG_DEFAULT_ARCH = "LlamaForCausalLM"
@@ -62,6 +67,12 @@ class DFlashDraft:
     sample_from_anchor: bool = False  # speculators: draft the anchor too (block_size tokens)
     speculators: bool = False  # a speculators-format config (``speculators_model_type``)
     speculative_tokens: int | None = None  # speculators: the draft length vLLM reads from it
+    # what mlx-vlm's utils.get_model_type routes on: model_type, architectures, whether a
+    # dflash_config object is there, and its DSpark markers (projector_type / markov_rank)
+    model_type: str | None = None
+    architectures: tuple[str, ...] = ()
+    has_dflash_config: bool | None = None  # None: not known (a tap list given alone)
+    dspark_marked: bool = False
 
     @property
     def taps(self) -> tuple[int, ...] | None:
@@ -121,6 +132,7 @@ def parse_dflash_draft(data: Mapping[str, Any], path: Path | None = None) -> DFl
         if ids is not None:
             found[key] = ids
     speculators = data.get("speculators_model_type") == "dflash"
+    archs, dc = data.get("architectures"), data.get("dflash_config")
     vocab = _size(data, "vocab_size", path)
     if speculators:
         found |= _speculators_ids(data, path)
@@ -139,7 +151,17 @@ def parse_dflash_draft(data: Mapping[str, Any], path: Path | None = None) -> DFl
         or data.get("sample_from_anchor") is True,
         speculators,
         _speculative_tokens(data) if speculators else None,
+        data.get("model_type") if isinstance(data.get("model_type"), str) else None,
+        tuple(a for a in archs if isinstance(a, str)) if isinstance(archs, list) else (),
+        isinstance(dc, dict),
+        isinstance(dc, dict) and (dc.get("projector_type") == "dspark" or _rank(data, dc) > 0),
     )
+
+
+def _rank(data: Mapping[str, Any], dc: Mapping[str, Any]) -> int:
+    """mlx-vlm's ``int(config.get("markov_rank") or dflash_config.get("markov_rank") or 0)``."""
+    value = data.get("markov_rank") or dc.get("markov_rank") or 0
+    return value if type(value) is int else 0
 
 
 def _speculators_ids(data: Mapping[str, Any], path: Path | None) -> dict[str, tuple[int, ...]]:
@@ -225,7 +247,21 @@ def releases(engine: str) -> list[str]:
         return list(_table()["vllm"]["releases"])
     if engine == "llama.cpp":
         return [LLAMACPP_READ]
+    if engine == "mlx":
+        return _mlx_releases()
     return []
+
+
+def mlx_default_taps() -> list[int]:
+    return list(MLX_DEFAULT_TAPS)
+
+
+def _mlx_releases() -> list[str]:
+    """The mlx-vlm releases whose target capture for drafters was read (method_rules.json's
+    mlx rows, 0.6.16 on; 0.6.15's qwen3_dflash drafter is there but its models were not)."""
+    from . import dflash_family
+
+    return [v for v in dflash_family.read_releases("mlx") if dflash_family.row("mlx", v)]
 
 
 def version_order(version: str) -> tuple[int, ...]:
@@ -272,6 +308,8 @@ def resolve_dflash(
         return _vllm(q, draft, runner)
     if engine == "llama.cpp":
         return _llamacpp(q, draft)
+    if engine == "mlx":
+        return _mlx(q, draft)
     raise Unservable(
         f"{engine}: no DFlash tap rules are read here (DFlash is resolved for "
         f"{', '.join(ENGINES)}; docs/methods.md)"
@@ -284,6 +322,76 @@ def _guess_problem(engine: str, how: str, taps: Sequence[int], layers: Sequence[
         f"the draft config has no tap list ({' / '.join(TAP_KEYS)}): {engine} {how} = "
         f"{list(taps)}, feeding {', '.join(map(str, layers))}; the draft may have been "
         "trained on other layers",
+    )
+
+
+def _mlx(q: Query, draft: DFlashDraft) -> Resolution:
+    """mlx-vlm: ``utils.get_model_type`` routes a draft with a ``dflash_config`` object to the
+    ``<model_type>_dflash`` drafter (DFlash2DraftModel, Gemma4DSparkModel and DSpark-marked
+    configs go elsewhere); qwen3_dflash's ``DFlashConfig.from_dict`` reads
+    ``dflash_config.target_layer_ids``, else the top-level key, else its default
+    ``[1, 8, 15, 22, 29]`` (EC522); the target model folder's loop appends layer i's output
+    for id i (method_rules.json's mlx ``models``, as for DFlash2 / DSpark)."""
+    from . import dflash_family
+
+    read = _mlx_releases()
+    version = q.assume(read[-1], "mlx-vlm")
+    row = dflash_family.row("mlx", version)
+    if row is None or version not in read:
+        raise Unservable(
+            f"mlx-vlm {version}: DFlash is read for the releases {read[0]} to {read[-1]} "
+            "(0.6.15's target capture was not read; docs/methods.md)"
+        )
+    where = f"mlx-vlm {version}"
+    if draft.has_dflash_config is False:
+        raise Unservable(
+            f"{where}: utils.get_model_type routes a draft to a DFlash drafter only when its "
+            "config has a dflash_config object; this one has none"
+        )
+    if "DFlash2DraftModel" in draft.architectures:
+        raise Unservable(f"{where}: a DFlash2DraftModel loads the DFlash2 drafter (method dflash2)")
+    if "Gemma4DSparkModel" in draft.architectures or draft.dspark_marked:
+        raise Unservable(
+            f"{where}: utils.get_model_type routes this draft to a DSpark drafter (method dspark)"
+        )
+    if draft.has_dflash_config is None:
+        q.notes.append(f"taps given alone: read as a {MLX_DRAFTERS[0]}_dflash draft")
+    elif draft.model_type not in MLX_DRAFTERS:
+        raise Unservable(
+            f"{where}: the {str(draft.model_type)[:40]}_dflash drafter is not read here (read: "
+            f"{', '.join(m + '_dflash' for m in MLX_DRAFTERS)})"
+        )
+    picked = next(((k, draft.found[k]) for k in TAP_KEYS if k in draft.found), None)
+    taps = list(picked[1]) if picked is not None else mlx_default_taps()
+    if not q.arch:
+        raise Unservable("give --arch: the mlx-vlm model folder (model_type), e.g. qwen3_5")
+    models: dict[str, str] = row["models"]
+    folder = q.arch.lower()
+    rule = models.get(folder)
+    if rule is None:
+        raise Unservable(
+            f"{where}: models/{q.arch[:60]} captures no layer states for a drafter "
+            f"(read: {', '.join(sorted(models))})"
+        )
+    if rule != "after":
+        raise Unservable(
+            f"{where}: models/{folder}/language.py captures other than a layer's output "
+            "(not followed here)"
+        )
+    q.arch = folder
+    bad = [t for t in taps if t < 0 or t >= q.num_layers]
+    if bad:
+        raise Unservable(f"{where}: ids {bad} lie outside the target's [0, {q.num_layers})")
+    positions = tuple(Position(t, t, Layer(t + 1)) for t in taps)
+    if picked is None:
+        how = f"{version} {MLX_FILE} default"
+        q.problems.append(_guess_problem("mlx-vlm", how, taps, [p.layer for p in positions]))
+    return q.answer(
+        positions,
+        f"built-in rules: mlx-vlm {dflash_family.span(row)} {MLX_FILE} reads "
+        f"{', '.join(TAP_KEYS)}, else {list(MLX_DEFAULT_TAPS)}; models/{folder}/language.py "
+        "appends layer i's output for id i (residual:i+1)",
+        taps,
     )
 
 

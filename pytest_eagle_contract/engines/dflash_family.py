@@ -64,6 +64,20 @@ def _row(engine: str, version: str) -> dict[str, Any] | None:
     return None
 
 
+def read_releases(engine: str) -> list[str]:
+    """Every release of ``engine`` whose wheel was read for method_rules.json."""
+    return list(_table()[engine]["releases"])
+
+
+def row(engine: str, version: str) -> dict[str, Any] | None:
+    """The method_rules.json row of ``engine`` ``version`` (None: not read, or before any)."""
+    return _row(engine, version)
+
+
+def span(row: Mapping[str, Any]) -> str:
+    return _span(row)
+
+
 def _serves(row: Mapping[str, Any] | None, method: str) -> bool:
     if row is None:
         return False

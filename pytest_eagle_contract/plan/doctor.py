@@ -214,14 +214,14 @@ def _serving_args(s: Setup) -> list[Finding]:
 
 
 def _draft_checkpoint(s: Setup) -> list[Finding]:
-    from ..checks.draft import check_draft
+    from ..checks.draft import DFLASH_FAMILY, check_draft
     from ..models.draft import weight_files
 
     contract = s.serving_contract("draft-checkpoint")
-    if contract.method != "eagle3":
+    if contract.method not in ("eagle3", *DFLASH_FAMILY):
         raise Skipped(
-            f"EC90x read an EAGLE-3 draft's fc, lm_head and d2t; a {contract.method} draft's "
-            "checkpoint is not read here (its taps, block size and mask token are the layout, "
+            f"EC90x read an EAGLE-3 or DFlash-family draft's fc, lm_head and d2t; a "
+            f"{contract.method} draft's checkpoint is not read here (its taps are the layout, "
             "engine-rules, method and serving-args seams')",
             "nothing to pass: not built yet (issue 38)",
         )

@@ -6,7 +6,15 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from ...named import by_name
-from . import eagle_legacy, specforge, specforge_dflash, speculators, speculators_v1, trtllm
+from . import (
+    eagle_legacy,
+    specforge,
+    specforge_dflash,
+    specforge_dspark,
+    speculators,
+    speculators_v1,
+    trtllm,
+)
 from .base import Format, Packing, Slot, dtype_name
 
 __all__ = [
@@ -28,6 +36,7 @@ FORMATS: dict[str, Format] = by_name(
         eagle_legacy.FORMAT,
         trtllm.FORMAT,
         specforge_dflash.FORMAT,  # after speculators-v1: both sign with hidden_states
+        specforge_dspark.FORMAT,  # its target_last_hidden_states sits in no other's files
     ]
 )
 FORMAT_NAMES = ("auto", *FORMATS)

@@ -74,6 +74,7 @@ class Method:
     config_markers: tuple[str, ...] = ()  # top-level draft config keys that name it
     config_values: tuple[str, ...] = ()  # top-level draft config keys whose int names it
     rules_note: str = ""  # why no engine's rules are read, where none are
+    shard_formats: tuple[str, ...] = ()  # shard formats only this method's trainers write
 
     def serves(self, engine: str) -> bool:
         return engine in self.engines
@@ -131,6 +132,7 @@ METHODS: dict[str, Method] = by_name(
             ("sglang", "vllm", "llama.cpp", "mlx"),
             ("DFlashDraftModel", "DFlashSpeculator"),  # the latter: speculators' config
             ("dflash_config",),
+            shard_formats=("specforge-dflash",),
         ),
         Method(
             "dflash2",
@@ -193,6 +195,7 @@ METHODS: dict[str, Method] = by_name(
             "set_dspark_layers_to_capture refused), vLLM from 0.25.0 (V2 reader), "
             "llama-cpp-python 0.3.36's converters, mlx-vlm from 0.6.16 (its generic DSpark "
             "drafter); other engines not read",
+            shard_formats=("specforge-dspark",),
         ),
         Method(
             "pard",
@@ -226,6 +229,12 @@ METHODS: dict[str, Method] = by_name(
         ),
     ]
 )
+
+
+def method_of_format(shard_format: str) -> str | None:
+    """The method whose trainers alone write ``shard_format`` (SpecForge's DFlash and DSpark
+    captures), None for a format every method's trainers share."""
+    return next((m.name for m in METHODS.values() if shard_format in m.shard_formats), None)
 
 
 def get_method(name: str) -> Method:

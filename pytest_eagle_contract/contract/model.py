@@ -351,9 +351,9 @@ def _build(data: dict[str, Any], path: Path, lines: dict[str, int]) -> Contract:
     if serving is not None:
         _method_served(method, serving.engine, r)
     if training is not None and training.format != "auto":
-        from ..shards.formats import FORMATS
+        from ..methods import method_of_format
 
-        made_for = FORMATS[training.format].method
+        made_for = method_of_format(training.format)
         if made_for is not None and made_for != method:
             r.problem(
                 "training.format",

@@ -259,9 +259,9 @@ def mlx_default_taps() -> list[int]:
 def _mlx_releases() -> list[str]:
     """The mlx-vlm releases whose target capture for drafters was read (method_rules.json's
     mlx rows, 0.6.16 on; 0.6.15's qwen3_dflash drafter is there but its models were not)."""
-    from . import dflash_family
+    from . import method_table
 
-    return [v for v in dflash_family.read_releases("mlx") if dflash_family.row("mlx", v)]
+    return [v for v in method_table.read_releases("mlx") if method_table.row("mlx", v)]
 
 
 def version_order(version: str) -> tuple[int, ...]:
@@ -332,11 +332,11 @@ def _mlx(q: Query, draft: DFlashDraft) -> Resolution:
     ``dflash_config.target_layer_ids``, else the top-level key, else its default
     ``[1, 8, 15, 22, 29]`` (EC522); the target model folder's loop appends layer i's output
     for id i (method_rules.json's mlx ``models``, as for DFlash2 / DSpark)."""
-    from . import dflash_family
+    from . import method_table
 
     read = _mlx_releases()
     version = q.assume(read[-1], "mlx-vlm")
-    row = dflash_family.row("mlx", version)
+    row = method_table.row("mlx", version)
     if row is None or version not in read:
         raise Unservable(
             f"mlx-vlm {version}: DFlash is read for the releases {read[0]} to {read[-1]} "
@@ -388,7 +388,7 @@ def _mlx(q: Query, draft: DFlashDraft) -> Resolution:
         q.problems.append(_guess_problem("mlx-vlm", how, taps, [p.layer for p in positions]))
     return q.answer(
         positions,
-        f"built-in rules: mlx-vlm {dflash_family.span(row)} {MLX_FILE} reads "
+        f"built-in rules: mlx-vlm {method_table.span(row)} {MLX_FILE} reads "
         f"{', '.join(TAP_KEYS)}, else {list(MLX_DEFAULT_TAPS)}; models/{folder}/language.py "
         "appends layer i's output for id i (residual:i+1)",
         taps,

@@ -19,16 +19,15 @@ by ``scripts/gen_method_rules.py`` (``method_rules.json``); docs/methods.md stat
 from __future__ import annotations
 
 import dataclasses
-import functools
-import json
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..errors import EagleContractError, Unservable
 from ..layers import Layer
-from . import dflash
+from . import dflash, method_table
 from .base import Position, Query, Resolution
+from .method_table import releases, span
 
 METHODS = ("dflash2", "dspark")
 ENGINES = {
@@ -39,65 +38,16 @@ PACKAGES = {"sglang": "SGLang", "vllm": "vLLM", "llama.cpp": "llama-cpp-python",
 DSPARK_KEY = "dspark_target_layer_ids"
 
 
-@functools.cache
-def _table() -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(Path(__file__).with_name("method_rules.json").read_text())
-    return data
-
-
-def releases(engine: str, method: str) -> list[str]:
-    """The releases of ``engine`` read for ``method`` that serve it, oldest first."""
-    data = _table()[engine]
-    return [v for v in data["releases"] if _serves(_row(engine, v), method)]
-
-
-def _row(engine: str, version: str) -> dict[str, Any] | None:
-    from packaging.version import Version
-
-    data = _table()[engine]
-    if version not in data["releases"]:
-        return None
-    v = Version(version)
-    for row in data["rows"]:
-        if Version(row["since"]) <= v and (row["until"] is None or v < Version(row["until"])):
-            return dict(row)
-    return None
-
-
-def read_releases(engine: str) -> list[str]:
-    """Every release of ``engine`` whose wheel was read for method_rules.json."""
-    return list(_table()[engine]["releases"])
-
-
-def row(engine: str, version: str) -> dict[str, Any] | None:
-    """The method_rules.json row of ``engine`` ``version`` (None: not read, or before any)."""
-    return _row(engine, version)
-
-
-def span(row: Mapping[str, Any]) -> str:
-    return _span(row)
-
-
-def _serves(row: Mapping[str, Any] | None, method: str) -> bool:
-    if row is None:
-        return False
-    return bool(row["dflash2"] if method == "dflash2" else row["dspark"])
-
-
-def _span(row: Mapping[str, Any]) -> str:
-    return f"{row['since']}" + (f"-{row['until']} (excl.)" if row["until"] else " on")
-
-
 def _version(engine: str, method: str, q: Query, package: str) -> tuple[str, dict[str, Any]]:
-    read = _table()[engine]["releases"]
+    read = method_table.table()[engine]["releases"]
     version = q.assume(read[-1], package)
-    row = _row(engine, version)
+    row = method_table.row(engine, version)
     if row is None:
         raise Unservable(
             f"{package} {version}: not read for {method} here; read: {', '.join(read)} "
             "(docs/methods.md)"
         )
-    if not _serves(row, method):
+    if not method_table.serves(row, method):
         first = releases(engine, method)
         raise Unservable(
             f"{package} {version} has no {_TITLE[method]} path"
@@ -171,12 +121,12 @@ def _dflash2(
 ) -> Resolution:
     if engine == "sglang":
         why = (
-            f"SGLang {_span(row)}: {', '.join(row['dflash2'])} subclass DFlashDraftModel "
+            f"SGLang {span(row)}: {', '.join(row['dflash2'])} subclass DFlashDraftModel "
             "(models/dflash.py): the DFLASH worker's tap rules"
         )
     elif engine == "vllm":
         why = (
-            f"vLLM {_span(row)}: DFlash2DraftModel is registered and runs on the DFlash "
+            f"vLLM {span(row)}: DFlash2DraftModel is registered and runs on the DFlash "
             "speculator (v1/worker/gpu/spec_decode/dflash2; speculators' dflash2 is method "
             "dflash): the DFlash tap rules"
         )
@@ -259,7 +209,7 @@ def _dspark_sglang(
     res = dflash.resolve_dflash("sglang", num_layers, draft, q.arch, version)
     return _again(
         res,
-        f"DSpark: SGLang {_span(row)} {facts['file']} parse_dspark_draft_config reads "
+        f"DSpark: SGLang {span(row)} {facts['file']} parse_dspark_draft_config reads "
         f"{', '.join(facts['keys'])} (then the DFlash fallback); capture through "
         "set_dflash_layers_to_capture where the target has no DSpark hook",
         notes,
@@ -328,7 +278,7 @@ def _dspark_vllm(
     positions = tuple(Position(i - shift, i, Layer(i + cap.plus)) for i in reached)
     return q.answer(
         positions,
-        f"DSpark: vLLM {_span(row)} {facts['file']} get_eagle3_aux_layers_from_config reads "
+        f"DSpark: vLLM {span(row)} {facts['file']} get_eagle3_aux_layers_from_config reads "
         f"{', '.join(k for k, _ in keys)}; {DSPARK_KEY} + {dshift} for model_type "
         f"{model_type!r:.30}; {cap.file} ({cap.span}): id k = residual:k"
         + (f"+{cap.plus}" if cap.plus else ""),
@@ -464,7 +414,7 @@ def _mlx(
     positions = tuple(Position(t, t, Layer(t + 1)) for t in taps)
     return q.answer(
         positions,
-        f"{_TITLE[method]}: mlx-vlm {_span(row)} {facts['file']} reads "
+        f"{_TITLE[method]}: mlx-vlm {span(row)} {facts['file']} reads "
         f"{', '.join(facts['keys'])}; models/{folder}/language.py "
         "appends layer i's output for id i (residual:i+1)",
         taps,

@@ -589,7 +589,8 @@ def _want_family(args: argparse.Namespace) -> int:
     """``resolve --method dflash2|dspark --want LAYER ...``: the one tap list that makes every
     asked release feed those layers, or why none does."""
     from ..engines.base import releases_for
-    from ..engines.dflash_family import releases, taps_for
+    from ..engines.dflash_family import taps_for
+    from ..engines.method_table import releases
     from ..layers import Layer
     from ..render import to_json
 

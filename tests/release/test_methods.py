@@ -248,13 +248,13 @@ def test_a_pard_draft_is_detected_by_its_pard_token():
 
 
 def test_rules_table_pins_what_the_releases_say():
-    from pytest_eagle_contract.engines.dflash_family import _table, releases
+    from pytest_eagle_contract.engines.method_table import releases, table
 
     assert releases("sglang", "dflash2")[0] == "0.5.19"
     assert releases("sglang", "dspark")[0] == "0.5.16"
     assert releases("vllm", "dflash2")[0] == "0.28.0"
     assert releases("vllm", "dspark")[0] == "0.25.0"
-    rows = _table()["vllm"]["rows"]
+    rows = table()["vllm"]["rows"]
     shifts = {r["since"]: r["dspark"]["dspark_target_layer_ids"] for r in rows if r["dspark"]}
     assert shifts["0.25.0"]["deepseek_v41"] == 1 and shifts["0.34.0"]["deepseek_v41"] == 0
 
@@ -372,3 +372,14 @@ def test_both_keys_sglang_reads_the_dspark_key_vllm_the_dflash_key(cli, tmp_path
     _, vll = run(cli, "dspark", "--engine", "vllm", "--draft-config", draft)
     assert sgl["layers"] == outputs_of(TAPS)
     assert vll["layers"] == outputs_of(other)
+
+
+def test_each_shard_format_names_the_method_the_registry_gives_it():
+    """A format's ``method`` (what the reader knows) and the registry's ``shard_formats``
+    (what a contract is checked against at load, below the shard readers) say the same."""
+    from pytest_eagle_contract.methods import method_of_format
+    from pytest_eagle_contract.shards.formats import FORMATS
+
+    said = {name: f.method for name, f in FORMATS.items()}
+    assert said == {name: method_of_format(name) for name in FORMATS}
+    assert {m for m in said.values() if m} == {"dflash", "dspark"}

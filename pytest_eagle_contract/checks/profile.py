@@ -375,7 +375,7 @@ def compare(training: Profile, deploy: Profile, max_drop: float) -> list[Finding
                 f"less (at most {100 * max_drop:.0f}% allowed)",
                 deploy.path,
                 (
-                    f"within {NOISE_Z:g} standard errors of the two histograms' sampling noise "
+                    f"within {NOISE_Z:g} standard errors of the profiles' known sampling noise "
                     f"({math.sqrt(noise):.3f}): measure more steps to tell"
                     if within_noise
                     else "the served draft is not the trained one's equal: check the layout, "

@@ -19,7 +19,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from ..findings import Finding, RuleCode, Severity, codes, finding
 from .family import CheckFamily
@@ -112,7 +112,7 @@ def read_profile(path: Path) -> Profile:
             length = int(key)
         except (TypeError, ValueError):
             raise Unreadable(f"acceptance_length_histogram key {key!r} is not a length") from None
-        if not isinstance(count, int) or not _number(count) or count < 0:
+        if not _number(count) or not isinstance(count, int) or count < 0:
             raise Unreadable(f"acceptance_length_histogram[{key!r}] is {count!r:.40}, not a count")
         histogram[length] = histogram.get(length, 0) + count
     method = raw.get("method")
@@ -190,10 +190,10 @@ def _from_probe(path: Path, layouts: list[Any]) -> Profile:
 def _count(x: object) -> int:
     """A step count as measure (``rounds``) and probe (``chains``) write it; 0 when absent
     (or past what a float holds: the noise is then unknown)."""
-    return x if isinstance(x, int) and _number(x) and x > 0 else 0
+    return x if _number(x) and isinstance(x, int) and x > 0 else 0
 
 
-def _number(x: object) -> bool:
+def _number(x: object) -> TypeGuard[int | float]:
     """A finite JSON number a float holds (a 400-digit integer is none: OverflowError)."""
     if not isinstance(x, (int, float)) or isinstance(x, bool):
         return False
@@ -204,7 +204,7 @@ def _number(x: object) -> bool:
 
 
 def _rate(x: object) -> bool:
-    return _number(x) and 0.0 <= float(x) <= 1.0  # type: ignore[arg-type]
+    return _number(x) and 0.0 <= float(x) <= 1.0
 
 
 def _close(a: float, b: float, tol: float = TOLERANCE) -> bool:

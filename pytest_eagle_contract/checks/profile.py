@@ -19,7 +19,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from ..findings import Finding, RuleCode, Severity, codes, finding
 from .family import CheckFamily
@@ -101,8 +101,8 @@ def read_profile(path: Path) -> Profile:
             raise Unreadable(f"{name} holds a value that is not a rate in [0, 1]")
         vectors[name] = tuple(float(x) for x in value)
     mean = raw.get("mean_accept_length")
-    if not isinstance(mean, (int, float)) or isinstance(mean, bool) or not math.isfinite(mean):
-        raise Unreadable(f"mean_accept_length is {mean!r}, not a number")
+    if not _number(mean):
+        raise Unreadable(f"mean_accept_length is {mean!r:.40}, not a number")
     histogram: dict[int, int] = {}
     hist = raw.get("acceptance_length_histogram", {})
     if not isinstance(hist, dict):
@@ -112,8 +112,8 @@ def read_profile(path: Path) -> Profile:
             length = int(key)
         except (TypeError, ValueError):
             raise Unreadable(f"acceptance_length_histogram key {key!r} is not a length") from None
-        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
-            raise Unreadable(f"acceptance_length_histogram[{key!r}] is {count!r}, not a count")
+        if not _number(count) or not isinstance(count, int) or count < 0:
+            raise Unreadable(f"acceptance_length_histogram[{key!r}] is {count!r:.40}, not a count")
         histogram[length] = histogram.get(length, 0) + count
     method = raw.get("method")
     conditions = raw.get("measurement_conditions")
@@ -139,8 +139,8 @@ def _from_measure(path: Path, measured: dict[str, Any]) -> Profile:
         raise Unreadable("holds measure's lower bound only (llama-server without --metrics)")
     if not isinstance(per, list) or not 0 < len(per) <= MAX_K or not all(_rate(x) for x in per):
         raise Unreadable("holds measure's result without per-position rates")
-    if not isinstance(length, (int, float)) or isinstance(length, bool):
-        raise Unreadable(f"measure's accept_length is {length!r}, not a number")
+    if not _number(length):
+        raise Unreadable(f"measure's accept_length is {length!r:.40}, not a number")
     marginal = tuple(float(x) for x in per)
     conditional = tuple(
         m / (marginal[i - 1] if i else 1.0) if (marginal[i - 1] if i else 1.0) > 0 else 0.0
@@ -170,8 +170,8 @@ def _from_probe(path: Path, layouts: list[Any]) -> Profile:
     per, length = row.get("per_step"), row.get("accept_length")
     if not isinstance(per, list) or not 0 < len(per) <= MAX_K or not all(_rate(x) for x in per):
         raise Unreadable("holds probe's result without per-step rates")
-    if not isinstance(length, (int, float)) or isinstance(length, bool):
-        raise Unreadable(f"probe's accept_length is {length!r}, not a number")
+    if not _number(length):
+        raise Unreadable(f"probe's accept_length is {length!r:.40}, not a number")
     conditional = tuple(float(x) for x in per)
     marginal: list[float] = []
     for c in conditional:
@@ -188,16 +188,23 @@ def _from_probe(path: Path, layouts: list[Any]) -> Profile:
 
 
 def _count(x: object) -> int:
-    """A step count as measure (``rounds``) and probe (``chains``) write it; 0 when absent."""
-    return x if isinstance(x, int) and not isinstance(x, bool) and x > 0 else 0
+    """A step count as measure (``rounds``) and probe (``chains``) write it; 0 when absent
+    (or past what a float holds: the noise is then unknown)."""
+    return x if _number(x) and isinstance(x, int) and x > 0 else 0
 
 
-def _number(x: object) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
+def _number(x: object) -> TypeGuard[int | float]:
+    """A finite JSON number a float holds (a 400-digit integer is none: OverflowError)."""
+    if not isinstance(x, (int, float)) or isinstance(x, bool):
+        return False
+    try:
+        return math.isfinite(x)
+    except OverflowError:
+        return False
 
 
 def _rate(x: object) -> bool:
-    return _number(x) and 0.0 <= float(x) <= 1.0  # type: ignore[arg-type]
+    return _number(x) and 0.0 <= float(x) <= 1.0
 
 
 def _close(a: float, b: float, tol: float = TOLERANCE) -> bool:
@@ -368,7 +375,7 @@ def compare(training: Profile, deploy: Profile, max_drop: float) -> list[Finding
                 f"less (at most {100 * max_drop:.0f}% allowed)",
                 deploy.path,
                 (
-                    f"within {NOISE_Z:g} standard errors of the two histograms' sampling noise "
+                    f"within {NOISE_Z:g} standard errors of the profiles' known sampling noise "
                     f"({math.sqrt(noise):.3f}): measure more steps to tell"
                     if within_noise
                     else "the served draft is not the trained one's equal: check the layout, "

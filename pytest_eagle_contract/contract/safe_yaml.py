@@ -39,8 +39,12 @@ def max_bytes() -> int:
 
 def read_text(path: Path) -> str:
     """The file's text: at most :func:`max_bytes` bytes of UTF-8 (a UTF-8 BOM is dropped)."""
+    import stat
+
     limit = max_bytes()
     try:
+        if not stat.S_ISREG(path.stat().st_mode):  # a FIFO would block, a device never end
+            raise ContractError.single(path, "cannot read contract: not a regular file")
         with path.open("rb") as f:
             data = f.read(limit + 1)
     except OSError as exc:

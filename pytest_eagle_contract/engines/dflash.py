@@ -139,12 +139,15 @@ def parse_dflash_draft(data: Mapping[str, Any], path: Path | None = None) -> DFl
         layer = data.get("transformer_layer_config")
         if vocab is None and isinstance(layer, dict):
             vocab = _size(layer, "vocab_size", path)
+    block = _size(data, "block_size", path)
+    if block == 0:  # a block is the anchor then block_size - 1 masked positions
+        raise EagleContractError(f"{path}: block_size must be at least 1 (the anchor), not 0")
     return DFlashDraft(
         path,
         found,
         _size(data, "num_hidden_layers", path),
         _size(data, "num_target_layers", path),
-        _size(data, "block_size", path),
+        block,
         _signed(data, "mask_token_id", path),
         vocab,
         _get(data, "dflash_config.sample_from_anchor") is True

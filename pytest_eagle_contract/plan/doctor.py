@@ -198,7 +198,8 @@ def _engine_rules(s: Setup) -> list[Finding]:
 def _method(s: Setup) -> list[Finding]:
     """The method and mode the engine will really run with this draft (issue 39 item 1):
     a draft config that turns the aux states off under EAGLE3 (EC521), mlx-vlm running the
-    draft as another drafter kind (EC523) or dropping it (EC524)."""
+    draft as another drafter kind (EC523) or dropping it (EC524), a DFlash draft's mask token
+    (EC527) and tap list (EC528)."""
     return [f for f in s.layout("method") if f.code in METHOD_CODES]
 
 

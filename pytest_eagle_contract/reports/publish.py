@@ -68,7 +68,15 @@ def check_targets(
     from .html import MARK as PAGE
     from .json_report import MARK
 
+    real = None
     if json_path is not None:
-        checked_output(json_path, flags[0], reads=reads, ours=MARK)
+        real = checked_output(json_path, flags[0], reads=reads, ours=MARK)
     if html_path is not None:
-        checked_output(html_path, flags[1], reads=reads, ours=PAGE)
+        page = checked_output(html_path, flags[1], reads=reads, ours=PAGE)
+        if real is not None and page == real:  # one would be written, then the other refused
+            from ..errors import UsageError
+
+            raise UsageError(
+                f"{flags[1]} {html_path}: the same file as {flags[0]} {json_path}; give each "
+                "report its own path"
+            )

@@ -449,7 +449,6 @@ def _resolve_dflash(args: argparse.Namespace) -> int:
     ``--draft-config``) on the engine (engines/dflash.py)."""
     from ..engines.dflash import ENGINES, TAP_KEYS, DFlashDraft, read_dflash_draft, resolve_dflash
     from ..errors import Unservable
-    from ..render import to_json
 
     if args.num_layers < 1:
         raise UsageError(f"--num-layers {args.num_layers}: a target has at least one layer")
@@ -484,19 +483,7 @@ def _resolve_dflash(args: argparse.Namespace) -> int:
             None if runner == "auto" else runner,
         )
     except Unservable as exc:
-        if args.json:
-            print(
-                to_json(
-                    {
-                        **_dflash_asked(args),
-                        "refused": str(exc),
-                        "silent": False,
-                        "layers": None,
-                    }
-                )
-            )
-        print(f"eagle-contract resolve: {args.engine} would not serve this: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return _refused(args, exc)
     return _print_resolution(args, res)
 
 
@@ -505,7 +492,6 @@ def _resolve_family(args: argparse.Namespace) -> int:
     (``--ids``, or its ``--draft-config``) on the engine, by the rules read for the method."""
     from ..engines.dflash_family import ENGINES, resolve_method
     from ..errors import Unservable
-    from ..render import to_json
 
     method = args.method
     if args.num_layers < 1:
@@ -540,19 +526,7 @@ def _resolve_family(args: argparse.Namespace) -> int:
             method, args.engine, args.num_layers, data, args.ids, args.arch, args.version, path
         )
     except Unservable as exc:
-        if args.json:
-            print(
-                to_json(
-                    {
-                        **_dflash_asked(args),
-                        "refused": str(exc),
-                        "silent": False,
-                        "layers": None,
-                    }
-                )
-            )
-        print(f"eagle-contract resolve: {args.engine} would not serve this: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return _refused(args, exc)
     return _print_resolution(args, res)
 
 
@@ -640,6 +614,18 @@ def _want_family(args: argparse.Namespace) -> int:
     else:
         print(f"{args.engine} feeds {', '.join(map(str, wanted))} with {key} = {list(taps)}")
     return EXIT_OK if taps is not None else EXIT_FINDINGS
+
+
+def _refused(args: argparse.Namespace, exc: Exception) -> int:
+    """A DFlash-family ``resolve`` the engine would not serve: the reason on stderr (and the
+    ``--json`` answer with ``refused``), exit 2."""
+    from ..render import to_json
+
+    if args.json:
+        answer = {**_dflash_asked(args), "refused": str(exc), "silent": False, "layers": None}
+        print(to_json(answer))
+    print(f"eagle-contract resolve: {args.engine} would not serve this: {exc}", file=sys.stderr)
+    return EXIT_USAGE
 
 
 def _dflash_asked(args: argparse.Namespace) -> dict[str, object]:

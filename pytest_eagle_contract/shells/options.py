@@ -73,7 +73,13 @@ def sampling(config: pytest.Config) -> tuple[Sampling, int]:
 
     sample = config.getoption("eagle_sample") or config.getini("eagle_sample")
     seed = config.getoption("eagle_seed")
-    return parse_sample(str(sample)), int(seed if seed is not None else config.getini("eagle_seed"))
+    if seed is None:  # the ini's text: a usage error, not an INTERNALERROR, where no integer
+        text = str(config.getini("eagle_seed"))
+        try:
+            seed = int(text)
+        except ValueError:
+            raise pytest.UsageError(f"eagle_seed = {text[:40]!r}: give a whole number") from None
+    return parse_sample(str(sample)), seed
 
 
 def shards_override(config: pytest.Config) -> list[Path]:

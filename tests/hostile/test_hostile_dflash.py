@@ -113,6 +113,18 @@ def test_hostile_dflash_draft_configs_are_findings(tmp_path, draft):
         assert json.loads(res.stdout)["findings"], res.stdout
 
 
+def test_a_block_size_of_0_is_a_malformed_draft_config(tmp_path):
+    """A block is the anchor then block_size - 1 masked positions: block_size 0 holds not
+    even the anchor. It is a malformed draft config (EC510), not an EC526 about a draft
+    'trained on blocks of 0 (-1 drafted tokens)'."""
+    folder = setup(tmp_path, {**DRAFT, "block_size": 0})
+    torch.save(good(), folder / "data_0.ckpt")
+    res = run("check", tmp_path / "c.yaml", "--checks", "layout", "--json")
+    found = json.loads(res.stdout)["findings"]
+    assert [f["code"] for f in found] == ["EC510"], found
+    assert "block_size must be at least 1 (the anchor), not 0" in found[0]["message"]
+
+
 def test_a_dflash_config_that_is_no_object_is_read_as_absent(tmp_path):
     """SGLang reads ``dflash_config`` with ``.get``: a list there is read here as no
     dflash_config (no taps, no mask token: the fallback and EC527's warning), no crash."""

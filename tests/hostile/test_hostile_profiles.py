@@ -95,3 +95,39 @@ def test_a_profile_that_is_a_fifo_is_refused_not_read(tmp_path: Path) -> None:
     cmd = [sys.executable, "-m", "pytest_eagle_contract", "profile", str(path)]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+
+
+HUGE = "1" + "0" * 400  # a JSON integer no float holds: float() of it is an OverflowError
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        json.dumps(GOOD).replace('"mean_accept_length": 2.55', f'"mean_accept_length": {HUGE}'),
+        json.dumps(GOOD).replace("[0.8, 0.625, 0.5]", f"[0.8, {HUGE}, 0.5]"),
+        json.dumps(GOOD).replace('"1": 20', f'"1": {HUGE}'),
+        json.dumps(MEASURED).replace('"accept_length": 2.5', f'"accept_length": {HUGE}'),
+        json.dumps(MEASURED).replace('"accept_length": 2.5', '"accept_length": NaN'),
+        json.dumps(MEASURED).replace("}}", f', "rounds": {HUGE}}}}}'),
+        json.dumps(PROBED).replace("[0.8]}", f'[0.8], "accept_length": {HUGE}}}'),
+        json.dumps(PROBED).replace("[0.8]}", f'[0.8], "accept_length": 1.8, "chains": {HUGE}}}'),
+    ],
+    ids=["mean", "rate", "histogram", "measure-length", "measure-nan", "rounds", "probe-length",
+         "chains"],
+)  # fmt: skip
+def test_numbers_past_a_float_are_ec720_or_ignored_not_a_traceback(tmp_path, capsys, text):
+    """Each was an OverflowError traceback (float() of a 401-digit integer) in reading the
+    profile, in its noise (probe's chains, measure's rounds) or in EC727's floor; NaN as
+    measure's accept length was taken as the profile's mean. Read against a good profile."""
+    path = tmp_path / "hostile.json"
+    path.write_text(text)
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(GOOD))
+    code = main(["profile", str(good), "--compare", str(path), "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code in (0, 1)
+    codes = [f["code"] for f in out["findings"] if f.get("file") == str(path)]
+    if "rounds" in text or "chains" in text:  # a count no float holds: the noise unknown
+        assert "EC720" not in codes, out["findings"]
+    else:
+        assert codes == ["EC720"], out["findings"]

@@ -111,6 +111,22 @@ def test_check_reports_refuse_folders_devices_and_files_that_are_not_reports(pro
     assert refused(check(project, "--json", dangling), "link to nothing")
 
 
+def test_one_path_for_both_reports_is_refused_before_the_run(project):
+    """--json-report and --html-report naming one file: the JSON report would be written,
+    then the HTML one refused onto it after the whole run (or the other way round). Refused
+    at the start, nothing written; a link to the other report is the same file."""
+    same = project / "r.out"
+    assert refused(check(project, "--json-report", same, "--html-report", same), "same file")
+    assert not same.exists()
+    (project / "r.json").touch()
+    link = project / "r.html"
+    link.symlink_to(project / "r.json")
+    assert refused(
+        check(project, "--json-report", project / "r.json", "--html-report", link), "same file"
+    )
+    assert (project / "r.json").read_text() == ""
+
+
 @pytest.mark.slow
 def test_a_previous_report_or_an_empty_file_is_replaced(project):
     report, page = project / "r.json", project / "r.html"

@@ -121,3 +121,21 @@ def test_the_old_and_the_new_option_for_one_report_is_a_usage_error(pytester):
     )
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--eagle-report a.json: give --eagle-json-report alone*"])
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--eagle-json-report", "r.out", "--eagle-html-report", "r.out"),
+        ("--eagle-report", "r.json", "--eagle-html-report", "r.json"),
+    ],
+)
+def test_one_path_for_both_reports_is_a_usage_error(pytester, args):
+    """Refused before the run, not found out after it with the JSON report already written
+    where the HTML one was asked for."""
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--eagle-contract", str(demo.shipped_contract()), *args
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--eagle-html-report*the same file as*"])
+    assert not (pytester.path / args[1]).exists()

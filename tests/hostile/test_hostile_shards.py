@@ -127,7 +127,9 @@ CASES: dict[str, tuple[Any, str]] = {
     "int key": ({**good(), 7: torch.zeros(1)}, "EC001"),
     "list of non-tensors": (good(aux_hidden_state=[1, "a", None]), "EC203"),
     "ids as a list": (good(input_ids=[1, 2, 3]), "EC001"),
-    "v1 tensor hidden_states": (v1(torch.randn(T, H)), "EC203"),
+    # in a .ckpt, a tensor hidden_states is SpecForge DFlash's layout (taps alone): one tap
+    # where the contract has four slots
+    "v1 tensor hidden_states": (v1(torch.randn(T, H)), "EC204"),
     "v1 0-d hidden_states": (v1(torch.tensor(3.0)), "EC203"),
     "v1 nested list": (v1([[torch.zeros(T, H)], {"a": 1}]), "EC203"),
     "2**30 zero-row slots": (

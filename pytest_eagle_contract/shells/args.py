@@ -48,15 +48,26 @@ def add_workers(parser: argparse.ArgumentParser, doing: str = "reading shards") 
     )
 
 
-def add_format(parser: argparse.ArgumentParser) -> None:
-    """``--format``: the shard format, else guessed from the file."""
+def add_format(parser: argparse.ArgumentParser, command: str) -> None:
+    """``--shard-format``: the shard format, else guessed from the file (``--format``, the
+    old name, warns: a format is what a command prints in ruff's and pytest's grammar)."""
     from ..shards.formats import FORMAT_NAMES
+    from .deprecated import Renamed
 
     parser.add_argument(
-        "--format",
+        "--shard-format",
+        dest="format",
         choices=FORMAT_NAMES,
         default="auto",
         help="the shards' format (default: auto, guessed from each file; docs/formats.md)",
+    )
+    parser.add_argument(
+        "--format",
+        dest="format",
+        choices=FORMAT_NAMES,
+        action=Renamed,
+        new="--shard-format",
+        command=command,
     )
 
 

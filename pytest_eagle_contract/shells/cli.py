@@ -68,7 +68,7 @@ def _parser() -> argparse.ArgumentParser:
 
     ins = sub.add_parser("inspect", help="keys, shapes, dtypes and per-slot norms of shards")
     add_shards(ins, help="shard files or directories (every shard under each)")
-    add_format(ins)
+    add_format(ins, "inspect")
     ins.add_argument("--hidden-size", type=int, help="split concatenated states by this width")
     add_print_json(ins)
     add_workers(ins)
@@ -99,7 +99,7 @@ def _parser() -> argparse.ArgumentParser:
         help="write no schema copy; the first line names the schema's $id instead",
     )
     inf.add_argument("--name", help="contract name (default: the output file's stem)")
-    add_format(inf)
+    add_format(inf, "infer")
     inf.add_argument(
         "--layers",
         nargs="+",
@@ -272,7 +272,7 @@ def _parser() -> argparse.ArgumentParser:
     add_target_model(
         idf, "HF model directory of the target, run on the shard's own tokens", required=True
     )
-    add_format(idf)
+    add_format(idf, "identify")
     add_print_json(idf)
 
     res = sub.add_parser("resolve", help="map an engine's aux layer ids to canonical layers")

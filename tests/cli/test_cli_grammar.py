@@ -279,6 +279,23 @@ def test_record_and_demo_out_is_now_o_output(tmp_path: Path, cli) -> None:
         assert "use -o/--output" in res.stderr or flag != "--out"
 
 
+def test_the_shards_format_is_shard_format_and_format_warns(shards: Path, cli) -> None:
+    """``--shard-format`` names the shards' format; ``--format``, the old name, stores the same
+    with a warning and is in no help (a format is what a command prints, CLI-STYLE.md §1)."""
+    for command in ("inspect", "infer", "identify"):
+        text = cli(command, "--help").stdout
+        assert "--shard-format" in text and "--format " not in text, command
+    shard = next((shards / "good").rglob("*.ckpt"))
+    new = cli("inspect", shard, "--shard-format", "specforge", "--json")
+    old = cli("inspect", shard, "--format", "specforge", "--json")
+    assert new.returncode == old.returncode == 0, old.stderr
+    assert json.loads(new.stdout) == json.loads(old.stdout) and new.stderr == ""
+    (line,) = old.stderr.splitlines()
+    assert "--format is deprecated" in line and "use --shard-format" in line, line
+    wrong = cli("inspect", shard, "--shard-format", "speculators", "--json")
+    assert json.loads(wrong.stdout) != json.loads(new.stdout)  # used, not only parsed
+
+
 def test_record_without_an_output_folder_is_a_usage_error(shards: Path, cli) -> None:
     res = cli("record", CONTRACT, shards / "good", "--sglang-url", "http://127.0.0.1:9")
     assert res.returncode == 2 and "-o/--output DIR" in res.stderr

@@ -70,7 +70,7 @@ def profile(args: argparse.Namespace) -> int:
             if errors
             else f"ok: {len(read)} profile(s) consistent{tail}"
         )
-        for p in read:
+        for p in read if not args.quiet else ():  # -q: the verdict alone
             rates = " ".join(f"{c:.3f}" for c in p.conditional)
             print(
                 f"{p.path}: {p.method or 'method not given'}, num_speculative_tokens {p.k}, "

@@ -267,6 +267,14 @@ def test_bad_arguments_are_usage_errors(cli, tmp_path):
         assert res.returncode == 2, (args, res.stdout, res.stderr)
 
 
+def test_quiet_prints_the_verdict_alone(cli, tmp_path):
+    good = write(tmp_path, "p.json", profile_of(TRAINED, 3))
+    loud, quiet = cli("profile", good), cli("profile", good, "-q")
+    assert loud.returncode == quiet.returncode == 0, quiet.stderr
+    assert len(loud.stdout.splitlines()) > 1 and str(good) in loud.stdout
+    assert quiet.stdout.splitlines() == loud.stdout.splitlines()[:1]
+
+
 def test_a_fifo_is_not_a_regular_file_and_a_missing_file_is_missing(cli, tmp_path):
     """A FIFO given as the profile is refused as what it is, never read (it would block)."""
     import os

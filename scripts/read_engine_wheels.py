@@ -106,6 +106,24 @@ def lmdeploy(z: zipfile.ZipFile) -> dict[str, Any]:
     out: dict[str, Any] = {"dflash": py + "models/qwen3_dflash.py" in names}
     for method in ("dflash2", "dspark"):
         out[method] = any(method in n.lower() for n in names if n.startswith("lmdeploy/"))
+    llama_cfg = _text(z, py + "configurations/llama.py") or ""
+    llama = _text(z, py + "models/llama.py") or ""
+    # EAGLE-3: the target's taps are fixed; captured before layer k runs (the input of layer k)
+    out["eagle3_fixed_ids"] = (
+        "hf_config.aux_hidden_state_layers = (2, num_layers // 2, num_layers - 3)" in llama_cfg
+    )
+    out["eagle3_captures_layer_input"] = bool(
+        re.search(
+            r"if idx in self\.aux_hidden_state_layers:\n\s+aux_hidden_states\.append\("
+            r"hidden_states \+ residual\)\n\s+hidden_states, residual = decoder_layer\(",
+            llama,
+        )
+    )
+    out["eagle3_reads_draft_ids"] = any(
+        "eagle_aux_hidden_state_layer_ids" in (_text(z, n) or "")
+        for n in names
+        if n.startswith(py + "configurations/") or n in (py + "models/llama.py",)
+    )
     utils = _text(z, py + "spec_decode/dflash_utils.py")
     if utils is None:
         return out

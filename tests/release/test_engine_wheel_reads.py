@@ -52,6 +52,13 @@ def test_onnxruntime_genai_taps_the_output_of_target_layer_t(release):
     assert found["mtp_state_final_norm"]
 
 
+@pytest.mark.parametrize("release", ["0.16.0", "0.17.0", "0.18.0"])
+def test_lmdeploy_eagle3_feeds_fixed_layers_whatever_the_draft_says(release):
+    found = _need(LMD, release)
+    assert found["eagle3_fixed_ids"] and found["eagle3_captures_layer_input"]
+    assert not found["eagle3_reads_draft_ids"]
+
+
 @pytest.mark.parametrize("release", ["0.16.0", "0.17.0"])
 def test_lmdeploy_before_0_18_has_no_dflash(release):
     found = _need(LMD, release)

@@ -1,0 +1,190 @@
+"""What the onnxruntime-genai, lmdeploy and optimum-intel wheels hold for the hidden-state
+drafting methods, re-read from the wheels (zipfile and ast; nothing is imported or run).
+
+docs/layers.md ("Methods per engine and release") states these findings; none of these
+engines has rules here yet. ``tests/release/test_engine_wheel_reads.py`` runs this on the
+folder EAGLE_CONTRACT_ENGINE_WHEELS names (``pip download --no-deps`` of onnxruntime-genai
+0.14.1 0.15.2 0.16.0 0.17.1 0.18.0, lmdeploy 0.16.0 0.17.0 0.18.0, optimum-intel 2.0.0 2.1.0
+2.2.0) and holds the result to what the docs say.
+
+    python scripts/read_engine_wheels.py DIR    # prints the findings as JSON
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import sys
+import zipfile
+from pathlib import Path
+from typing import Any
+
+PROJECTS = {
+    "onnxruntime_genai": "onnxruntime-genai",
+    "lmdeploy": "lmdeploy",
+    "optimum_intel": "optimum-intel",
+}
+
+
+def _text(z: zipfile.ZipFile, name: str) -> str | None:
+    try:
+        return z.read(name).decode("utf-8")
+    except KeyError:
+        return None
+
+
+def _function(tree: ast.Module, name: str) -> ast.FunctionDef | None:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and node.name == name:
+            return node
+    return None
+
+
+def _added_to_ids(fn: ast.FunctionDef, source: str) -> int | None:
+    """The constant k of a ``[x + k for x in <source>]`` in ``fn``, or None."""
+    for node in ast.walk(fn):
+        if not (isinstance(node, ast.ListComp) and len(node.generators) == 1):
+            continue
+        gen = node.generators[0]
+        elt = node.elt
+        if (
+            isinstance(gen.iter, ast.Name)
+            and gen.iter.id == source
+            and isinstance(gen.target, ast.Name)
+            and isinstance(elt, ast.BinOp)
+            and isinstance(elt.op, ast.Add)
+            and isinstance(elt.left, ast.Name)
+            and elt.left.id == gen.target.id
+            and isinstance(elt.right, ast.Constant)
+            and isinstance(elt.right.value, int)
+        ):
+            return elt.right.value
+    return None
+
+
+def onnxruntime_genai(z: zipfile.ZipFile) -> dict[str, Any]:
+    base = "onnxruntime_genai/models/builders/"
+    names = set(z.namelist())
+    out: dict[str, Any] = {
+        "dflash": False,  # no plain DFlash builder in any release read
+        "dflash2": base + "dflash2.py" in names,
+        "dspark": base + "dspark.py" in names,
+        "eagle3": any(n.startswith(base) and "eagle" in n.lower() for n in names),
+    }
+    qwen = _text(z, base + "qwen.py") or ""
+    builder = _text(z, "onnxruntime_genai/models/builder.py") or ""
+    b = _text(z, base + "base.py") or ""
+    out["mtp"] = "mtp_num_hidden_layers" in qwen
+    # aux_hidden_state_layers entry i: the residual entering layer i (SkipLayerNorm output 3)
+    out["aux_entry_is_input_of_layer"] = (
+        bool(re.search(r"location == \"input\" and layer_id in self\.aux_hidden_state_layers", b))
+        and "self.aux_hidden_state_taps[layer_id] = (output_3" in b
+    )
+    out["aux_range"] = "1 <= i < self.num_layers" in b
+    fn = _function(ast.parse(qwen), "require_specforge_aux_taps") if qwen else None
+    out["aux_is_target_layer_ids_plus"] = _added_to_ids(fn, "target_layer_ids") if fn else None
+    out["targets"] = sorted(
+        set(
+            re.findall(
+                r'config\.architectures\[0\] == "(\w+)":\n\s+onnx_model = Qwen35(?:MoE)?Model',
+                builder,
+            )
+        )
+    )
+    # the MTP head's hidden_states: the last layer norm's output 0
+    out["mtp_state_final_norm"] = (
+        'decoder_options["include_hidden_states"] = True' in qwen
+        and 'output_0 = self.output_names["hidden_states"]' in b
+    )
+    return out
+
+
+def lmdeploy(z: zipfile.ZipFile) -> dict[str, Any]:
+    py = "lmdeploy/pytorch/"
+    names = set(z.namelist())
+    out: dict[str, Any] = {"dflash": py + "models/qwen3_dflash.py" in names}
+    for method in ("dflash2", "dspark"):
+        out[method] = any(method in n.lower() for n in names if n.startswith("lmdeploy/"))
+    llama_cfg = _text(z, py + "configurations/llama.py") or ""
+    llama = _text(z, py + "models/llama.py") or ""
+    # EAGLE-3: the target's taps are fixed; captured before layer k runs (the input of layer k)
+    out["eagle3_fixed_ids"] = (
+        "hf_config.aux_hidden_state_layers = (2, num_layers // 2, num_layers - 3)" in llama_cfg
+    )
+    out["eagle3_captures_layer_input"] = bool(
+        re.search(
+            r"if idx in self\.aux_hidden_state_layers:\n\s+aux_hidden_states\.append\("
+            r"hidden_states \+ residual\)\n\s+hidden_states, residual = decoder_layer\(",
+            llama,
+        )
+    )
+    out["eagle3_reads_draft_ids"] = any(
+        "eagle_aux_hidden_state_layer_ids" in (_text(z, n) or "")
+        for n in names
+        if n.startswith(py + "configurations/") or n in (py + "models/llama.py",)
+    )
+    utils = _text(z, py + "spec_decode/dflash_utils.py")
+    if utils is None:
+        return out
+    out["keys"] = re.findall(r"dflash_config\.get\('(\w+)'\)", utils)
+    out["top_level_target_layer_ids"] = bool(
+        re.search(
+            r"getattr\(draft_hf_config, 'target_layer_ids'|draft_hf_config\.target_layer_ids", utils
+        )
+    )
+    fn = _function(ast.parse(utils), "build_target_layer_ids")
+    seg = (ast.get_source_segment(utils, fn) or "") if fn is not None else ""
+    out["fallback"] = bool(
+        re.search(r"return \(num_target_layers // 2,\)", seg)
+        and re.search(r"start = 1\n\s+end = num_target_layers - 3", seg)
+        and "int(round(start + i * span / (num_draft_layers - 1)))" in seg
+    )
+    captures = {}
+    for model in ("qwen3", "qwen3_5", "llama"):
+        src = _text(z, py + f"models/{model}.py") or ""
+        captures[model] = (
+            "_aux_hidden_state_layers_set" in src
+            and "aux_hidden_states.append(hidden_states if residual is None else "
+            "hidden_states + residual)"
+            in src
+        )
+    out["captures_layer_output"] = captures
+    return out
+
+
+def optimum_intel(z: zipfile.ZipFile) -> dict[str, Any]:
+    ex = "optimum/exporters/openvino/"
+    convert = _text(z, ex + "convert.py") or ""
+    patcher = _text(z, ex + "model_patcher.py") or ""
+    return {
+        "dflash_export": "def _add_dflash_mode_to_rt_info" in convert,
+        "rt_info_ids_as_is": 'model.set_rt_info(",".join(map(str, '
+        'dflash_config["target_layer_ids"])), ["dflash", "target_layer_ids"])' in convert,
+        "mtp_export": "_qwen3_5_mtp_module_forward" in patcher,
+        "dflash2": "dflash2" in (convert + patcher).lower(),
+        "dspark": "dspark" in (convert + patcher).lower(),
+    }
+
+
+READERS = {
+    "onnxruntime_genai": onnxruntime_genai,
+    "lmdeploy": lmdeploy,
+    "optimum_intel": optimum_intel,
+}
+
+
+def read(folder: Path) -> dict[str, dict[str, dict[str, Any]]]:
+    """{project: {release: findings}} for every wheel of the three projects in ``folder``."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for wheel in sorted(folder.glob("*.whl")):
+        dist, release = wheel.name.split("-")[:2]
+        if dist not in READERS:
+            continue
+        with zipfile.ZipFile(wheel) as z:
+            out.setdefault(PROJECTS[dist], {})[release] = READERS[dist](z)
+    return out
+
+
+if __name__ == "__main__":
+    print(json.dumps(read(Path(sys.argv[1])), indent=1, sort_keys=True))

@@ -499,6 +499,8 @@ def _serving(
     method = _draft_method(draft) if draft is not None else None
     if draft is not None and method == "dflash":
         return _dflash_serving(draft, draft_ref, engine, name, arch)
+    if draft is not None and method in ("dflash2", "dspark"):
+        return _family_serving(method, draft, draft_ref, engine, name, arch)
     if method in ("dflash2", "dspark", "pard", "mtp"):
         return _method_only(method, name)
     if FORMATS[d.obs.format].method == "dflash":
@@ -591,6 +593,42 @@ def _method_only(method: str, engine: str) -> list[str]:
     return [
         f"method: {method}  # the draft config names a {m.title} draft (docs/methods.md)",
         f"# serving: not written by infer; {how}",
+    ]
+
+
+def _family_serving(
+    method: str,
+    draft: Path,
+    draft_ref: str | None,
+    engine: str | None,
+    default: str,
+    arch: list[str],
+) -> list[str]:
+    """``method: dflash2|dspark`` and a serving section for such a draft: the engine asked
+    for, else the shards' pipeline's where it serves the method, else SGLang; from the first
+    release of it that serves the method (method_rules.json), so the layout check resolves
+    the draft's taps by that method's rules in every release the section names."""
+    from ..engines.method_table import releases
+    from ..methods import get_method
+
+    m = get_method(method)
+    name = engine or (default if default in m.engines else "sglang")
+    if name not in m.engines:
+        raise UsageError(
+            f"--engine {name}: no {m.title} tap rules of it are read here; one of "
+            f"{', '.join(m.engines)}"
+        )
+    served = releases(name, method)
+    version = (
+        [f'  version: ">={served[0]}"  # the first release read that serves it'] if served else []
+    )
+    return [
+        f"method: {method}  # the draft config names a {m.title} draft (docs/{method}.md)",
+        "serving:",
+        f"  engine: {name}",
+        *arch,
+        *version,
+        f"  draft_config: {draft_ref or str(draft.resolve())}  # taps as {name} reads them",
     ]
 
 

@@ -151,22 +151,20 @@ def test_infer_then_check_passes_good_and_fails_shifts(cli, tmp_path):
     write_set(good, [t + 1 for t in TAPS])
     write_set(shifted, [t + 2 for t in TAPS], seed=1)  # captured one layer deeper
     draft = draft_dir(tmp_path, DRAFT)
-    infer(cli, tmp_path, good, draft)
+    data = infer(cli, tmp_path, good, draft)
     contract = tmp_path / "c.yaml"
+    # infer drafts the serving section: SpecForge's pipeline serves by SGLang, from the
+    # first release whose DSpark rules are read (method_rules.json)
+    assert data["serving"]["engine"] == "sglang" and data["serving"]["version"] == ">=0.5.16"
+    assert (contract.parent / data["serving"]["draft_config"]).resolve() == draft.resolve()
 
-    res, found = check(cli, contract)
+    res, found = check(cli, contract)  # the layout check resolves the taps in every release
     assert res.returncode == 0 and found == [], res.stdout
 
     res, found = check(cli, contract, shifted)  # the shards one tap off
     assert res.returncode == 1 and ("EC401", "error") in found, found
 
-    # serving by SGLang 0.5.23's DSpark rules: the draft config one tap off is EC501
-    text = contract.read_text()
-    contract.write_text(
-        text + f"serving:\n  engine: sglang\n  version: '0.5.23'\n  draft_config: {draft}\n"
-    )
-    res, found = check(cli, contract)
-    assert res.returncode == 0 and found == [], res.stdout
+    # the draft config one tap off is EC501 by SGLang's DSpark rules
     shifted = {**DRAFT["dflash_config"], "target_layer_ids": [t + 1 for t in TAPS]}
     draft_dir(tmp_path, {**DRAFT, "dflash_config": shifted})
     res, found = check(cli, contract)

@@ -315,10 +315,10 @@ def test_a_modelopt_dspark_export_is_detected_as_dspark():
 
 
 @pytest.mark.slow
-def test_infer_names_dflash2_and_writes_no_serving_section(cli, tmp_path):
-    """``infer --draft`` with a DFlash2 draft writes ``method: dflash2`` and no serving
-    section (its layout check is not built): the contract loads, and nothing resolves the
-    DFlash2 taps by EAGLE-3's rules."""
+def test_infer_names_dflash2_and_drafts_its_serving_section(cli, tmp_path):
+    """``infer --draft`` with a DFlash2 draft writes ``method: dflash2`` and a serving section
+    (SGLang, from its first release with DFlash2) whose taps the layout check resolves by
+    DFlash2's rules: the trained taps pass, a draft config one tap off is EC501."""
     import torch
     import yaml
 
@@ -341,9 +341,14 @@ def test_infer_names_dflash2_and_writes_no_serving_section(cli, tmp_path):
     )  # fmt: skip
     assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
     data = yaml.safe_load(contract.read_text())
-    assert data["method"] == "dflash2" and "serving" not in data
+    assert data["method"] == "dflash2" and data["serving"]["engine"] == "sglang"
+    assert data["serving"]["version"] == ">=0.5.19"
     checked = cli("check", contract)
     assert checked.returncode == 0, checked.stdout + checked.stderr
+    config(tmp_path, {**DFLASH2, "dflash_config": {"target_layer_ids": [2, 5]}})  # one off
+    shifted = cli("check", contract, "--json")
+    codes = {f["code"] for f in json.loads(shifted.stdout)["findings"]}
+    assert shifted.returncode == 1 and "EC501" in codes, shifted.stdout
 
 
 @pytest.mark.parametrize(

@@ -5,14 +5,13 @@ dflash2|dspark|mtp`` and ``resolve --engine lmdeploy --method dflash``, by the r
 
 The expected layers are docs/layers.md's statement of the rules (onnxruntime-genai 0.16.0 on
 and lmdeploy 0.18.0: tap t is the output of target layer t, ``residual:t+1``), not copied
-from the tool's output. With EAGLE_CONTRACT_ENGINE_WHEELS set, the last test re-derives the
-committed table from the wheels.
+from the tool's output. ``tests/release/test_engine_wheel_reads.py`` (``tox -e engine-wheels``)
+re-derives the committed table from the wheels.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -186,14 +185,3 @@ def test_the_table_names_what_methods_py_does():
     for engine, methods in METHOD_ONLY_ENGINES.items():
         served = {m for row in table[engine]["releases"].values() if row for m in row["methods"]}
         assert served == set(methods)
-
-
-@pytest.mark.skipif(
-    not os.environ.get("EAGLE_CONTRACT_ENGINE_WHEELS"),
-    reason="EAGLE_CONTRACT_ENGINE_WHEELS names no folder of the wheels (tox -e engine-wheels)",
-)
-def test_the_table_is_what_the_wheels_say():
-    import read_engine_wheels as reader
-
-    found = reader.rules(reader.read(Path(os.environ["EAGLE_CONTRACT_ENGINE_WHEELS"])))
-    assert found == method_engines.table()

@@ -185,3 +185,21 @@ def test_the_table_names_what_methods_py_does():
     for engine, methods in METHOD_ONLY_ENGINES.items():
         served = {m for row in table[engine]["releases"].values() if row for m in row["methods"]}
         assert served == set(methods)
+
+
+@pytest.mark.parametrize("engine,method", [("lmdeploy", "dflash"), (ORTG, "dflash2")])
+def test_a_contract_does_not_take_them_yet(cli, tmp_path, engine, method):
+    """Only ``resolve`` answers for them: a contract naming one as its serving.engine is a
+    usage error at load (its layout check, matrix and doctor are built for the EAGLE-3
+    engines' objects), never a traceback."""
+    path = draft(tmp_path, {"num_target_layers": L, "dflash_config": {"target_layer_ids": [1]}})
+    c = tmp_path / "c.yaml"
+    c.write_text(
+        f"contract: x\nversion: 1\nmethod: {method}\n"
+        f"target: {{arch: {QWEN35}, num_hidden_layers: {L}, hidden_size: 64}}\n"
+        "training:\n  slots:\n    - {layer: residual:2}\n    - {layer: final_norm}\n"
+        f"serving:\n  engine: {engine}\n  draft_config: {path}\n"
+    )
+    res = cli("check", c, "--checks", "layout")
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert "serving.engine" in res.stderr and engine in res.stderr

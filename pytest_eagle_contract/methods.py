@@ -59,6 +59,14 @@ EAGLE3_ENGINES = (
     "openvino",
 )
 
+# engines whose rules are read here for some methods but not EAGLE-3 (engines/method_engines.py,
+# method_engines_rules.json): what ``resolve --method`` and a contract's serving.engine of that
+# method take; every EAGLE-3 command refuses them
+METHOD_ONLY_ENGINES: dict[str, tuple[str, ...]] = {
+    "onnxruntime-genai": ("dflash2", "dspark", "mtp"),
+    "lmdeploy": ("dflash",),
+}
+
 
 @dataclass(frozen=True)
 class Method:

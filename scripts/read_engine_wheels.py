@@ -1,13 +1,16 @@
 """What the onnxruntime-genai, lmdeploy and optimum-intel wheels hold for the hidden-state
 drafting methods, re-read from the wheels (zipfile and ast; nothing is imported or run).
 
-docs/layers.md ("Methods per engine and release") states these findings; none of these
-engines has rules here yet. ``tests/release/test_engine_wheel_reads.py`` runs this on the
-folder EAGLE_CONTRACT_ENGINE_WHEELS names (``pip download --no-deps`` of onnxruntime-genai
-0.14.1 0.15.2 0.16.0 0.17.1 0.18.0, lmdeploy 0.16.0 0.17.0 0.18.0, optimum-intel 2.0.0 2.1.0
-2.2.0) and holds the result to what the docs say.
+docs/layers.md ("Methods per engine and release") states these findings; ``--rules`` turns
+the onnxruntime-genai and lmdeploy ones into engines/method_engines_rules.json, the rules
+``resolve --method`` answers by for those two engines.
+``tests/release/test_engine_wheel_reads.py`` runs this on the folder
+EAGLE_CONTRACT_ENGINE_WHEELS names (``pip download --no-deps`` of onnxruntime-genai 0.14.1
+0.15.2 0.16.0 0.17.1 0.18.0, lmdeploy 0.16.0 0.17.0 0.18.0, optimum-intel 2.0.0 2.1.0 2.2.0)
+and holds the result to what the docs say.
 
     python scripts/read_engine_wheels.py DIR    # prints the findings as JSON
+    python scripts/read_engine_wheels.py --rules DIR    # method_engines_rules.json
 """
 
 from __future__ import annotations
@@ -150,6 +153,33 @@ def lmdeploy(z: zipfile.ZipFile) -> dict[str, Any]:
             in src
         )
     out["captures_layer_output"] = captures
+    out["increasing"] = "must be strictly increasing and duplicate-free" in utils
+    out["nonempty"] = "target_layer_ids must not be empty" in utils
+    out["depth_check"] = "if num_target_layers != target_num_layers:" in utils
+    out["range_check"] = "if layer_id < 0 or layer_id >= num_target_layers:" in utils
+    # the targets: MODULE_MAP entries whose model file captures a layer's output for id i
+    module_map = _text(z, py + "models/module_map.py") or ""
+    # (a model file whose text model subclasses a capturing one's inherits its forward)
+    models = {
+        n[len(py + "models/") : -3]: _text(z, n) or ""
+        for n in names
+        if n.startswith(py + "models/") and n.endswith(".py")
+    }
+    setting = {m for m, src in models.items() if "_aux_hidden_state_layers_set" in src}
+    capturing = {
+        m
+        for m in setting
+        if "aux_hidden_states.append(hidden_states if residual is None else "
+        "hidden_states + residual)" in models[m]
+    }
+    capturing |= {m for m in setting if any(f"from .{c} import" in models[m] for c in capturing)}
+    out["targets"] = sorted(
+        arch
+        for arch, module in re.findall(
+            r"'(\w+)':\s*f'\{LMDEPLOY_PYTORCH_MODEL_PATH\}\.(\w+)\.\w+'", module_map
+        )
+        if module in capturing
+    )
     return out
 
 
@@ -186,5 +216,57 @@ def read(folder: Path) -> dict[str, dict[str, dict[str, Any]]]:
     return out
 
 
+def _order(release: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", release))
+
+
+def rules(found: dict[str, dict[str, dict[str, Any]]]) -> dict[str, Any]:
+    """method_engines_rules.json: per engine, every release read, with the methods it serves
+    and the facts each rule needs (null: a release read that serves none of them)."""
+    out: dict[str, Any] = {"generator": "scripts/read_engine_wheels.py --rules"}
+    ortg: dict[str, Any] = {}
+    ortg_found = found.get("onnxruntime-genai", {})
+    for release, f in sorted(ortg_found.items(), key=lambda x: _order(x[0])):
+        methods = [m for m in ("dflash2", "dspark", "mtp") if f[m]]
+        ok = f["aux_entry_is_input_of_layer"] and f["aux_range"]
+        ortg[release] = (
+            {
+                "methods": methods,
+                "file": "onnxruntime_genai/models/builders/qwen.py",
+                "key": "dflash_config.target_layer_ids",
+                "plus": f["aux_is_target_layer_ids_plus"],
+                "last_layer_refused": f["aux_range"],
+                "targets": f["targets"],
+                "mtp": "final_norm" if f["mtp_state_final_norm"] else None,
+            }
+            if methods and ok
+            else None
+        )
+    lmd: dict[str, Any] = {}
+    for release, f in sorted(found.get("lmdeploy", {}).items(), key=lambda x: _order(x[0])):
+        lmd[release] = (
+            {
+                "methods": ["dflash"],
+                "file": "lmdeploy/pytorch/spec_decode/dflash_utils.py",
+                "keys": ["dflash_config." + k for k in f["keys"] if k == "target_layer_ids"],
+                "plus": 1,
+                "fallback": "zlab" if f["fallback"] else None,
+                "increasing": f["increasing"],
+                "nonempty": f["nonempty"],
+                "depth_check": f["depth_check"],
+                "range_check": f["range_check"],
+                "targets": f["targets"],
+            }
+            if f["dflash"] and not f["top_level_target_layer_ids"]
+            else None
+        )
+    out["onnxruntime-genai"] = {"package": "onnxruntime-genai", "releases": ortg}
+    out["lmdeploy"] = {"package": "lmdeploy", "releases": lmd}
+    return out
+
+
 if __name__ == "__main__":
-    print(json.dumps(read(Path(sys.argv[1])), indent=1, sort_keys=True))
+    if sys.argv[1] == "--rules":
+        print(json.dumps(rules(read(Path(sys.argv[2]))), indent=1, sort_keys=True))
+    else:
+        print(json.dumps(read(Path(sys.argv[1])), indent=1, sort_keys=True))

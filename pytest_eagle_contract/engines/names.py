@@ -6,10 +6,14 @@ never imports them).
 
 from __future__ import annotations
 
-from ..methods import EAGLE3_ENGINES
+from ..methods import EAGLE3_ENGINES, METHOD_ONLY_ENGINES
 
 SERVING_ENGINE_NAMES: tuple[str, ...] = EAGLE3_ENGINES
 """The serving engines (every one serves EAGLE-3): what ``--engine`` takes in every command."""
+
+METHOD_ONLY_ENGINE_NAMES: tuple[str, ...] = tuple(METHOD_ONLY_ENGINES)
+"""Engines read for some methods only, not EAGLE-3 (onnxruntime-genai, lmdeploy): what
+``resolve --engine`` takes beside the serving engines, for ``--method`` one they serve."""
 
 TRAINER_NAMES: tuple[str, ...] = ("specforge", "speculators-v1", "speculators", "eagle", "hf")
 """The trainers (``hf``: plain hidden_states indices): what ``resolve --trainer`` takes."""

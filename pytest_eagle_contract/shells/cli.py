@@ -50,7 +50,7 @@ from .terminal import Erasing, QuietPipe
 
 
 def _parser() -> argparse.ArgumentParser:
-    from ..engines.names import SERVING_ENGINE_NAMES, TRAINER_NAMES
+    from ..engines.names import METHOD_ONLY_ENGINE_NAMES, SERVING_ENGINE_NAMES, TRAINER_NAMES
     from ..methods import METHODS
     from ..version import __version__
 
@@ -279,11 +279,12 @@ def _parser() -> argparse.ArgumentParser:
     side = res.add_mutually_exclusive_group(required=True)
     side.add_argument(
         "--engine",
-        choices=SERVING_ENGINE_NAMES,
+        choices=(*SERVING_ENGINE_NAMES, *METHOD_ONLY_ENGINE_NAMES),
         metavar="ENGINE",
         help="the serving engine whose reading of the ids is resolved (one of: "
         + ", ".join(SERVING_ENGINE_NAMES)
-        + ")",
+        + "; for --method dflash: lmdeploy; for --method dflash2, dspark, mtp: "
+        "onnxruntime-genai)",
     )
     side.add_argument(
         "--trainer",

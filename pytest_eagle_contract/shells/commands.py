@@ -351,6 +351,10 @@ def resolve(args: argparse.Namespace) -> int:
         args.engine = args.trainer
     _target_config(args)
     method = getattr(args, "method", "eagle3")
+    from ..methods import METHOD_ONLY_ENGINES
+
+    if args.engine in METHOD_ONLY_ENGINES:
+        return _resolve_method_only(args, method)
     if method == "dflash":
         return _resolve_dflash(args)
     if method in ("dflash2", "dspark"):
@@ -556,6 +560,46 @@ def _resolve_mtp(args: argparse.Namespace) -> int:
             print(to_json({**_dflash_asked(args), "refused": str(exc), "layers": None}))
         print(f"eagle-contract resolve: {args.engine} would not serve this: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    return _print_resolution(args, res)
+
+
+def _resolve_method_only(args: argparse.Namespace, method: str) -> int:
+    """``resolve --engine onnxruntime-genai|lmdeploy --method M`` (engines/method_engines.py):
+    an engine read for some methods only; every other method (EAGLE-3 first) is a usage error."""
+    from ..engines.method_engines import refusal, resolve
+    from ..errors import EagleContractError, Unservable
+
+    why = refusal(args.engine, method)
+    if why is not None:
+        raise UsageError(why)
+    if args.num_layers < 1:
+        raise UsageError(f"--num-layers {args.num_layers}: a target has at least one layer")
+    if getattr(args, "runner", "auto") != "auto":
+        raise UsageError(f"--runner is not read for --engine {args.engine}")
+    if args.want is not None:
+        raise UsageError(f"--want is not answered for --engine {args.engine}")
+    if method == "mtp":
+        if args.ids is not None or args.draft_config is not None:
+            raise UsageError(
+                "--method mtp has no tap list: give --arch or --target-config, not --ids or "
+                "--draft-config"
+            )
+    elif args.ids is not None and args.draft_config is not None:
+        raise UsageError("give --ids or --draft-config, not both")
+    elif args.ids is None and args.draft_config is None:
+        raise UsageError(
+            f"--method {method} needs --draft-config (its config.json) or --ids (its taps)"
+        )
+    data = None
+    if args.draft_config is not None:
+        from ..engines.draft_config import read_draft_json
+
+        path = Path(args.draft_config)
+        data = read_draft_json(path / "config.json" if path.is_dir() else path)
+    try:
+        res = resolve(args.engine, method, args.num_layers, data, args.ids, args.arch, args.version)
+    except (Unservable, EagleContractError) as exc:
+        return _refused(args, exc)
     return _print_resolution(args, res)
 
 

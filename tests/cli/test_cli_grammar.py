@@ -128,8 +128,13 @@ def test_sample_is_n_or_all_default_10_in_every_command_and_the_plugin(pytester)
 
 
 def test_engine_names_a_serving_engine_in_every_command() -> None:
-    """``--engine`` takes the serving engines only; a trainer is ``resolve --trainer``."""
-    from pytest_eagle_contract.engines.names import SERVING_ENGINE_NAMES, TRAINER_NAMES
+    """``--engine`` takes the serving engines only (``resolve`` also the method-only ones, for
+    the methods they serve); a trainer is ``resolve --trainer``."""
+    from pytest_eagle_contract.engines.names import (
+        METHOD_ONLY_ENGINE_NAMES,
+        SERVING_ENGINE_NAMES,
+        TRAINER_NAMES,
+    )
 
     seen: dict[str, tuple[str, ...]] = {}
     for command, parser in _parsers().items():
@@ -139,6 +144,8 @@ def test_engine_names_a_serving_engine_in_every_command() -> None:
             if "--trainer" in action.option_strings:
                 assert command == "eagle-contract resolve"
                 assert tuple(action.choices or ()) == TRAINER_NAMES
+    resolve = seen.pop("eagle-contract resolve")
+    assert resolve == (*SERVING_ENGINE_NAMES, *METHOD_ONLY_ENGINE_NAMES)
     assert seen and all(c == SERVING_ENGINE_NAMES for c in seen.values()), seen
 
 

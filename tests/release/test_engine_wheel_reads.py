@@ -83,3 +83,11 @@ def test_optimum_intel_2_2_copies_the_ids_into_rt_info():
     found = _need(OI, "2.2.0")
     assert found["dflash_export"] and found["rt_info_ids_as_is"] and found["mtp_export"]
     assert not found["dflash2"] and not found["dspark"]
+
+
+def test_method_engines_rules_are_what_the_wheels_say():
+    """engines/method_engines_rules.json (what ``resolve --engine onnxruntime-genai|lmdeploy``
+    answers by) is ``read_engine_wheels.py --rules`` of these wheels."""
+    from pytest_eagle_contract.engines import method_engines
+
+    assert reader.rules(READ) == method_engines.table()

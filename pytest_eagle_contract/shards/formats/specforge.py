@@ -19,7 +19,7 @@ class SpecForge(Format):
         group = (index // 2000) * 2000
         return f"rows_{group}-{group + 2000}/data_{index}.ckpt" + (".gz" if compress else "")
 
-    def _state_keys(self, slots: Sequence[torch.Tensor]) -> dict[str, Any]:
+    def _state_keys(self, slots: Sequence[torch.Tensor]) -> dict[str, Any] | None:
         """The aux states concatenated, then the target, each with a batch dimension."""
         return {key: state.unsqueeze(0) for key, state in self._aux_then_target(slots).items()}
 

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ...errors import UsageError
-from .base import Format
+from .specforge import SpecForge
 
 if TYPE_CHECKING:
     import torch
@@ -28,10 +28,8 @@ if TYPE_CHECKING:
     from ...layers import Layer
 
 
-class SpecForgeDFlash(Format):
-    def shard_name(self, index: int, compress: bool = False) -> str:
-        group = (index // 2000) * 2000
-        return f"rows_{group}-{group + 2000}/data_{index}.ckpt" + (".gz" if compress else "")
+class SpecForgeDFlash(SpecForge):
+    """SpecForge's file names; the taps alone, no target state, no default layers."""
 
     def _state_keys(self, slots: Sequence[torch.Tensor]) -> dict[str, Any] | None:
         import torch

@@ -18,26 +18,18 @@ followed here (engines/dflash_family.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ...errors import UsageError
-from .base import Format
+from .specforge import SpecForge
 
 if TYPE_CHECKING:
-    import torch
-
     from ...layers import Layer
 
 
-class SpecForgeDSpark(Format):
-    def shard_name(self, index: int, compress: bool = False) -> str:
-        group = (index // 2000) * 2000
-        return f"rows_{group}-{group + 2000}/data_{index}.ckpt" + (".gz" if compress else "")
-
-    def _state_keys(self, slots: Sequence[torch.Tensor]) -> dict[str, Any]:
-        """The taps concatenated, then the target, each with a batch dimension."""
-        return {key: state.unsqueeze(0) for key, state in self._aux_then_target(slots).items()}
+class SpecForgeDSpark(SpecForge):
+    """SpecForge's file names and state keys (the taps concatenated, then the target), with
+    no default layers: the taps come from the draft config."""
 
     def default_layers(
         self, num_layers: int, metadata: dict[str, Any], arch: str | None = None

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import json
 import re
 import sys
 import zipfile
@@ -51,7 +50,7 @@ from typing import Any
 sys.path[:0] = [str(Path(__file__).resolve().parent)]
 
 import sglang_wheel as sw  # noqa: E402
-from release_scan import compile_alone, version_key  # noqa: E402
+from release_scan import compile_alone, fold, version_key, write_or_check  # noqa: E402
 
 OUT = Path(__file__).resolve().parents[1] / "pytest_eagle_contract/engines/dflash_rules.json"
 UTILS = "sglang/srt/speculative/dflash_utils.py"
@@ -222,23 +221,6 @@ def derive_vllm(path: Path) -> dict[str, Any]:
     return {"v2_runs_dflash": _v2_dflash(config) if config else None, "fc": _fc(dflash)}
 
 
-def _fold(facts: list[tuple[str, dict[str, Any] | None]]) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
-    for version, fact in facts:
-        if fact is None:
-            continue
-        if (
-            rows
-            and rows[-1]["until"] is None
-            and {k: v for k, v in rows[-1].items() if k not in ("since", "until")} == fact
-        ):
-            continue
-        if rows and rows[-1]["until"] is None:
-            rows[-1]["until"] = version
-        rows.append({"since": version, "until": None, **fact})
-    return rows
-
-
 def table(folder: Path) -> dict[str, Any]:
     out: dict[str, Any] = {"generator": "scripts/gen_dflash_rules.py"}
     for project, derive_one in (("sglang", derive), ("vllm", derive_vllm)):
@@ -248,24 +230,17 @@ def table(folder: Path) -> dict[str, Any]:
             fact = derive_one(path)
             print(project, _version(path), "no DFlash" if fact is None else "read", file=sys.stderr)
             facts.append((_version(path), fact))
-        out[project] = {"releases": [v for v, _ in facts], "rows": _fold(facts)}
+        out[project] = {"releases": [v for v, _ in facts], "rows": fold(facts)}
     return out
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("wheels", type=Path)
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--check", action="store_true")
     args = parser.parse_args()
-    text = json.dumps(table(args.wheels), indent=1) + "\n"
-    if args.check:
-        if args.out.read_text() != text:
-            print(f"{args.out} differs from what the wheels say", file=sys.stderr)
-            return 1
-        return 0
-    args.out.write_text(text)
-    return 0
+    return write_or_check(table(args.wheels), args.out, args.check, f"the files in {args.wheels}")
 
 
 if __name__ == "__main__":

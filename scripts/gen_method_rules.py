@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import json
 import re
 import sys
 import tarfile
@@ -55,7 +54,7 @@ from typing import Any
 sys.path[:0] = [str(Path(__file__).resolve().parent)]
 
 import sglang_wheel as sw  # noqa: E402
-from release_scan import compile_alone, version_key  # noqa: E402
+from release_scan import compile_alone, fold, version_key, write_or_check  # noqa: E402
 
 OUT = Path(__file__).resolve().parents[1] / "pytest_eagle_contract/engines/method_rules.json"
 DFLASH_MODELS = "sglang/srt/models/dflash.py"
@@ -364,19 +363,6 @@ def _version(path: Path) -> str:
     return found.group(1)
 
 
-def _fold(facts: list[tuple[str, dict[str, Any] | None]]) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
-    for version, fact in facts:
-        if fact is None:
-            continue
-        if rows and {k: v for k, v in rows[-1].items() if k not in ("since", "until")} == fact:
-            continue
-        if rows:
-            rows[-1]["until"] = version
-        rows.append({"since": version, "until": None, **fact})
-    return rows
-
-
 def table(folder: Path) -> dict[str, Any]:
     out: dict[str, Any] = {"generator": "scripts/gen_method_rules.py"}
     for project, pattern, derive_one in (
@@ -391,7 +377,7 @@ def table(folder: Path) -> dict[str, Any]:
             fact = derive_one(path)
             print(project, _version(path), "read", file=sys.stderr)
             facts.append((_version(path), fact))
-        out[project] = {"releases": [v for v, _ in facts], "rows": _fold(facts)}
+        out[project] = {"releases": [v for v, _ in facts], "rows": fold(facts)}
     return out
 
 
@@ -401,14 +387,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--check", action="store_true")
     args = parser.parse_args()
-    text = json.dumps(table(args.wheels), indent=1) + "\n"
-    if args.check:
-        if args.out.read_text() != text:
-            print(f"{args.out} differs from what the wheels say", file=sys.stderr)
-            return 1
-        return 0
-    args.out.write_text(text)
-    return 0
+    return write_or_check(table(args.wheels), args.out, args.check, f"the files in {args.wheels}")
 
 
 if __name__ == "__main__":

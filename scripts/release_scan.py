@@ -135,6 +135,21 @@ def write_or_check(
     return 0
 
 
+def fold(facts: list[tuple[str, Facts | None]]) -> list[Facts]:
+    """One row (``since``, ``until`` exclusive, the facts) per run of releases, oldest first,
+    with equal facts; a release without facts (None) is skipped and breaks no run."""
+    out: list[Facts] = []
+    for version, fact in facts:
+        if fact is None:
+            continue
+        if out and {k: v for k, v in out[-1].items() if k not in ("since", "until")} == fact:
+            continue
+        if out:
+            out[-1]["until"] = version
+        out.append({"since": version, "until": None, **fact})
+    return out
+
+
 def _read_all(
     derive: Callable[[Path], Facts | None], files: list[Path], jobs: int
 ) -> Iterable[Facts | None]:

@@ -88,13 +88,14 @@ def draft_dir(tmp_path: Path, data: dict) -> Path:
     return d
 
 
-def infer(cli, tmp_path: Path, shards: Path, draft: Path) -> dict:
+def infer(cli, tmp_path: Path, shards: Path, draft: Path, arch: str = "LlamaForCausalLM") -> dict:
+    """``infer SHARDS --draft DIR`` for the tiny target; the contract it wrote."""
     import yaml
 
     out = tmp_path / "c.yaml"
     res = cli(
-        "infer", shards, "--num-layers", L, "--vocab-size", VOCAB, "--arch",
-        "LlamaForCausalLM", "--draft", draft, "-o", out,
+        "infer", shards, "--num-layers", L, "--vocab-size", VOCAB, "--arch", arch,
+        "--draft", draft, "-o", out,
     )  # fmt: skip
     assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
     return yaml.safe_load(out.read_text())

@@ -15,10 +15,11 @@ saved with ``torch.save``; otherwise by this project's writer of the same layout
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
+from test_dflash_shards import check, draft_dir
+from test_dflash_shards import infer as dflash_infer
 
 pytestmark = pytest.mark.slow
 
@@ -88,30 +89,8 @@ def write_set(root: Path, layers: list[int], seed: int = 0, n: int = 6) -> str:
     return "specforge" if own is not None else "this project's writer"
 
 
-def draft_dir(tmp_path: Path, data: dict) -> Path:
-    d = tmp_path / "draft"
-    d.mkdir(exist_ok=True)
-    (d / "config.json").write_text(json.dumps(data, indent=2))
-    return d
-
-
 def infer(cli, tmp_path: Path, shards: Path, draft: Path) -> dict:
-    import yaml
-
-    out = tmp_path / "c.yaml"
-    res = cli(
-        "infer", shards, "--num-layers", L, "--vocab-size", VOCAB, "--arch",
-        "Qwen3ForCausalLM", "--draft", draft, "-o", out,
-    )  # fmt: skip
-    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
-    return yaml.safe_load(out.read_text())
-
-
-def check(cli, contract: Path, *shards: Path):
-    res = cli("check", contract, *shards, "--json")
-    assert "Traceback" not in res.stderr, res.stderr
-    findings = json.loads(res.stdout)["findings"]
-    return res, sorted({(f["code"], f["severity"]) for f in findings})
+    return dflash_infer(cli, tmp_path, shards, draft, arch="Qwen3ForCausalLM")
 
 
 def test_specforge_writes_the_layout_this_format_reads(tmp_path):

@@ -68,7 +68,14 @@ class Format(ABC):
     optional_keys: frozenset[str] = frozenset()
     engine: str = "sglang"  # the serving engine its pipeline pairs with (infer's serving)
     has_target: bool = True  # whether its files keep a target state after the fc inputs
-    method: str | None = None  # the drafting method its files are for, where only one
+
+    @property
+    def method(self) -> str | None:
+        """The drafting method its files are only made for (the registry's
+        ``Method.shard_formats``), None for a format every method's trainers share."""
+        from ...methods import method_of_format
+
+        return method_of_format(self.name)
 
     @property
     def required_keys(self) -> frozenset[str]:

@@ -55,5 +55,4 @@ FORMAT = SpecForgeDFlash(
     signature="hidden_states",
     target_post_norm=False,
     has_target=False,
-    method="dflash",
 )

@@ -49,5 +49,4 @@ FORMAT = SpecForgeDSpark(
     (("hidden_states", "concat"), ("target_last_hidden_states", "single")),
     signature="target_last_hidden_states",
     target_post_norm=True,
-    method="dspark",
 )

@@ -1,10 +1,13 @@
-"""Derive which target state each engine feeds an MTP head; write engines/mtp_rules.json.
+"""Derive which target state each engine feeds an MTP head, and which one each trainer trains
+it on; write engines/mtp_rules.json.
 
     python scripts/gen_mtp_rules.py WHEEL_DIR [--out FILE] [--check]
 
-WHEEL_DIR holds ``sglang-X-*.whl`` and ``vllm-X-*.whl`` (``pip download --no-deps``). Nothing
-is imported: files are read with zipfile and ast / regular expressions. An MTP (NextN) head
-reads one target state, the one its engine hands the draft worker; per release:
+WHEEL_DIR holds (``pip download --no-deps``; scripts/download_method_wheels.py fetches them)
+``sglang-X-*.whl``, ``vllm-X-*.whl``, ``lmdeploy-X-*.whl``, ``mlx_vlm-X-*.whl`` and the
+trainers' ``speculators``, ``nvidia_modelopt``, ``megatron_core`` and ``specforge`` wheels.
+Nothing is imported: files are read with zipfile and ast / regular expressions. An MTP
+(NextN) head reads one target state, the one its engine hands the draft worker; per release:
 
 SGLang (``layers/logits_processor.py``): the state stored for the draft worker is the
 ``hidden_states`` the target model passes to its logits processor, unless the model also
@@ -19,19 +22,28 @@ returns, unless the target class defines ``get_mtp_target_hidden_states`` (V1: t
 ``spec_decode/utils.get_drafter_hidden_states``, ``hook_v2``). Every class of the wheel that
 defines it (DeepSeek-V4, V4.1, Qwen4-exp under ``vllm/models/``) is ``own``.
 
-Per target architecture (SGLang: a model file's ``EntryClass``; vLLM: ``models/registry.py``):
+Per target architecture (SGLang: a model file's ``EntryClass``; vLLM: ``models/registry.py``;
+lmdeploy: ``pytorch/models/module_map.py``):
 ``final_norm`` where the file's model ends on ``hidden_states ... = self.norm(hidden_states``
 (SGLang 0.5.21 ``residual_batch.norm(hidden_states, forward_batch, self.norm)``, from 0.5.22
 ``residual_batch.final_norm(...)``, both returning the normalized tensor:
 the state returned to the logits processor is the final norm's output) and has no own
 hook; ``own`` where it has one (SGLang ``hidden_states_before_norm=``, vLLM
-``get_mtp_target_hidden_states``: not followed, refused); absent (not read) otherwise. MTP draft
-architectures (files ``*_mtp.py`` / ``*_nextn.py``) and the norms their head applies to the two
-inputs (``self.hnorm(`` / ``self.enorm(`` / ``self.pre_fc_norm_hidden(`` ...) are listed per
+``get_mtp_target_hidden_states``, lmdeploy a ``get_logits`` that applies the norm: not
+followed, refused); absent (not read) otherwise. MTP draft architectures (files ``*_mtp.py`` /
+``*_nextn.py``) and the norms their head applies to the two inputs (``self.hnorm(`` /
+``self.enorm(`` / ``self.pre_fc_norm_hidden(`` ...) are listed per release.
+
+lmdeploy and mlx-vlm: see ``derive_lmdeploy`` and ``derive_mlx`` (mlx-vlm keyed by model
+folder). Trainers (``derive_trainers``, one release each): the state speculators, ModelOpt's
+Megatron EAGLE-MTP, Megatron-core's own MTP block train the head on; SpecForge's MTP code.
+
+Targets and drafts are written as spans ``[since, until (excl.) or null, value]`` per name
+(``compact``), the other facts as ``release_scan.fold`` rows: the same facts as one row per
 release.
 
 llama.cpp's MTP state (``t_h_nextn``) is read by ``gen_llamacpp_rules.py`` (its ``archs``
-rows); mlx-vlm and mlx-lm are not read (docs/mtp.md).
+rows); mlx-lm is not read (docs/mtp.md).
 
 ``--check`` compares with the existing file and exits 1 on any difference.
 """
@@ -396,7 +408,7 @@ def derive_trainers(folder: Path) -> dict[str, Any]:
         out[f"megatron-core {_version(path)}"] = {
             "file": "megatron/core/transformer/transformer_block.py, models/gpt/gpt_model.py",
             "state": "final_norm" if norm and fed else None,
-            "via": "TransformerBlock output (final_layernorm applied) into MultiTokenPredictionBlock",
+            "via": "the TransformerBlock's output (final_layernorm applied) into the MTP block",
         }
     for path in _files(folder, "specforge-*.whl"):
         with zipfile.ZipFile(path) as z:
@@ -407,7 +419,7 @@ def derive_trainers(folder: Path) -> dict[str, Any]:
                 and n.endswith(".py")
                 and re.search(r"\bmtp\b|nextn|MTP", _read(z, n))
             ]
-        out[f"specforge {_version(path)}"] = {"file": "specforge/", "state": None, "mtp_files": hits}
+        out[f"specforge {_version(path)}"] = {"file": "specforge/", "state": None, "mtp_code": hits}
     return out
 
 

@@ -175,8 +175,7 @@ def resolve_mtp(
         hook = {
             "sglang": "passes its own hidden_states_before_norm, which "
             "layers/logits_processor.py prefers",
-            "vllm": "defines get_mtp_target_hidden_states, which the runner feeds the head "
-            "instead",
+            "vllm": "defines get_mtp_target_hidden_states, which the runner feeds the head instead",
             "lmdeploy": "applies its final norm in get_logits, after the hidden_states it hands "
             "the proposer",
         }[engine]
@@ -238,7 +237,9 @@ def _mlx(q: Query, version: str) -> Resolution:
         )
     kind = targets[name]
     if kind == "streams":
-        raise Unservable(f"{where}: {name} hands the drafter hyper-connection streams: not followed")
+        raise Unservable(
+            f"{where}: {name} hands the drafter hyper-connection streams: not followed"
+        )
     q.arch = name
     if note:
         q.notes.append(note)
@@ -257,7 +258,12 @@ def _trainer(q: Query, version: str) -> Resolution:
     facts = _table()["trainers"][f"{package} {version}"]
     where = f"{package} {version} {facts['file']}"
     if facts["state"] is None:
-        raise Unservable(f"{where}: no MTP training (no MTP or NextN code in the release)")
+        code = facts.get("mtp_code")
+        raise Unservable(
+            f"{where}: which state its MTP training uses was not read ({', '.join(code)[:200]})"
+            if code
+            else f"{where}: no MTP training (no MTP or NextN code in the release)"
+        )
     q.notes.append(SHIFT)
     layer = Layer.parse("final_norm") if facts["state"] == "final_norm" else Layer(q.num_layers)
     return q.answer(

@@ -295,7 +295,12 @@ def derive_lmdeploy(path: Path) -> dict[str, Any]:
     }
 
 
-MLX_HOOKS = ("speculative_draft_hidden", "speculative_logits_from_hidden", "logits_from_hidden")
+MLX_HOOKS = (
+    "speculative_draft_hidden",
+    "speculative_logits_from_hidden",
+    "logits_from_hidden",
+    "speculative_verify_hidden",
+)
 HYPER = re.compile(r"\bhc_|hyper_connection")
 
 
@@ -313,7 +318,11 @@ def _mlx_kind(bodies: dict[str, str]) -> str | None:
         return "final_norm"
     if project is None:
         return None
-    return "residual" if "norm(" in project else "final_norm"
+    if "norm(" in project:
+        return "residual"
+    # projected as it is: the verify hidden must be the target's own output, through its own
+    # speculative_verify_hidden (without one, mtp.py runs lm.model(..., skip_final_norm=True))
+    return "final_norm" if "speculative_verify_hidden" in bodies else None
 
 
 def derive_mlx(path: Path) -> dict[str, Any]:
@@ -323,7 +332,8 @@ def derive_mlx(path: Path) -> dict[str, Any]:
     ``speculative_logits_from_hidden`` projects to logits. Per model folder: ``final_norm``
     where ``speculative_draft_hidden`` applies the model's norm (Gemma-4: the verify hidden is
     the last layer's output before it) or where ``speculative_logits_from_hidden`` projects
-    without a norm (the hidden is already the final norm's output); ``residual`` (the last
+    without a norm the hidden the model's own ``speculative_verify_hidden`` returns (already
+    the final norm's output); ``residual`` (the last
     layer's output, before the final norm) where ``speculative_logits_from_hidden`` applies
     the norm itself and no ``speculative_draft_hidden`` does; ``streams`` where these hooks
     handle hyper-connection streams (``hc_``): not followed. A model folder defining none of

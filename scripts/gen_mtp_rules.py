@@ -35,8 +35,9 @@ followed, refused); absent (not read) otherwise. MTP draft architectures (files 
 ``self.enorm(`` / ``self.pre_fc_norm_hidden(`` ...) are listed per release.
 
 lmdeploy and mlx-vlm: see ``derive_lmdeploy`` and ``derive_mlx`` (mlx-vlm keyed by model
-folder). Trainers (``derive_trainers``, one release each): the state speculators, ModelOpt's
-Megatron EAGLE-MTP, Megatron-core's own MTP block train the head on; SpecForge's MTP code.
+folder). Trainers (``trainers``: ``derive_speculators``, ``derive_modelopt``,
+``derive_megatron``, ``derive_specforge``): the state speculators, ModelOpt's Megatron
+EAGLE-MTP and Megatron-core's own MTP block train the head on; SpecForge's MTP code.
 
 Targets and drafts are written as spans ``[since, until (excl.) or null, value]`` per name
 (``compact``), the other facts as ``release_scan.fold`` rows: the same facts as one row per
@@ -373,64 +374,95 @@ def _read(z: zipfile.ZipFile, name: str) -> str:
     return z.read(name).decode(errors="replace") if name in z.namelist() else ""
 
 
-def derive_trainers(folder: Path) -> dict[str, Any]:
-    """The state each trainer read trains an MTP head on (the contract's training slot)."""
-    out: dict[str, Any] = {}
-    for path in _files(folder, "speculators-*.whl"):
-        with zipfile.ZipFile(path) as z:
-            core = _read(z, "speculators/models/mtp/core.py")
-            data = _read(z, "speculators/train/data.py")
-        last = "return [self.config.transformer_layer_config.num_hidden_layers]" in core
-        out[f"speculators {_version(path)}"] = {
-            "file": "speculators/models/mtp/core.py, speculators/train/data.py",
-            "state": "residual" if last and "verifier_last_hidden_states" in data else None,
-            "via": "vllm aux id num_hidden_layers",
-            "shift": "input_ids[:, step + 1" in core,
-        }
-    for path in _files(folder, "nvidia_modelopt-*.whl"):
-        with zipfile.ZipFile(path) as z:
-            config = _read(z, "modelopt/torch/speculative/config.py")
-            mcore = _read(z, "modelopt/torch/speculative/plugins/megatron_eagle.py")
-            hf = "".join(
-                _read(z, n)
-                for n in z.namelist()
-                if n.startswith("modelopt/torch/speculative/plugins/hf_")
-                or n == "modelopt/torch/speculative/plugins/transformers.py"
-            )
-        decoder = re.search(
-            r"hidden_states = self\.decoder\(.*?logits_sbh, _ = self\.output_layer\(hidden_states",
-            mcore,
-            re.S,
+def _mtp_code(z: zipfile.ZipFile, package: str) -> list[str]:
+    """The package's Python files that name MTP or NextN."""
+    return [
+        n
+        for n in sorted(z.namelist())
+        if n.startswith(f"{package}/")
+        and n.endswith(".py")
+        and re.search(r"\bmtp\b|_mtp|mtp_|nextn|MTP", _read(z, n))
+    ]
+
+
+def derive_speculators(path: Path) -> dict[str, Any]:
+    """speculators: ``--speculator-type mtp`` (``models/mtp/core.py``) captures
+    ``target_layer_ids = [num_hidden_layers]`` through vLLM, and ``train/data.py`` keeps the
+    last captured layer as ``verifier_last_hidden_states``: vLLM's aux id L, ``residual``."""
+    with zipfile.ZipFile(path) as z:
+        core = _read(z, "speculators/models/mtp/core.py")
+        data = _read(z, "speculators/train/data.py")
+        code = [] if core else _mtp_code(z, "speculators")
+    last = "return [self.config.transformer_layer_config.num_hidden_layers]" in core
+    return {
+        "file": "speculators/models/mtp/core.py, speculators/train/data.py",
+        "state": "residual" if last and "verifier_last_hidden_states" in data else None,
+        "via": "vllm aux id num_hidden_layers",
+        "shift": "input_ids[:, step + 1" in core,
+        "mtp_code": code,
+    }
+
+
+def derive_modelopt(path: Path) -> dict[str, Any]:
+    """nvidia-modelopt: ``EAGLE_MTP_DEFAULT_CFG`` (``speculative/config.py``) trains through
+    Megatron (``plugins/megatron_eagle.py``): the base decoder's output, which
+    ``output_layer`` projects as it is (so after the block's final layernorm), into the head's
+    ``hnorm``; ``hf_mtp``: whether its Hugging Face plugins have an MTP mode."""
+    with zipfile.ZipFile(path) as z:
+        config = _read(z, "modelopt/torch/speculative/config.py")
+        mcore = _read(z, "modelopt/torch/speculative/plugins/megatron_eagle.py")
+        code = _mtp_code(z, "modelopt/torch/speculative")
+        hf = "".join(
+            _read(z, n)
+            for n in z.namelist()
+            if n.startswith("modelopt/torch/speculative/plugins/hf_")
+            or n == "modelopt/torch/speculative/plugins/transformers.py"
         )
-        out[f"nvidia-modelopt {_version(path)}"] = {
-            "file": "modelopt/torch/speculative/config.py, plugins/megatron_eagle.py",
-            "mtp_config": "EAGLE_MTP_DEFAULT_CFG" in config and "use_mtp_layernorm" in config,
-            "state": "final_norm" if decoder and "self.hnorm(hidden_states)" in mcore else None,
-            "via": "the Megatron decoder's output, projected by output_layer as it is",
-            "hf_mtp": "use_mtp_layernorm" in hf,
-        }
-    for path in _files(folder, "megatron_core-*.whl"):
-        with zipfile.ZipFile(path) as z:
-            block = _read(z, "megatron/core/transformer/transformer_block.py")
-            gpt = _read(z, "megatron/core/models/gpt/gpt_model.py")
-        norm = "hidden_states = self.final_layernorm(hidden_states)" in block
-        fed = re.search(r"hidden_states = self\.mtp\(.*?hidden_states=hidden_states,", gpt, re.S)
-        out[f"megatron-core {_version(path)}"] = {
-            "file": "megatron/core/transformer/transformer_block.py, models/gpt/gpt_model.py",
-            "state": "final_norm" if norm and fed else None,
-            "via": "the TransformerBlock's output (final_layernorm applied) into the MTP block",
-        }
-    for path in _files(folder, "specforge-*.whl"):
-        with zipfile.ZipFile(path) as z:
-            hits = [
-                n
-                for n in z.namelist()
-                if n.startswith("specforge/")
-                and n.endswith(".py")
-                and re.search(r"\bmtp\b|nextn|MTP", _read(z, n))
-            ]
-        out[f"specforge {_version(path)}"] = {"file": "specforge/", "state": None, "mtp_code": hits}
-    return out
+    decoder = re.search(
+        r"hidden_states = self\.decoder\(.*?logits_sbh, _ = self\.output_layer\(hidden_states",
+        mcore,
+        re.S,
+    )
+    mtp = "EAGLE_MTP_DEFAULT_CFG" in config and "use_mtp_layernorm" in config
+    return {
+        "file": "modelopt/torch/speculative/config.py, plugins/megatron_eagle.py",
+        "mtp_config": mtp,
+        "state": "final_norm" if mtp and decoder and "self.hnorm(hidden_states)" in mcore else None,
+        "via": "the Megatron decoder's output, projected by output_layer as it is",
+        "hf_mtp": "use_mtp_layernorm" in hf,
+        "mtp_code": [] if mtp else code,
+    }
+
+
+def derive_megatron(path: Path) -> dict[str, Any]:
+    """megatron-core: ``GPTModel`` hands ``self.mtp`` the decoder's output, which the
+    ``TransformerBlock`` ends with ``final_layernorm``."""
+    with zipfile.ZipFile(path) as z:
+        block = _read(z, "megatron/core/transformer/transformer_block.py")
+        gpt = _read(z, "megatron/core/models/gpt/gpt_model.py")
+        code = _mtp_code(z, "megatron/core/models/gpt")
+    norm = "hidden_states = self.final_layernorm(hidden_states)" in block
+    fed = re.search(r"hidden_states = self\.mtp\(.*?hidden_states=hidden_states,", gpt, re.S)
+    return {
+        "file": "megatron/core/transformer/transformer_block.py, models/gpt/gpt_model.py",
+        "state": "final_norm" if norm and fed else None,
+        "via": "the TransformerBlock's output (final_layernorm applied) into the MTP block",
+        "mtp_code": [] if norm and fed else code,
+    }
+
+
+def derive_specforge(path: Path) -> dict[str, Any]:
+    """SpecForge: no MTP training where none of its files names MTP or NextN."""
+    with zipfile.ZipFile(path) as z:
+        return {"file": "specforge/", "state": None, "mtp_code": _mtp_code(z, "specforge")}
+
+
+TRAINERS = (
+    ("speculators", "speculators-*.whl", derive_speculators),
+    ("nvidia-modelopt", "nvidia_modelopt-*.whl", derive_modelopt),
+    ("megatron-core", "megatron_core-*.whl", derive_megatron),
+    ("specforge", "specforge-*.whl", derive_specforge),
+)
 
 
 VERSION = re.compile(
@@ -492,7 +524,13 @@ def table(folder: Path) -> dict[str, Any]:
             facts.append((_version(path), derive_one(path)))
             print(project, _version(path), "read", file=sys.stderr)
         out[project] = compact(facts)
-    out["trainers"] = derive_trainers(folder)
+    out["trainers"] = {}
+    for project, pattern, derive_one in TRAINERS:
+        files = _files(folder, pattern)
+        if not files:
+            raise SystemExit(f"{folder}: no {pattern} (scripts/download_method_wheels.py)")
+        facts = [(_version(p), derive_one(p)) for p in files]
+        out["trainers"][project] = compact(facts)
     return out
 
 

@@ -83,7 +83,7 @@ def releases(engine: str) -> list[str]:
     if engine in ENGINES:
         return list(_table()[engine]["releases"])
     if engine in TRAINERS:
-        return [k.split(" ", 1)[1] for k in _table()["trainers"] if k.split(" ")[0] == engine]
+        return list(_table()["trainers"][TRAINERS[engine]]["releases"])
     return []
 
 
@@ -255,7 +255,8 @@ def _mlx(q: Query, version: str) -> Resolution:
 
 def _trainer(q: Query, version: str) -> Resolution:
     package = TRAINERS[q.engine]
-    facts = _table()["trainers"][f"{package} {version}"]
+    part = _table()["trainers"][package]
+    facts = next(r for r in part["rows"] if _covers(r, version))
     where = f"{package} {version} {facts['file']}"
     if facts["state"] is None:
         code = facts.get("mtp_code")

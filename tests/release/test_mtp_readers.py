@@ -167,5 +167,8 @@ def test_table_is_folded_into_spans():
     assert all("targets" not in r for e in ("sglang", "vllm", "lmdeploy", "mlx")
                for r in table[e]["rows"])  # fmt: skip
     assert row("lmdeploy", "0.18.0")["proposers"] == ["deepseek_mtp", "hy3_mtp", "qwen3_5_mtp"]
-    assert table["trainers"]["specforge 0.2.0"]["state"] is None
-    assert table["trainers"]["megatron-core 0.16.1"]["state"] == "final_norm"
+    trainers = table["trainers"]
+    assert [r["state"] for r in trainers["specforge"]["rows"]] == [None]
+    assert [r["state"] for r in trainers["megatron-core"]["rows"]] == ["final_norm"]
+    assert [r["state"] for r in trainers["speculators"]["rows"]] == ["residual"]
+    assert trainers["nvidia-modelopt"]["releases"][-1] == "0.47.0"

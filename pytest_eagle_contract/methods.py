@@ -228,12 +228,13 @@ METHODS: dict[str, Method] = by_name(
             (),
             "no tap list: the head reads one target state, the one its engine hands the "
             "draft worker (docs/mtp.md)",
-            ("sglang", "vllm", "llama.cpp"),
+            ("sglang", "vllm", "llama.cpp", "mlx", "lmdeploy"),
             MTP_ARCHITECTURES,
-            rules_note="engines/mtp_rules.json (scripts/gen_mtp_rules.py): SGLang 0.5.11-0.5.23 "
-            "and vLLM 0.24.0-0.34.0 feed final_norm on the targets read; llama-cpp-python "
-            "0.3.35+ feeds t_h_nextn (final_norm or residual:L per graph); mlx-vlm, mlx-lm and "
-            "the other engines not read",
+            rules_note="engines/mtp_rules.json (scripts/gen_mtp_rules.py): SGLang 0.5.11-0.5.23, "
+            "vLLM 0.24.0-0.34.0 and lmdeploy 0.16.0-0.18.0 feed final_norm on the targets "
+            "read; llama-cpp-python 0.3.35+ feeds t_h_nextn (final_norm or residual:L per "
+            "graph); mlx-vlm 0.6.15-0.7.10 final_norm or residual:L per model folder; mlx-lm "
+            "and the other engines not read",
         ),
     ]
 )

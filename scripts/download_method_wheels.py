@@ -4,7 +4,10 @@
     python scripts/download_method_wheels.py DIR
 
 Files already in DIR are kept. sglang 0.5.11-0.5.23, vllm 0.24.0-0.34.0 (about 400 MB each),
-mlx-vlm 0.6.15-0.7.10 and the llama-cpp-python 0.3.36 sdist (it vendors llama.cpp).
+mlx-vlm 0.6.15-0.7.10, the llama-cpp-python 0.3.36 sdist (it vendors llama.cpp), lmdeploy
+0.16.0-0.18.0 (CPython 3.11 manylinux wheels, about 100 MB each) and, for the MTP trainers,
+speculators 0.7.0-0.9.0, nvidia-modelopt 0.40.0-0.47.0, megatron-core 0.15.3 and 0.16.1 and
+specforge 0.2.0.
 """
 
 from __future__ import annotations
@@ -46,7 +49,31 @@ RELEASES: dict[str, list[str]] = {
         "0.7.10",
     ],
     "llama-cpp-python": ["0.3.36"],
+    "lmdeploy": ["0.16.0", "0.17.0", "0.18.0"],
+    "speculators": ["0.7.0", "0.8.0", "0.8.1", "0.9.0"],
+    "nvidia-modelopt": [
+        "0.40.0",
+        "0.41.0",
+        "0.42.0",
+        "0.43.0",
+        "0.44.0",
+        "0.45.0",
+        "0.46.0",
+        "0.46.1",
+        "0.47.0",
+    ],
+    "megatron-core": ["0.15.3", "0.16.1"],
+    "specforge": ["0.2.0"],  # 0.1.0 is an sdist whose metadata does not build here
 }
+# lmdeploy and megatron-core publish binary wheels only: the ones gen_mtp_rules.py was run on
+BINARY = [
+    "--only-binary",
+    ":all:",
+    "--python-version",
+    "3.11",
+    "--platform",
+    "manylinux_2_28_x86_64",
+]
 
 
 def _have(folder: Path, project: str, release: str) -> bool:
@@ -68,6 +95,8 @@ def main() -> int:
             if _have(folder, project, release):
                 continue
             sdist = ["--no-binary", ":all:"] if project == "llama-cpp-python" else []
+            if project in ("lmdeploy", "megatron-core"):
+                sdist = BINARY
             subprocess.run(
                 [
                     sys.executable,

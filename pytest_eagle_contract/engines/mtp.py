@@ -18,6 +18,16 @@ from the releases (docs/mtp.md):
   graph's ``t_h_nextn`` (the MTP graph's ``mtp_h_input``), ``final_norm`` or ``residual:L``
   per architecture from llama-cpp-python 0.3.35; graphs that never set it, or set it to the
   unreduced hyper-connection streams, are refused.
+- lmdeploy 0.16.0-0.18.0 (same table): ``spec_decode/base.py`` hands the MTP proposer the
+  ``hidden_states`` the target returns (no aux layers for MTP), ``final_norm`` on the targets
+  whose model file ends on the final norm; a target whose ``get_logits`` applies the norm
+  (DeepSeek-V4) is refused.
+- mlx-vlm 0.6.15-0.7.10 (same table, keyed by model folder): ``speculative/mtp.py`` hands
+  the drafter the target's ``speculative_draft_hidden`` of the verify hidden, else the verify
+  hidden: ``final_norm`` (Gemma-4, Qwen3.5, ...), ``residual:L`` (Inkling), hyper-connection
+  streams (DeepSeek-V4, Qwen4-exp: refused).
+- Trainers (``resolve --trainer``, same table's ``trainers``): speculators 0.9.0 trains on
+  vLLM's aux id L, ``residual:L``; SpecForge 0.2.0 has no MTP training.
 
 Every other engine is refused with "not read".
 """
@@ -34,16 +44,22 @@ from ..errors import Unservable
 from ..layers import Layer
 from .base import Position, Query, Resolution
 
-ENGINES = ("sglang", "vllm", "llama.cpp")
-PACKAGES = {"sglang": "SGLang", "vllm": "vLLM", "llama.cpp": "llama-cpp-python"}
-NOT_READ = {
-    "mlx": "mlx-vlm's mtp drafter kind is known (EC523/EC524) but which target state its "
-    "models hand the MTP drafter was not read",
+ENGINES = ("sglang", "vllm", "llama.cpp", "lmdeploy", "mlx")
+PACKAGES = {
+    "sglang": "SGLang",
+    "vllm": "vLLM",
+    "llama.cpp": "llama-cpp-python",
+    "lmdeploy": "lmdeploy",
+    "mlx": "mlx-vlm",
 }
+MATRIX = ("sglang", "vllm", "llama.cpp", "mlx")  # contract engines (lmdeploy: resolve only)
+TRAINERS = {"speculators": "speculators", "specforge": "specforge"}  # resolve --trainer
+NOT_READ: dict[str, str] = {}
 SHIFT = (
     "the head at position t reads the state at t and the embedding of token t+1 (speculators "
     "0.9.0 models/mtp/core.py; vLLM 0.30.0 v1/spec_decode/llm_base_proposer.py shifts the "
-    "input ids by one beside unshifted states; SGLang's and llama.cpp's shift not traced)"
+    "input ids by one beside unshifted states; SGLang's, llama.cpp's, lmdeploy's and "
+    "mlx-vlm's shift not traced)"
 )
 
 
@@ -61,11 +77,13 @@ def _llama() -> dict[str, Any]:
 
 
 def releases(engine: str) -> list[str]:
-    """The releases of ``engine`` read for MTP, oldest first."""
+    """The releases of ``engine`` (or trainer) read for MTP, oldest first."""
     if engine == "llama.cpp":
         return [v for v in _llama()["releases"] if _ver(v) >= _ver("0.3.35")]
-    if engine in ("sglang", "vllm"):
+    if engine in ENGINES:
         return list(_table()[engine]["releases"])
+    if engine in TRAINERS:
+        return list(_table()["trainers"][TRAINERS[engine]]["releases"])
     return []
 
 
@@ -84,9 +102,32 @@ def _span(row: Mapping[str, Any]) -> str:
     return f"{row['since']}" + (f"-{row['until']} (excl.)" if row["until"] else " on")
 
 
+def row(engine: str, version: str) -> dict[str, Any]:
+    """The facts of ``engine``'s release ``version``: its row's, and the targets and drafts
+    whose spans (``[since, until, value]``, gen_mtp_rules.compact) cover it."""
+    part = _table()[engine]
+    found = dict(next(r for r in part["rows"] if _covers(r, version)))
+    for key in ("targets", "drafts"):
+        found[key] = {
+            name: value
+            for name, spans in part.get(key, {}).items()
+            for since, until, value in spans
+            if _covers({"since": since, "until": until}, version)
+        }
+    return found
+
+
+def _since(engine: str, name: str, version: str) -> str:
+    """The span of releases over which ``engine`` feeds target ``name`` what ``version`` does."""
+    for since, until, _ in _table()[engine]["targets"][name]:
+        if _covers({"since": since, "until": until}, version):
+            return _span({"since": since, "until": until})
+    return version  # pragma: no cover - name is a target of version
+
+
 def refusal(engine: str) -> str | None:
     """Why ``engine``'s MTP path is not answered here, or None where it is read."""
-    if engine in ENGINES:
+    if engine in ENGINES or engine in TRAINERS:
         return None
     why = NOT_READ.get(engine, f"no release of {engine} was read for MTP")
     return f"{engine}: MTP not read: {why} (read for {', '.join(ENGINES)}; docs/mtp.md)"
@@ -102,23 +143,27 @@ def resolve_mtp(
     engine: str, num_layers: int, arch: str | None, version: str | None = None
 ) -> Resolution:
     """The target state ``engine`` feeds an MTP head on target ``arch`` (``num_layers``
-    layers). Raises Unservable where it would not serve it or it was not read."""
+    layers), or the one trainer ``engine`` trains it on. Raises Unservable where it would not
+    serve it or it was not read."""
     why = refusal(engine)
     if why is not None:
         raise Unservable(why)
     q = Query(engine, num_layers, None, arch, version)
-    package = PACKAGES[engine]
+    package = PACKAGES.get(engine) or TRAINERS[engine]
     read = releases(engine)
     ver = q.assume(read[-1], package)
     if ver not in read:
         raise Unservable(f"{package} {ver}: not read for MTP here; read: {', '.join(read)}")
+    if engine in TRAINERS:
+        return _trainer(q, ver)
     if not arch:
         raise Unservable("give --arch or --target-config: the state fed depends on the target")
     if engine == "llama.cpp":
         return _llamacpp(q, ver)
-    rows = _table()[engine]["rows"]
-    row = next(r for r in rows if _covers(r, ver))
-    targets: dict[str, str] = row["targets"]
+    if engine == "mlx":
+        return _mlx(q, ver)
+    facts = row(engine, ver)
+    targets: dict[str, str] = facts["targets"]
     name = next((n for n in _names(arch) if n in targets), None)
     if name is None:
         raise Unservable(
@@ -127,36 +172,106 @@ def resolve_mtp(
         )
     kind = targets[name]
     if kind == "own":
-        hook = (
-            "passes its own hidden_states_before_norm, which layers/logits_processor.py prefers"
-            if engine == "sglang"
-            else "defines get_mtp_target_hidden_states, which the runner feeds the head instead"
-        )
+        hook = {
+            "sglang": "passes its own hidden_states_before_norm, which "
+            "layers/logits_processor.py prefers",
+            "vllm": "defines get_mtp_target_hidden_states, which the runner feeds the head instead",
+            "lmdeploy": "applies its final norm in get_logits, after the hidden_states it hands "
+            "the proposer",
+        }[engine]
         raise Unservable(f"{package} {ver}: {name} {hook}: not followed here")
     q.arch = name
-    _head_notes(q, row["drafts"])
+    _head_notes(q, facts["drafts"])
     q.notes.append(SHIFT)
+    span = f"{package} {ver} ({name}: {_since(engine, name, ver)})"
     if engine == "sglang":
         source = (
-            f"MTP: SGLang {_span(row)} {row['file']}: the state stored for the draft worker is "
+            f"MTP: {span} {facts['file']}: the state stored for the draft worker is "
             f"the hidden_states {name}'s model returns to the logits processor, after its "
             "final norm (models/*.py: self.norm / residual_batch.final_norm)"
         )
+    elif engine == "lmdeploy":
+        source = (
+            f"MTP: {span} {facts['file']}: update_main_model_outputs hands the "
+            f"{'/'.join(facts['proposers'])} proposer the hidden_states {name} returns (no "
+            "aux layers for MTP), after its final norm (models/*.py: self.norm(hidden_states, "
+            "residual))"
+        )
     else:
         source = (
-            f"MTP: vLLM {_span(row)} {row['file']}: without aux states the drafter gets the "
+            f"MTP: {span} {facts['file']}: without aux states the drafter gets the "
             f"hidden_states {name}.forward returns, after its final norm"
             + (
                 " (no get_mtp_target_hidden_states of its own, which "
                 + " and ".join(
-                    n for n, k in (("the V1 runner", "hook_v1"), ("V2", "hook_v2")) if row[k]
+                    n for n, k in (("the V1 runner", "hook_v1"), ("V2", "hook_v2")) if facts[k]
                 )
                 + " would take instead)"
-                if row["hook_v1"] or row["hook_v2"]
+                if facts["hook_v1"] or facts["hook_v2"]
                 else ""
             )
         )
     return q.answer((Position(None, 0, Layer.parse("final_norm")),), source)
+
+
+MLX_KINDS = {
+    "final_norm": "the final norm's output (its speculative_draft_hidden applies the model's "
+    "norm, or its speculative_logits_from_hidden projects the hidden without one)",
+    "residual": "the last layer's output before the final norm (its "
+    "speculative_logits_from_hidden applies the norm itself; no speculative_draft_hidden does)",
+}
+
+
+def _mlx(q: Query, version: str) -> Resolution:
+    from .arch_names import pick
+
+    facts = row("mlx", version)
+    targets: dict[str, str] = facts["targets"]
+    name, note = pick(q.arch or "", targets)
+    where = f"mlx-vlm {version} {facts['file']}"
+    if name not in targets:
+        raise Unservable(
+            f"{where}: what {str(q.arch)[:60]} hands an MTP drafter was not read (its model "
+            "folder defines no speculative_draft_hidden / speculative_logits_from_hidden the "
+            "generator reads; docs/mtp.md)"
+        )
+    kind = targets[name]
+    if kind == "streams":
+        raise Unservable(
+            f"{where}: {name} hands the drafter hyper-connection streams: not followed"
+        )
+    q.arch = name
+    if note:
+        q.notes.append(note)
+    q.notes.append(f"mlx-vlm {version} MTP drafters: {', '.join(facts['drafters'])}")
+    q.notes.append(SHIFT)
+    layer = Layer.parse("final_norm") if kind == "final_norm" else Layer(q.num_layers)
+    return q.answer(
+        (Position(None, 0, layer),),
+        f"MTP: mlx-vlm {version} ({name}: {_since('mlx', name, version)}) {facts['file']}: "
+        f"_mtp_draft_hidden hands the drafter {MLX_KINDS[kind]} (models/{name})",
+    )
+
+
+def _trainer(q: Query, version: str) -> Resolution:
+    package = TRAINERS[q.engine]
+    part = _table()["trainers"][package]
+    facts = next(r for r in part["rows"] if _covers(r, version))
+    where = f"{package} {version} {facts['file']}"
+    if facts["state"] is None:
+        code = facts.get("mtp_code")
+        raise Unservable(
+            f"{where}: which state its MTP training uses was not read ({', '.join(code)[:200]})"
+            if code
+            else f"{where}: no MTP training (no MTP or NextN code in the release)"
+        )
+    q.notes.append(SHIFT)
+    layer = Layer.parse("final_norm") if facts["state"] == "final_norm" else Layer(q.num_layers)
+    return q.answer(
+        (Position(None, 0, layer),),
+        f"MTP: {where}: trains the head on {facts['via']} ({layer}): the contract's last "
+        "training slot",
+    )
 
 
 def _head_notes(q: Query, drafts: Mapping[str, Sequence[str]]) -> None:
@@ -215,7 +330,7 @@ def mtp_matrix(
     from .resolve import get_engine
 
     rows: list[Any] = []
-    for name in ENGINES:
+    for name in MATRIX:
         mine = list(own[1]) if own is not None and own[0] == name else []
         read = releases(name)
         versions = sorted(set(read) | {v for v in mine if v in read}, key=version_order)

@@ -353,6 +353,8 @@ def resolve(args: argparse.Namespace) -> int:
     method = getattr(args, "method", "eagle3")
     from ..methods import METHOD_ONLY_ENGINES
 
+    if method == "mtp" and args.engine == "lmdeploy":  # its MTP rules: engines/mtp.py
+        return _resolve_mtp(args)
     if args.engine in METHOD_ONLY_ENGINES:
         return _resolve_method_only(args, method)
     if method == "dflash":

@@ -42,7 +42,7 @@ def test_bad_target_config_is_a_usage_error(cli, tmp_path, case):
 @pytest.mark.parametrize(
     "arch", ["A" * 5000, "Deepseek\nV3", "ДипСик", "../../etc/passwd", "qwen3_5forcausallmmtp"]
 )
-@pytest.mark.parametrize("engine", ["sglang", "vllm", "llama.cpp"])
+@pytest.mark.parametrize("engine", ["sglang", "vllm", "llama.cpp", "mlx", "lmdeploy"])
 def test_odd_architecture_names_are_refused(cli, engine, arch):
     res = cli(
         "resolve", "--engine", engine, "--method", "mtp", "--num-layers", L, "--arch", arch,

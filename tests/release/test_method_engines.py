@@ -164,7 +164,6 @@ def test_lmdeploy_refuses_other_targets_and_releases(cli):
         (ORTG, "eagle3", "dflash2 / dspark / mtp"),
         (ORTG, "dflash", "dflash2 / dspark / mtp"),
         ("lmdeploy", "eagle3", "dflash"),
-        ("lmdeploy", "mtp", "dflash"),
     ],
 )
 def test_other_methods_are_usage_errors(cli, engine, method, served):

@@ -79,7 +79,7 @@ def test_targets_not_followed_are_refused(cli, engine, arch, said):
     assert said in out["refused"]
 
 
-@pytest.mark.parametrize("engine", ["mlx", "trtllm", "openvino"])
+@pytest.mark.parametrize("engine", ["trtllm", "openvino"])
 def test_engines_not_read_are_refused_with_a_reason(cli, engine):
     res = cli(
         "resolve", "--engine", engine, "--method", "mtp", "--num-layers", L, "--arch", "x"
@@ -132,7 +132,7 @@ def test_check_target_not_followed_is_ec510(cli, tmp_path):
 
 
 def test_check_engine_not_read_is_refused(cli, tmp_path):
-    res = cli("check", contract(tmp_path, "final_norm", "mlx", "0.7.10"), "--checks", "layout")
+    res = cli("check", contract(tmp_path, "final_norm", "openvino", "2.2.0"), "--checks", "layout")
     assert res.returncode == 2 and "MTP not read" in " ".join(res.stderr.split()), res.stderr
 
 
@@ -149,15 +149,14 @@ def test_detect_names_mtp_drafts_and_targets_with_mtp_layers():
 
 
 def test_rules_table_pins_what_the_releases_say():
-    from pytest_eagle_contract.engines.mtp import _table, releases
+    from pytest_eagle_contract.engines.mtp import _table, releases, row
 
     assert releases("sglang")[0] == "0.5.11" and releases("vllm")[-1] == "0.34.0"
     assert releases("llama.cpp") == ["0.3.35", "0.3.36"]
-    rows = _table()["vllm"]["rows"]
-    hooks = {r["since"]: (r["hook_v1"], r["hook_v2"]) for r in rows}
+    hooks = {r["since"]: (r["hook_v1"], r["hook_v2"]) for r in _table()["vllm"]["rows"]}
     assert hooks["0.24.0"] == (True, False) and hooks["0.34.0"] == (False, True)
-    assert rows[-1]["targets"]["DeepseekV4ForCausalLM"] == "own"
-    sg = _table()["sglang"]["rows"][-1]
+    assert row("vllm", "0.34.0")["targets"]["DeepseekV4ForCausalLM"] == "own"
+    sg = row("sglang", "0.5.23")
     assert sg["prefers_before_norm"] and sg["drafts"]["DeepseekV3ForCausalLMNextN"] == [
         "enorm",
         "hnorm",

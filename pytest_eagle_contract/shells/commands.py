@@ -491,6 +491,24 @@ def _resolve_dflash(args: argparse.Namespace) -> int:
     return _print_resolution(args, res)
 
 
+def _method_refusal(args: argparse.Namespace) -> None:
+    """tpu-inference / vllm-ascend for DFlash2, DSpark and MTP: what their releases show,
+    read by gen_tpu_rules.py / gen_ascend_rules.py (usage error, exit 2)."""
+    if args.engine not in ("tpu-inference", "vllm-ascend"):
+        return
+    from ..errors import Unservable
+
+    if args.engine == "tpu-inference":
+        from ..engines.tpu import method_refusal
+    else:
+        from ..engines.ascend import method_refusal
+    try:
+        why = method_refusal(args.method, args.version)
+    except Unservable as exc:
+        why = str(exc)
+    raise UsageError(f"--method {args.method}: {why} (docs/layers.md)")
+
+
 def _resolve_family(args: argparse.Namespace) -> int:
     """``resolve --method dflash2|dspark`` (engines/dflash_family.py): the draft's taps
     (``--ids``, or its ``--draft-config``) on the engine, by the rules read for the method."""
@@ -500,6 +518,7 @@ def _resolve_family(args: argparse.Namespace) -> int:
     method = args.method
     if args.num_layers < 1:
         raise UsageError(f"--num-layers {args.num_layers}: a target has at least one layer")
+    _method_refusal(args)
     if args.engine not in ENGINES[method]:
         raise UsageError(
             f"--method {method}: no {method} tap rules of {args.engine} are read here; one "
@@ -550,6 +569,7 @@ def _resolve_mtp(args: argparse.Namespace) -> int:
         )
     if getattr(args, "runner", "auto") != "auto":
         raise UsageError("--runner is not read for --method mtp")
+    _method_refusal(args)
     why = refusal(args.engine)
     if why is not None:
         raise UsageError(f"--method mtp: {why}")

@@ -195,9 +195,7 @@ _DFLASH_IMPL = "Draft model implementation must match target model."
 def _names(wheel: Wheel, word: str) -> bool:
     """Whether any Python file of the wheel names ``word`` (any case)."""
     pattern = re.compile(word, re.I)
-    return any(
-        n.endswith(".py") and pattern.search(n + (wheel.text(n) or "")) for n in wheel.names
-    )
+    return any(n.endswith(".py") and pattern.search(n + (wheel.text(n) or "")) for n in wheel.names)
 
 
 def _mtp(wheel: Wheel) -> bool:
@@ -270,9 +268,11 @@ def _dflash(wheel: Wheel, loader: ast.Module) -> dict[str, Any] | None:
     fc = re.search(
         r'target_layer_ids = dflash_config\.get\("target_layer_ids", None\)\s*\n'
         r'\s*num_target_layers = getattr\(hf_config, "num_target_layers", None\)\s*\n'
-        r"\s*if target_layer_ids is not None:\s*\n\s*num_context_features = len\(target_layer_ids\)"
-        r"\s*\n\s*elif num_target_layers is not None:\s*\n\s*num_context_features = num_target_layers"
-        r"\s*\n\s*else:\s*\n\s*num_context_features = hf_config\.num_hidden_layers",
+        r"\s*if target_layer_ids is not None:\s*\n"
+        r"\s*num_context_features = len\(target_layer_ids\)\s*\n"
+        r"\s*elif num_target_layers is not None:\s*\n"
+        r"\s*num_context_features = num_target_layers\s*\n"
+        r"\s*else:\s*\n\s*num_context_features = hf_config\.num_hidden_layers",
         model,
     )
     drafter = wheel.text(_DRAFTER) or ""
@@ -281,7 +281,11 @@ def _dflash(wheel: Wheel, loader: ast.Module) -> dict[str, Any] | None:
     for arch, (module, _) in sorted(_registry(loader).items()):
         tree = wheel.tree(module)
         for c in ast.walk(tree) if tree else ():
-            fn = _method(c, "get_dflash_aux_hidden_state_layers") if isinstance(c, ast.ClassDef) else None
+            fn = (
+                _method(c, "get_dflash_aux_hidden_state_layers")
+                if isinstance(c, ast.ClassDef)
+                else None
+            )
             if fn is not None and isinstance(c, ast.ClassDef):
                 targets[arch] = {
                     "file": module.removeprefix("tpu_inference/"),
@@ -300,8 +304,7 @@ def _dflash(wheel: Wheel, loader: ast.Module) -> dict[str, Any] | None:
         "drafts": drafts,
         "fc": "list,num_target_layers,num_hidden_layers" if fc else None,
         "impl_check": _DFLASH_IMPL in drafter,
-        "asserts": "assert aux_hidden_states is not None and len(aux_hidden_states) > 0"
-        in drafter,
+        "asserts": "assert aux_hidden_states is not None and len(aux_hidden_states) > 0" in drafter,
         "vllm_aux": "none",
         "targets": targets,
     }

@@ -222,7 +222,11 @@ def resolve_dflash(q: Query, draft: DFlashDraft) -> Resolution:
         f"_set_up_drafter sets it for {', '.join(d['own_flags'])} only) and {RUNNER} sets the "
         "aux layers through vLLM's _get_eagle3_aux_layers_from_config, else the target's "
         "default"
-        + (f"; its patch replaces {patches} (the draft's context KV, not the taps)" if patches else "")
+        + (
+            f"; its patch replaces {patches} (the draft's context KV, not the taps)"
+            if patches
+            else ""
+        )
         + "; vLLM's: "
         + res.source.removeprefix("built-in rules: "),
         res.ids,

@@ -260,6 +260,7 @@ def resolve_dflash(q: Query, draft: DFlashDraft) -> Resolution:
     L = q.num_layers
     key = TAP_KEYS[0]
     listed = draft.found.get(key)
+    fc: int | None
     if listed is not None:
         ids = list(listed)
         fc = len(ids)

@@ -48,7 +48,9 @@ def test_vllm_ascend_says_it_runs_the_paired_vllm_release_s_rules(cli):
     assert "runs vLLM 0.23.0's DFlash rules (V1 runner)" in out["source"]
     assert "AscendDflashProposer" in out["source"]
     assert out["assumed"]["vllm"]["value"] == "0.23.0"
-    rc, vllm = resolve(cli, "--engine", "vllm", "--version", "0.23.0", "--runner", "v1", "--ids", *ids)
+    rc, vllm = resolve(
+        cli, "--engine", "vllm", "--version", "0.23.0", "--runner", "v1", "--ids", *ids
+    )
     assert rc == 0 and vllm["layers"] == out["layers"]
 
 
@@ -136,6 +138,7 @@ def test_a_contract_trained_one_layer_off_is_ec501(cli, tmp_path, engine, traine
     found = [f["code"] for f in seams["layout"]["findings"]]
     assert found == ([] if rc == 0 else ["EC501"]), seams["layout"]
     if rc:
-        assert f"{engine} feeds the DFlash draft residual:2, residual:4, residual:6" in (
-            seams["layout"]["findings"][0]["message"]
+        assert (
+            f"{engine} feeds the DFlash draft residual:2, residual:4, residual:6"
+            in (seams["layout"]["findings"][0]["message"])
         )

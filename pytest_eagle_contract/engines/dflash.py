@@ -308,9 +308,11 @@ def resolve_dflash(
     arch: str | None = None,
     version: str | None = None,
     runner: str | None = None,
+    draft_impl: str | None = None,
 ) -> Resolution:
     """The draft's taps on ``engine`` as canonical layers, in the order the engine
-    concatenates them. A guessed tap list is an EC522 problem. Raises Unservable."""
+    concatenates them (``draft_impl``: tpu-inference's DRAFT_MODEL_IMPL_TYPE). A guessed tap
+    list is an EC522 problem. Raises Unservable."""
     q = Query(engine, num_layers, draft.taps, arch, version)
     if draft.speculators and engine != "vllm":
         raise Unservable(
@@ -329,7 +331,7 @@ def resolve_dflash(
     if engine == "tpu-inference":
         from .tpu import resolve_dflash as tpu_dflash
 
-        return tpu_dflash(q, draft)
+        return tpu_dflash(q, draft, draft_impl)
     if engine == "vllm-ascend":
         from .ascend import resolve_dflash as ascend_dflash
 

@@ -199,7 +199,7 @@ def _dflash_row(version: str) -> dict[str, Any]:
     return next(r for r in _data()["rows"] if _covers(r, version))
 
 
-def resolve_dflash(q: Query, draft: DFlashDraft) -> Resolution:
+def resolve_dflash(q: Query, draft: DFlashDraft, draft_impl: str | None = None) -> Resolution:
     """A DFlash draft on tpu-inference (the module's rows, ``dflash``): only a JAX target
     class with ``get_dflash_aux_hidden_state_layers`` (Llama, Qwen3 from 0.25.0) captures
     taps; it reads ``dflash_config.target_layer_ids`` alone, else the last n layers
@@ -229,13 +229,32 @@ def resolve_dflash(q: Query, draft: DFlashDraft) -> Resolution:
     q.arch = arch
     where = f"tpu-inference {span(rel)}"
     drafts = ", ".join(d["drafts"])
+    impl = draft_impl or "auto"
+    if impl not in DRAFT_IMPLS:
+        raise EagleContractError(
+            f"unknown DRAFT_MODEL_IMPL_TYPE {impl!r}: one of {', '.join(DRAFT_IMPLS)}"
+        )
     q.assumed.append(
         (
             "DRAFT_MODEL_IMPL_TYPE",
-            "auto",
-            f"auto resolves the draft ({drafts}, in the JAX registry) to flax_nnx",
+            impl,
+            f"the draft ({drafts}, in the JAX registry) runs flax_nnx"
+            if impl != "vllm"
+            else "the draft runs vLLM's code",
         )
     )
+    if impl == "vllm":
+        preferred = arch in rel["preferred"]
+        raise Unservable(
+            f"{where}: DRAFT_MODEL_IMPL_TYPE=vllm runs the draft on vLLM's code; "
+            + (
+                "the target runs vLLM's code too, and the vLLM-path wrapper returns aux states "
+                "for eagle3 only: " + _DFLASH_ASSERT
+                if preferred
+                else f"the target {arch[:60]} resolves to flax_nnx: DFlashProposer.load_model "
+                "raises ValueError (draft model implementation must match target model)"
+            )
+        )
     if arch in rel["preferred"]:
         raise Unservable(
             f"{where}: MODEL_IMPL_TYPE=auto resolves {arch[:60]} to vllm (preferred), the "

@@ -477,6 +477,9 @@ def _resolve_dflash(args: argparse.Namespace) -> int:
     runner = getattr(args, "runner", "auto")
     if runner != "auto" and args.engine != "vllm":
         raise UsageError("--runner is for --engine vllm")
+    draft_impl = getattr(args, "draft_model_impl", None)
+    if draft_impl is not None and args.engine != "tpu-inference":
+        raise UsageError("--draft-model-impl is for --engine tpu-inference")
     try:
         res = resolve_dflash(
             args.engine,
@@ -485,6 +488,7 @@ def _resolve_dflash(args: argparse.Namespace) -> int:
             args.arch,
             args.version,
             None if runner == "auto" else runner,
+            draft_impl,
         )
     except Unservable as exc:
         return _refused(args, exc)

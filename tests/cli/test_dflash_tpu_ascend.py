@@ -80,6 +80,8 @@ def test_tpu_inference_refuses_what_it_would_not_serve(cli):
     assert rc == 2 and "no get_dflash_aux_hidden_state_layers" in out["refused"]
     rc, out = resolve(cli, "--engine", "tpu-inference", "--ids", "1", "40")
     assert rc == 2 and "ids [40] lie outside [0, 36)" in out["refused"]
+    rc, out = resolve(cli, "--engine", "tpu-inference", "--draft-model-impl", "vllm", "--ids", "1")
+    assert rc == 2 and "must match target model" in out["refused"]
 
 
 def test_vllm_ascend_before_0_23_has_no_dflash_proposer(cli):

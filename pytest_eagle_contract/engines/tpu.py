@@ -280,13 +280,19 @@ def resolve_dflash(q: Query, draft: DFlashDraft, draft_impl: str | None = None) 
     key = TAP_KEYS[0]
     listed = draft.found.get(key)
     fc: int | None
+    n: int | None = None
     if listed is not None:
         ids = list(listed)
         fc = len(ids)
     else:
-        n = draft.num_target_layers
+        n = _top_level(draft, "num_target_layers")
         ids = list(range(L - (L if n is None else n), L))
         fc = n if n is not None else draft.num_hidden_layers
+        if n is None and draft.num_target_layers is not None:
+            q.notes.append(
+                f"{where} reads the top-level num_target_layers only: the draft's "
+                f"dflash_config.num_target_layers {draft.num_target_layers} is not read"
+            )
         if TAP_KEYS[1] in draft.found:
             q.notes.append(f"{where} reads {key} only: the top-level {TAP_KEYS[1]} is not read")
     captured = sorted({i for i in ids if 0 <= i < L})
@@ -298,6 +304,12 @@ def resolve_dflash(q: Query, draft: DFlashDraft, draft_impl: str | None = None) 
             f"draft's fc (models/jax/dflash.py) takes "
             f"{fc if fc is not None else 'num_hidden_layers (absent)'}: shape mismatch at the "
             "first draft step"
+            + (
+                f" (its dflash_config.num_target_layers {draft.num_target_layers} is not read: "
+                "only the top-level one)"
+                if listed is None and n is None and draft.num_target_layers is not None
+                else ""
+            )
         )
     q.note_order(ids, "tpu-inference appends the states in layer order")
     positions = tuple(Position(i, i, Layer(i + 1)) for i in captured)
@@ -305,9 +317,9 @@ def resolve_dflash(q: Query, draft: DFlashDraft, draft_impl: str | None = None) 
         from .dflash import _guess_problem
 
         n_said = (
-            f"the draft's num_target_layers {draft.num_target_layers}"
-            if draft.num_target_layers is not None
-            else f"L = {L} (no num_target_layers)"
+            f"the draft's num_target_layers {n}"
+            if n is not None
+            else f"L = {L} (no top-level num_target_layers)"
         )
         q.problems.append(
             _guess_problem(
@@ -326,6 +338,19 @@ def resolve_dflash(q: Query, draft: DFlashDraft, draft_impl: str | None = None) 
         "num_hidden_layers",
         listed,
     )
+
+
+def _top_level(draft: DFlashDraft, key: str) -> int | None:
+    """``key`` as tpu-inference reads it, the draft config's top-level attribute
+    (``getattr(hf_config, key, ...)``): the DFlash parser's value where the draft came as
+    ids alone, else the config.json's top level (a ``dflash_config`` copy is not read)."""
+    from .draft_config import read_draft_json
+    from .gguf_meta import is_gguf
+
+    if draft.path is None or is_gguf(draft.path):
+        return getattr(draft, key)  # type: ignore[no-any-return]
+    value = read_draft_json(draft.path).get(key)
+    return value if type(value) is int and value >= 0 else None
 
 
 def method_refusal(method: str, version: str | None) -> str:

@@ -144,3 +144,21 @@ def test_a_contract_trained_one_layer_off_is_ec501(cli, tmp_path, engine, traine
             f"{engine} feeds the DFlash draft residual:2, residual:4, residual:6"
             in (seams["layout"]["findings"][0]["message"])
         )
+
+
+def test_tpu_inference_reads_the_top_level_num_target_layers_only(cli, tmp_path):
+    """models/jax/llama3.py: ``getattr(draft_hf_config, "num_target_layers", L)``: a copy
+    under dflash_config is not read, so the fallback captures all L layers while the draft's
+    fc (num_hidden_layers) takes 5."""
+    d = draft(
+        tmp_path,
+        {
+            "architectures": ["DFlashDraftModel"],
+            "num_hidden_layers": 5,
+            "dflash_config": {"mask_token_id": 1, "num_target_layers": 5},
+        },
+    )
+    rc, out = resolve(cli, "--engine", "tpu-inference", "--draft-config", d)
+    assert rc == 2
+    assert "36 distinct states captured" in out["refused"]
+    assert "dflash_config.num_target_layers 5 is not read" in out["refused"]

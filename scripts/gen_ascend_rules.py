@@ -27,7 +27,9 @@ tarfile and ast (nothing is imported or built):
   calls its ``__init__`` (which sets ``use_aux_hidden_state_outputs`` for ``dflash``) while
   its own ``_set_up_drafter`` sets that flag for ``eagle3`` / ``extract_hidden_states`` only
   (``aux``: ``vllm``, the paired vLLM release's setting stands), and the DFlash classes a
-  patch replaces a method of (``patches``); whether any file names DFlash2 / DSpark.
+  patch replaces a method of (``patches``); whether any file names DFlash2 / DSpark; the
+  model classes whose ``get_mtp_target_hidden_states`` the runner lets replace the state an
+  MTP drafter is fed (``mtp_override``; None where the runner does not ask).
 
 A structure the script does not recognise makes it exit 1. ``--check`` compares with the
 committed file and exits 1 on any difference.
@@ -192,7 +194,24 @@ def derive(path: Path) -> dict[str, Any] | None:
         "dflash": _dflash(sdist),
         "dflash2": _names(sdist, "dflash2"),
         "dspark": _names(sdist, "dspark"),
+        "mtp_override": _mtp_override(sdist),
     }
+
+
+def _mtp_override(sdist: Sdist) -> list[str] | None:
+    """Where the runner lets the target replace the state fed to an MTP drafter
+    (``get_mtp_target_hidden_states``): the model classes defining it, None where the
+    runner does not ask."""
+    if "get_mtp_target_hidden_states" not in sdist.files.get(RUNNER, ""):
+        return None
+    return sorted(
+        f"{name}:{node.name}"
+        for name, text in sdist.files.items()
+        if "def get_mtp_target_hidden_states" in text
+        for node in ast.walk(ast.parse(text))
+        if isinstance(node, ast.ClassDef)
+        and _method(ast.Module([node], []), node.name, "get_mtp_target_hidden_states")
+    )
 
 
 SPEC = "vllm_ascend/spec_decode/__init__.py"

@@ -235,25 +235,45 @@ def resolve_dflash(q: Query, draft: DFlashDraft) -> Resolution:
 
 def method_refusal(method: str, version: str | None) -> str:
     """Why ``resolve --method dflash2|dspark|mtp`` is not answered for vllm-ascend."""
+    from .mtp import releases as mtp_releases
+
     version = version or releases()[-1]
     row = _TABLE.row(version, _BEFORE)
     vllm = row["vllm"]
+    known = ", ".join(row["proposers"]) or "none read"
     if method in ("dflash2", "dspark"):
         title = "DFlash2" if method == "dflash2" else "DSpark"
+        if row[method]:
+            return f"vllm-ascend {version}: {title} code is there, its path was not traced"
         return (
             f"vllm-ascend {version}: no {title} code (no file of the sdist names {method}; "
-            f"get_spec_decode_method knows {', '.join(row['proposers'])}); read: "
-            f"{', '.join(releases())} (release candidates not read)"
+            f"get_spec_decode_method knows {known}); read: {', '.join(releases())} (release "
+            "candidates not read)"
         )
     if method == "mtp":
         proposer = row["proposers"].get("mtp") or row["proposers"].get("deepseek_mtp")
         if proposer is None:
-            return f"vllm-ascend {version}: no MTP proposer in get_spec_decode_method"
+            return f"vllm-ascend {version}: no MTP proposer in get_spec_decode_method ({known})"
+        if row.get("dflash") is None:  # only the 0.23.0 runner's MTP feed was read
+            return f"vllm-ascend {version}: MTP not read: its {proposer} path was not traced"
+        read = mtp_releases("vllm")
+        vllm_read = (
+            f"vLLM {vllm}'s MTP rules are read, but not followed through vllm-ascend's own "
+            "proposer here"
+            if vllm in read
+            else f"vLLM {vllm} was not read for MTP here (mtp_rules.json: vLLM {read[0]} on)"
+        )
         return (
             f"vllm-ascend {version}: MTP not read: get_spec_decode_method builds its own "
             f"{proposer}, and worker/model_runner_v1.py feeds it the target forward's "
-            f"hidden_states (no aux states for mtp), whose state is vLLM {vllm}'s model code "
-            f"(or vllm-ascend's own classes: {', '.join(row['replaced']) or 'none'}); vLLM {vllm} "
-            "was not read for MTP here (mtp_rules.json: vLLM 0.24.0 on)"
+            f"hidden_states (no aux states for mtp), whose state is vLLM {vllm}'s model code"
+            + (
+                ", or what the target's get_mtp_target_hidden_states() returns where it has "
+                f"one ({', '.join(o.rpartition(':')[2] for o in row['mtp_override'])})"
+                if row.get("mtp_override")
+                else ""
+            )
+            + "; "
+            + vllm_read
         )
     return f"vllm-ascend: --method {method} is not read"

@@ -137,7 +137,7 @@ METHODS: dict[str, Method] = by_name(
             ),
             ("dflash_config.target_layer_ids", "target_layer_ids"),
             "the tap list's length; without one, one tap per draft layer (num_hidden_layers)",
-            ("sglang", "vllm", "llama.cpp", "mlx"),
+            ("sglang", "vllm", "llama.cpp", "mlx", "tpu-inference", "vllm-ascend"),
             ("DFlashDraftModel", "DFlashSpeculator"),  # the latter: speculators' config
             ("dflash_config",),
             shard_formats=("specforge-dflash",),

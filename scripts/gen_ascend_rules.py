@@ -21,6 +21,16 @@ tarfile and ast (nothing is imported or built):
   state_layers = ...``) and where that capture sits, and the architectures it replaces with
   its own model classes (``models/__init__.py``'s ``register_model``).
 
+- per method, the proposer class ``spec_decode/__init__.py``'s ``get_spec_decode_method``
+  builds (``proposers``: vLLM's DFlash, MTP, ... run through vllm-ascend's own proposers);
+  for DFlash (``dflash``): whether ``NPUModelRunner`` subclasses vLLM's ``GPUModelRunner`` and
+  calls its ``__init__`` (which sets ``use_aux_hidden_state_outputs`` for ``dflash``) while
+  its own ``_set_up_drafter`` sets that flag for ``eagle3`` / ``extract_hidden_states`` only
+  (``aux``: ``vllm``, the paired vLLM release's setting stands), and the DFlash classes a
+  patch replaces a method of (``patches``); whether any file names DFlash2 / DSpark; the
+  model classes whose ``get_mtp_target_hidden_states`` the runner lets replace the state an
+  MTP drafter is fed (``mtp_override``; None where the runner does not ask).
+
 A structure the script does not recognise makes it exit 1. ``--check`` compares with the
 committed file and exits 1 on any difference.
 """
@@ -180,7 +190,102 @@ def derive(path: Path) -> dict[str, Any] | None:
         "v2": _v2(sdist, vllm),
         "patched": _patched(sdist),
         "replaced": _replaced(sdist),
+        "proposers": _proposers(sdist),
+        "dflash": _dflash(sdist),
+        "dflash2": _names(sdist, "dflash2"),
+        "dspark": _names(sdist, "dspark"),
+        "mtp_override": _mtp_override(sdist),
     }
+
+
+def _mtp_override(sdist: Sdist) -> list[str] | None:
+    """Where the runner lets the target replace the state fed to an MTP drafter
+    (``get_mtp_target_hidden_states``): the model classes defining it, None where the
+    runner does not ask."""
+    if "get_mtp_target_hidden_states" not in sdist.files.get(RUNNER, ""):
+        return None
+    return sorted(
+        f"{name}:{node.name}"
+        for name, text in sdist.files.items()
+        if "def get_mtp_target_hidden_states" in text
+        for node in ast.walk(ast.parse(text))
+        if isinstance(node, ast.ClassDef)
+        and _method(ast.Module([node], []), node.name, "get_mtp_target_hidden_states")
+    )
+
+
+SPEC = "vllm_ascend/spec_decode/__init__.py"
+
+
+def _names(sdist: Sdist, word: str) -> bool:
+    pattern = re.compile(word, re.I)
+    return any(pattern.search(name + text) for name, text in sdist.files.items())
+
+
+def _proposers(sdist: Sdist) -> dict[str, str]:
+    """method -> the proposer class ``get_spec_decode_method`` returns for it (the last
+    ``return`` of its branch)."""
+    if SPEC not in sdist.files:
+        return {}
+    fn = next(
+        (
+            n
+            for n in ast.walk(sdist.tree(SPEC))
+            if isinstance(n, ast.FunctionDef) and n.name == "get_spec_decode_method"
+        ),
+        None,
+    )
+    if fn is None:
+        return {}
+    out: dict[str, str] = {}
+    for node in ast.walk(fn):
+        if not isinstance(node, ast.If) or not isinstance(node.test, ast.Compare):
+            continue
+        test = node.test
+        if getattr(test.left, "id", "") != "method":
+            continue
+        value = ast.literal_eval(test.comparators[0])
+        methods = tuple(value) if isinstance(value, list | tuple) else (value,)
+        returns = [n for n in node.body if isinstance(n, ast.Return)]
+        if not returns or not isinstance(returns[-1].value, ast.Call):
+            raise SystemExit(f"{sdist.version}: get_spec_decode_method's {methods} not understood")
+        for m in methods:
+            out[m] = ast.unparse(returns[-1].value.func)
+    return dict(sorted(out.items()))
+
+
+def _dflash(sdist: Sdist) -> dict[str, Any] | None:
+    """How a DFlash launch gets its aux states (the docstring)."""
+    if "dflash" not in _proposers(sdist):
+        return None
+    text = sdist.files[RUNNER]
+    tree = sdist.tree(RUNNER)
+    cls = next(
+        (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "NPUModelRunner"),
+        None,
+    )
+    bases = [ast.unparse(b) for b in cls.bases] if cls else []
+    init = _method(tree, "NPUModelRunner", "__init__")
+    setup = _method(tree, "NPUModelRunner", "_set_up_drafter")
+    load = _method(tree, "NPUModelRunner", "load_model")
+    if bases != ["GPUModelRunner"] or init is None or setup is None or load is None:
+        raise SystemExit(f"{sdist.version}: NPUModelRunner's DFlash set-up not understood")
+    calls_super = "super().__init__(vllm_config, device)" in ast.unparse(init)
+    flags = re.findall(
+        r"method == [\"'](\w+)[\"']:\s*\n(?:[^\n]*\n)?\s*self\.use_aux_hidden_state_outputs =",
+        ast.unparse(setup),
+    )
+    load_text = ast.unparse(load)
+    reads = "should_configure_aux_hidden_states = self.use_aux_hidden_state_outputs" in load_text
+    if not calls_super or "dflash" in flags or not reads or "_set_up_drafter()" not in text:
+        raise SystemExit(f"{sdist.version}: how a DFlash launch gets aux states not understood")
+    patches = sorted(
+        m.group(1)
+        for name, body in sdist.files.items()
+        if name.startswith("vllm_ascend/patch/")
+        for m in re.finditer(r"^(\w*DFlash\w*\.\w+) = ", body, re.M)
+    )
+    return {"aux": "vllm", "own_flags": sorted(flags), "patches": patches}
 
 
 def download(folder: Path) -> None:

@@ -26,6 +26,21 @@ engines/tpu_rules.json.
   ``v1/worker/gpu/spec_decode/eagle/eagle3_utils.set_eagle3_aux_hidden_state_layers`` on the
   target, the V2 model runner's reader).
 
+Per release, its DFlash path (``dflash``; None before any DFlash code), read the same way:
+whether ``runner/tpu_runner.py`` builds ``DFlashProposer`` for method ``dflash``
+(``runner``), the draft classes the JAX registry maps to ``models/jax/dflash.py``
+(``drafts``), how many states that draft's ``fc`` takes (``fc``: the
+``dflash_config.target_layer_ids`` list's length, else ``num_target_layers``, else
+``num_hidden_layers``), whether ``DFlashProposer.load_model`` raises ValueError when the draft's
+and the target's implementations differ (``impl_check``) and ``prepare_inputs`` asserts aux
+states (``asserts``), whether the vLLM-path wrapper returns aux states for DFlash
+(``vllm_aux``: ``none`` where it returns them for ``eagle3`` only), and per JAX target class
+with ``get_dflash_aux_hidden_state_layers`` (``targets``): that function *run* on stub configs
+(which key it reads, its fallback without one) and where its ``__call__`` loop appends the
+states (after layer i: ``residual:i+1``). ``dflash2`` / ``dspark``: whether any file of the
+wheel names them; ``mtp``: whether the speculative-decoding manager feeds an MTP draft the
+target step's ``hidden_states`` output.
+
 A structure the script does not recognise makes it exit 1. ``--check`` compares with the
 committed file and exits 1 on any difference.
 """
@@ -162,6 +177,136 @@ def derive(path: Path) -> dict[str, Any] | None:
         "jax": [a for a in registry if not a.startswith("Eagle3")],
         "drafts": [a for a in registry if a.startswith("Eagle3")],
         **_paths(wheel),
+        "dflash": _dflash(wheel, loader),
+        "dflash2": _names(wheel, "dflash2"),
+        "dspark": _names(wheel, "dspark"),
+        "mtp": _mtp(wheel),
+    }
+
+
+_RUNNER = "tpu_inference/runner/tpu_runner.py"
+_DRAFTER = "tpu_inference/spec_decode/jax/dflash.py"
+_DRAFT_MODEL = "tpu_inference/models/jax/dflash.py"
+_WRAPPER = "tpu_inference/models/vllm/vllm_model_wrapper.py"
+_MANAGER = "tpu_inference/runner/speculative_decoding_manager.py"
+_DFLASH_IMPL = "Draft model implementation must match target model."
+
+
+def _names(wheel: Wheel, word: str) -> bool:
+    """Whether any Python file of the wheel names ``word`` (any case)."""
+    pattern = re.compile(word, re.I)
+    return any(n.endswith(".py") and pattern.search(n + (wheel.text(n) or "")) for n in wheel.names)
+
+
+def _mtp(wheel: Wheel) -> bool:
+    """Whether the manager feeds an MTP draft ``(hidden_states, )``, the target's output."""
+    text = wheel.text(_MANAGER) or ""
+    return bool(
+        re.search(
+            r'method == "mtp":\s*\n\s*aux_hidden_states_for_drafter = \(hidden_states, \)', text
+        )
+    )
+
+
+def _stub_config(num_layers: int, draft: dict[str, Any]) -> types.SimpleNamespace:
+    draft_hf = types.SimpleNamespace(**draft)
+    return types.SimpleNamespace(
+        speculative_config=types.SimpleNamespace(
+            method="dflash", draft_model_config=types.SimpleNamespace(hf_config=draft_hf)
+        ),
+        model_config=types.SimpleNamespace(
+            hf_config=types.SimpleNamespace(num_hidden_layers=num_layers)
+        ),
+    )
+
+
+def _run_dflash_ids(fn: ast.FunctionDef, name: str) -> dict[str, str]:
+    """Run the release's ``get_dflash_aux_hidden_state_layers`` on stub configs: the key it
+    reads and its fallback without one."""
+    if [a.arg for a in fn.args.args] != ["self", "vllm_config"]:
+        raise SystemExit(f"{name}: {fn.name} takes {[a.arg for a in fn.args.args]}")
+    ids = compile_alone(fn, "<tpu-dflash>")
+    L = 36
+    listed = list(ids(None, _stub_config(L, {"dflash_config": {"target_layer_ids": [7, 3]}})))
+    top = list(ids(None, _stub_config(L, {"target_layer_ids": [7, 3], "num_target_layers": 4})))
+    last_n = list(ids(None, _stub_config(L, {"num_target_layers": 4})))
+    every = list(ids(None, _stub_config(L, {})))
+    if listed != [7, 3]:
+        raise SystemExit(f"{name}: dflash_config.target_layer_ids read as {listed}")
+    if top != last_n or last_n != list(range(L - 4, L)) or every != list(range(L)):
+        raise SystemExit(f"{name}: fallback {top}, {last_n}, {every} not understood")
+    return {"keys": "dflash_config.target_layer_ids", "fallback": "range(L-n,L)"}
+
+
+def _dflash_capture(cls: ast.ClassDef, name: str) -> str:
+    """Where the ``__call__`` loop appends the DFlash states: ``output`` (after layer i)."""
+    call = _method(cls, "__call__")
+    for loop in (n for n in ast.walk(call) if isinstance(n, ast.For)) if call else ():
+        texts = [ast.unparse(stmt) for stmt in loop.body]
+        appends = [k for k, t in enumerate(texts) if "aux_hidden_states.append" in t]
+        mine = [k for k in appends if "dflash" in texts[k]]
+        if not mine:
+            mine = [k for k in appends if "eagle3" not in texts[k]]
+        called = [k for k, t in enumerate(texts) if re.search(r"=\s*layer\(", t)]
+        if len(mine) == 1 and len(called) == 1:
+            return "input" if mine[0] < called[0] else "output"
+    raise SystemExit(f"{name}: {cls.name}'s DFlash capture loop not understood")
+
+
+def _dflash(wheel: Wheel, loader: ast.Module) -> dict[str, Any] | None:
+    name = f"tpu-inference {wheel.version}"
+    model = wheel.text(_DRAFT_MODEL)
+    if model is None:
+        return None
+    runner = bool(
+        re.search(
+            r'method == "dflash":\s*\n\s*self\.drafter = DFlashProposer\(',
+            wheel.text(_RUNNER) or "",
+        )
+    )
+    drafts = sorted(a for a, (m, _) in _registry(loader).items() if m == _DRAFT_MODEL)
+    fc = re.search(
+        r'target_layer_ids = dflash_config\.get\("target_layer_ids", None\)\s*\n'
+        r'\s*num_target_layers = getattr\(hf_config, "num_target_layers", None\)\s*\n'
+        r"\s*if target_layer_ids is not None:\s*\n"
+        r"\s*num_context_features = len\(target_layer_ids\)\s*\n"
+        r"\s*elif num_target_layers is not None:\s*\n"
+        r"\s*num_context_features = num_target_layers\s*\n"
+        r"\s*else:\s*\n\s*num_context_features = hf_config\.num_hidden_layers",
+        model,
+    )
+    drafter = wheel.text(_DRAFTER) or ""
+    wrapper = wheel.text(_WRAPPER) or ""
+    targets: dict[str, Any] = {}
+    for arch, (module, _) in sorted(_registry(loader).items()):
+        tree = wheel.tree(module)
+        for c in ast.walk(tree) if tree else ():
+            fn = (
+                _method(c, "get_dflash_aux_hidden_state_layers")
+                if isinstance(c, ast.ClassDef)
+                else None
+            )
+            if fn is not None and isinstance(c, ast.ClassDef):
+                targets[arch] = {
+                    "file": module.removeprefix("tpu_inference/"),
+                    **_run_dflash_ids(fn, f"{name} {module}"),
+                    "capture": _dflash_capture(c, f"{name} {module}"),
+                }
+    if runner and (fc is None or not drafts or not targets):
+        raise SystemExit(f"{name}: a DFlash runner path without a draft, fc or target read")
+    eagle3_only = re.search(
+        r'method == "eagle3":\s*\n\s*output, aux_hidden_states = jax_view', wrapper
+    )
+    if runner and ('"dflash"' in wrapper or not eagle3_only):
+        raise SystemExit(f"{name}: how the vLLM-path wrapper feeds DFlash is not understood")
+    return {
+        "runner": runner,
+        "drafts": drafts,
+        "fc": "list,num_target_layers,num_hidden_layers" if fc else None,
+        "impl_check": _DFLASH_IMPL in drafter,
+        "asserts": "assert aux_hidden_states is not None and len(aux_hidden_states) > 0" in drafter,
+        "vllm_aux": "none",
+        "targets": targets,
     }
 
 

@@ -25,6 +25,7 @@ from .rule_table import RuleTable, span
 from .vllm import VLLM, DraftIds, read_draft_ids
 
 if TYPE_CHECKING:
+    from .dflash import DFlashDraft
     from .draft_config import DraftConfig
 
 _TABLE = RuleTable("ascend_rules.json", "vllm-ascend", "0.23.0")
@@ -156,3 +157,123 @@ def _v2_why(row: dict[str, Any]) -> str:
     if v2 == "v1 only":
         return f"its worker turns the V2 runner off on vLLM {row['vllm']}"
     return "it has no other runner"
+
+
+# --- DFlash, DFlash2, DSpark, MTP (ascend_rules.json rows' proposers / dflash) ---
+
+_BEFORE = " is before the releases read"
+
+
+def dflash_releases() -> list[str]:
+    """The vllm-ascend releases read whose ``get_spec_decode_method`` builds a DFlash
+    proposer."""
+    return [v for v in releases() if _TABLE.row(v).get("dflash")]
+
+
+def resolve_dflash(q: Query, draft: DFlashDraft) -> Resolution:
+    """A DFlash draft on vllm-ascend: its own proposer (AscendDflashProposer), but the aux
+    layers and their capture are the paired vLLM release's, as its V1 runner sets them
+    (``NPUModelRunner`` keeps vLLM's ``use_aux_hidden_state_outputs`` for dflash; its
+    ``load_model`` reads vLLM's ``_get_eagle3_aux_layers_from_config``, else the target's
+    default): ``resolve --engine vllm --version <paired> --runner v1 --method dflash``'s rules.
+    Raises Unservable."""
+    from .dflash import resolve_dflash as vllm_dflash
+
+    version = q.assume(releases()[-1], "vllm-ascend")
+    row = _TABLE.row(version, _BEFORE)
+    d = row.get("dflash")
+    if d is None:
+        served = dflash_releases()
+        raise Unservable(
+            f"vllm-ascend {version}: spec_decode/__init__.py get_spec_decode_method builds no "
+            f"DFlash proposer (methods: {', '.join(row['proposers']) or 'none read'}); DFlash "
+            f"is served from {served[0]} (read: {', '.join(releases())})"
+        )
+    arch = q.arch or _LLAMA
+    if not q.arch:
+        q.notes.append(f"no --arch: the {_LLAMA} loop's rule")
+    where = f"vllm-ascend {span(row)}"
+    if arch in row["replaced"]:
+        raise Unservable(
+            f"{where} registers its own model class for {arch[:60]} ({row['replaced'][arch]}): "
+            "its DFlash capture is not read here"
+        )
+    if any(p["arch"] == arch for p in row["patched"]):
+        raise Unservable(f"{where} patches {arch[:60]}'s capture: not read for DFlash")
+    vllm = row["vllm"]
+    q.assumed.append(("runner", "v1", f"vllm-ascend {version}: NPUModelRunner ({_v2_why(row)})"))
+    q.assumed.append(("vllm", vllm, f"vllm-ascend {version} runs on vLLM {vllm}"))
+    try:
+        res = vllm_dflash("vllm", q.num_layers, draft, arch, vllm, "v1")
+    except Unservable as e:
+        raise Unservable(f"{where} on vLLM {vllm} (its V1 runner's DFlash rules): {e}") from None
+    q.arch = res.arch
+    q.notes.extend(n for n in res.notes if not n.startswith("no version given"))
+    q.problems.extend(
+        Problem(p.code, f"vllm-ascend {version} (vLLM {vllm}'s rules): {p.message}", p.hint)
+        for p in res.problems
+    )
+    patches = ", ".join(d["patches"])
+    return q.answer(
+        res.positions,
+        f"built-in rules: {where} runs vLLM {vllm}'s DFlash rules (V1 runner): "
+        "spec_decode/__init__.py builds AscendDflashProposer; NPUModelRunner (a vLLM "
+        f"GPUModelRunner) keeps vLLM {vllm}'s use_aux_hidden_state_outputs for dflash (its own "
+        f"_set_up_drafter sets it for {', '.join(d['own_flags'])} only) and {RUNNER} sets the "
+        "aux layers through vLLM's _get_eagle3_aux_layers_from_config, else the target's "
+        "default"
+        + (
+            f"; its patch replaces {patches} (the draft's context KV, not the taps)"
+            if patches
+            else ""
+        )
+        + "; vLLM's: "
+        + res.source.removeprefix("built-in rules: "),
+        res.ids,
+    )
+
+
+def method_refusal(method: str, version: str | None) -> str:
+    """Why ``resolve --method dflash2|dspark|mtp`` is not answered for vllm-ascend."""
+    from .mtp import releases as mtp_releases
+
+    version = version or releases()[-1]
+    row = _TABLE.row(version, _BEFORE)
+    vllm = row["vllm"]
+    known = ", ".join(row["proposers"]) or "none read"
+    if method in ("dflash2", "dspark"):
+        title = "DFlash2" if method == "dflash2" else "DSpark"
+        if row[method]:
+            return f"vllm-ascend {version}: {title} code is there, its path was not traced"
+        return (
+            f"vllm-ascend {version}: no {title} code (no file of the sdist names {method}; "
+            f"get_spec_decode_method knows {known}); read: {', '.join(releases())} (release "
+            "candidates not read)"
+        )
+    if method == "mtp":
+        proposer = row["proposers"].get("mtp") or row["proposers"].get("deepseek_mtp")
+        if proposer is None:
+            return f"vllm-ascend {version}: no MTP proposer in get_spec_decode_method ({known})"
+        if row.get("dflash") is None:  # only the 0.23.0 runner's MTP feed was read
+            return f"vllm-ascend {version}: MTP not read: its {proposer} path was not traced"
+        read = mtp_releases("vllm")
+        vllm_read = (
+            f"vLLM {vllm}'s MTP rules are read, but not followed through vllm-ascend's own "
+            "proposer here"
+            if vllm in read
+            else f"vLLM {vllm} was not read for MTP here (mtp_rules.json: vLLM {read[0]} on)"
+        )
+        return (
+            f"vllm-ascend {version}: MTP not read: get_spec_decode_method builds its own "
+            f"{proposer}, and worker/model_runner_v1.py feeds it the target forward's "
+            f"hidden_states (no aux states for mtp), whose state is vLLM {vllm}'s model code"
+            + (
+                ", or what the target's get_mtp_target_hidden_states() returns where it has "
+                f"one ({', '.join(o.rpartition(':')[2] for o in row['mtp_override'])})"
+                if row.get("mtp_override")
+                else ""
+            )
+            + "; "
+            + vllm_read
+        )
+    return f"vllm-ascend: --method {method} is not read"

@@ -16,6 +16,11 @@ docs/layers.md):
   runner reads ``dflash_config.target_layer_ids`` as vLLM ids (0.20.x-0.21.x as they are,
   from 0.22.0 + 1); absent, vLLM's EAGLE-3 default ``(2, L//2, L-3)`` while the DFlash fc
   takes one state per draft layer (``qwen3_dflash.py`` 0.34.0).
+- tpu-inference (``tpu_rules.json``'s ``dflash``, 0.25.0 on): JAX Llama / Qwen3 targets read
+  ``dflash_config.target_layer_ids`` only, else ``range(L - n, L)`` (n the draft's
+  ``num_target_layers``, else L), layer i's output for id i (engines/tpu.py).
+- vllm-ascend (``ascend_rules.json``'s ``dflash``, 0.23.0 on): its own proposer, the paired
+  vLLM release's V1 rules for the taps (engines/ascend.py).
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ _READ_KEYS = (
     "dflash_config.layer_ids",
     "eagle_config.layer_ids",
 )
-ENGINES = ("sglang", "vllm", "llama.cpp", "mlx")
+ENGINES = ("sglang", "vllm", "llama.cpp", "mlx", "tpu-inference", "vllm-ascend")
 # mlx-vlm's qwen3_dflash drafter (speculative/drafters/qwen3_dflash/config.py, 0.6.15 to
 # 0.7.10 alike): DFlashConfig.target_layer_ids defaults to this list when the draft has none
 MLX_DEFAULT_TAPS = (1, 8, 15, 22, 29)
@@ -252,6 +257,14 @@ def releases(engine: str) -> list[str]:
         return [LLAMACPP_READ]
     if engine == "mlx":
         return _mlx_releases()
+    if engine == "tpu-inference":
+        from .tpu import dflash_releases
+
+        return dflash_releases()
+    if engine == "vllm-ascend":
+        from .ascend import dflash_releases as ascend_releases
+
+        return ascend_releases()
     return []
 
 
@@ -295,9 +308,11 @@ def resolve_dflash(
     arch: str | None = None,
     version: str | None = None,
     runner: str | None = None,
+    draft_impl: str | None = None,
 ) -> Resolution:
     """The draft's taps on ``engine`` as canonical layers, in the order the engine
-    concatenates them. A guessed tap list is an EC522 problem. Raises Unservable."""
+    concatenates them (``draft_impl``: tpu-inference's DRAFT_MODEL_IMPL_TYPE). A guessed tap
+    list is an EC522 problem. Raises Unservable."""
     q = Query(engine, num_layers, draft.taps, arch, version)
     if draft.speculators and engine != "vllm":
         raise Unservable(
@@ -313,6 +328,14 @@ def resolve_dflash(
         return _llamacpp(q, draft)
     if engine == "mlx":
         return _mlx(q, draft)
+    if engine == "tpu-inference":
+        from .tpu import resolve_dflash as tpu_dflash
+
+        return tpu_dflash(q, draft, draft_impl)
+    if engine == "vllm-ascend":
+        from .ascend import resolve_dflash as ascend_dflash
+
+        return ascend_dflash(q, draft)
     raise Unservable(
         f"{engine}: no DFlash tap rules are read here (DFlash is resolved for "
         f"{', '.join(ENGINES)}; docs/methods.md)"

@@ -30,6 +30,7 @@ from .rule_table import RuleTable, span
 from .vllm import VLLM, read_draft_ids
 
 if TYPE_CHECKING:
+    from .dflash import DFlashDraft
     from .draft_config import DraftConfig
 
 _TABLE = RuleTable("tpu_rules.json", "tpu-inference", "0.32.0")
@@ -179,3 +180,206 @@ class TPUInference(Engine):
             + res.source.removeprefix("built-in rules: "),
             res.ids,
         )
+
+
+# --- DFlash, DFlash2, DSpark, MTP (tpu_rules.json rows' dflash / dflash2 / dspark / mtp) ---
+
+_DFLASH_ASSERT = (
+    "DFlashProposer.prepare_inputs asserts aux states at the first request "
+    "(spec_decode/jax/dflash.py)"
+)
+
+
+def dflash_releases() -> list[str]:
+    """The tpu-inference releases whose runner serves DFlash (read: every release)."""
+    return [v for v in releases() if (_dflash_row(v).get("dflash") or {}).get("runner")]
+
+
+def _dflash_row(version: str) -> dict[str, Any]:
+    return next(r for r in _data()["rows"] if _covers(r, version))
+
+
+def resolve_dflash(q: Query, draft: DFlashDraft, draft_impl: str | None = None) -> Resolution:
+    """A DFlash draft on tpu-inference (the module's rows, ``dflash``): only a JAX target
+    class with ``get_dflash_aux_hidden_state_layers`` (Llama, Qwen3 from 0.25.0) captures
+    taps; it reads ``dflash_config.target_layer_ids`` alone, else the last n layers
+    (``range(L - n, L)``, n = the draft's ``num_target_layers``, else L), and appends layer
+    i's output (``residual:i+1``) in layer order. Raises Unservable."""
+    from .dflash import TAP_KEYS
+
+    version = q.assume(releases()[-1], "tpu-inference")
+    _TABLE.check(version, " is before the releases read")
+    rel = _dflash_row(version)
+    d = rel.get("dflash")
+    served = dflash_releases()
+    if d is None or not d["runner"]:
+        raise Unservable(
+            f"tpu-inference {version}: "
+            + (
+                "no DFlash code"
+                if d is None
+                else "models/jax/dflash.py is there, but runner/tpu_runner.py builds no "
+                "DFlashProposer for method dflash"
+            )
+            + f" (DFlash is served from {served[0]}; read: {releases()[0]}-{releases()[-1]})"
+        )
+    arch = q.arch or "LlamaForCausalLM"
+    if not q.arch:
+        q.notes.append(f"no --arch: {arch}")
+    q.arch = arch
+    where = f"tpu-inference {span(rel)}"
+    drafts = ", ".join(d["drafts"])
+    impl = draft_impl or "auto"
+    if impl not in DRAFT_IMPLS:
+        raise EagleContractError(
+            f"unknown DRAFT_MODEL_IMPL_TYPE {impl!r}: one of {', '.join(DRAFT_IMPLS)}"
+        )
+    q.assumed.append(
+        (
+            "DRAFT_MODEL_IMPL_TYPE",
+            impl,
+            f"the draft ({drafts}, in the JAX registry) runs flax_nnx"
+            if impl != "vllm"
+            else "the draft runs vLLM's code",
+        )
+    )
+    if impl == "vllm":
+        preferred = arch in rel["preferred"]
+        raise Unservable(
+            f"{where}: DRAFT_MODEL_IMPL_TYPE=vllm runs the draft on vLLM's code; "
+            + (
+                "the target runs vLLM's code too, and the vLLM-path wrapper returns aux states "
+                "for eagle3 only: " + _DFLASH_ASSERT
+                if preferred
+                else f"the target {arch[:60]} resolves to flax_nnx: DFlashProposer.load_model "
+                "raises ValueError (draft model implementation must match target model)"
+            )
+        )
+    if arch in rel["preferred"]:
+        raise Unservable(
+            f"{where}: MODEL_IMPL_TYPE=auto resolves {arch[:60]} to vllm (preferred), the "
+            "draft to flax_nnx: DFlashProposer.load_model raises ValueError (draft model "
+            "implementation must match target model); with DRAFT_MODEL_IMPL_TYPE=vllm the "
+            "vLLM-path wrapper returns aux states for eagle3 only: " + _DFLASH_ASSERT
+        )
+    if arch not in rel["jax"]:
+        raise Unservable(
+            f"{where} has no JAX model for {arch[:60]} (flax_nnx falls back to vLLM's model "
+            "code), whose wrapper (models/vllm/vllm_model_wrapper.py) returns aux states for "
+            "eagle3 only: " + _DFLASH_ASSERT
+        )
+    target = d["targets"].get(arch)
+    if target is None:
+        read = ", ".join(sorted(d["targets"]))
+        raise Unservable(
+            f"{where}: {arch[:60]}'s JAX model has no get_dflash_aux_hidden_state_layers and "
+            f"returns no aux states (the JAX targets that capture DFlash taps: {read}): "
+            + _DFLASH_ASSERT
+        )
+    L = q.num_layers
+    key = TAP_KEYS[0]
+    listed = draft.found.get(key)
+    fc: int | None
+    n: int | None = None
+    if listed is not None:
+        ids = list(listed)
+        fc = len(ids)
+    else:
+        n = _top_level(draft, "num_target_layers")
+        ids = list(range(L - (L if n is None else n), L))
+        fc = n if n is not None else draft.num_hidden_layers
+        if n is None and draft.num_target_layers is not None:
+            q.notes.append(
+                f"{where} reads the top-level num_target_layers only: the draft's "
+                f"dflash_config.num_target_layers {draft.num_target_layers} is not read"
+            )
+        if TAP_KEYS[1] in draft.found:
+            q.notes.append(f"{where} reads {key} only: the top-level {TAP_KEYS[1]} is not read")
+    captured = sorted({i for i in ids if 0 <= i < L})
+    if fc is None or len(captured) != fc:
+        dropped = sorted({i for i in ids if not 0 <= i < L})
+        lost = f"ids {dropped} lie outside [0, {L}) and match no layer; " if dropped else ""
+        raise Unservable(
+            f"{where} {target['file']}: {lost}{len(captured)} distinct states captured, the "
+            f"draft's fc (models/jax/dflash.py) takes "
+            f"{fc if fc is not None else 'num_hidden_layers (absent)'}: shape mismatch at the "
+            "first draft step"
+            + (
+                f" (its dflash_config.num_target_layers {draft.num_target_layers} is not read: "
+                "only the top-level one)"
+                if listed is None and n is None and draft.num_target_layers is not None
+                else ""
+            )
+        )
+    q.note_order(ids, "tpu-inference appends the states in layer order")
+    positions = tuple(Position(i, i, Layer(i + 1)) for i in captured)
+    if listed is None:
+        from .dflash import _guess_problem
+
+        n_said = (
+            f"the draft's num_target_layers {n}"
+            if n is not None
+            else f"L = {L} (no top-level num_target_layers)"
+        )
+        q.problems.append(
+            _guess_problem(
+                "tpu-inference",
+                f"{version} {target['file']} falls back to range(L - n, L), n = {n_said},",
+                ids,
+                [p.layer for p in positions],
+            )
+        )
+    return q.answer(
+        positions,
+        f"built-in rules: {where} {target['file']} (JAX path, MODEL_IMPL_TYPE=auto) "
+        f"get_dflash_aux_hidden_state_layers reads {key} only, else range(L - n, L) with n the "
+        "draft's num_target_layers (else L); appends layer i's output (residual:i+1) in layer "
+        "order; the draft's fc takes the list's length, else num_target_layers, else "
+        "num_hidden_layers",
+        listed,
+    )
+
+
+def _top_level(draft: DFlashDraft, key: str) -> int | None:
+    """``key`` as tpu-inference reads it, the draft config's top-level attribute
+    (``getattr(hf_config, key, ...)``): the DFlash parser's value where the draft came as
+    ids alone, else the config.json's top level (a ``dflash_config`` copy is not read)."""
+    from .draft_config import read_draft_json
+    from .gguf_meta import is_gguf
+
+    if draft.path is None or is_gguf(draft.path):
+        return getattr(draft, key)  # type: ignore[no-any-return]
+    value = read_draft_json(draft.path).get(key)
+    return value if type(value) is int and value >= 0 else None
+
+
+def method_refusal(method: str, version: str | None) -> str:
+    """Why ``resolve --method dflash2|dspark|mtp`` is not answered for tpu-inference."""
+    version = version or releases()[-1]
+    _TABLE.check(version, " is before the releases read")
+    rel = _dflash_row(version)
+    span_read = f"{releases()[0]}-{releases()[-1]}"
+    if method in ("dflash2", "dspark"):
+        title = "DFlash2" if method == "dflash2" else "DSpark"
+        has = [v for v in releases() if _dflash_row(v)[method]]
+        return (
+            f"tpu-inference {version}: no {title} code (no file of the wheel names "
+            f"{method}; read {span_read}, none has it)"
+            if not has
+            else f"tpu-inference {version}: {title} code is there ({has[0]} on) but its path was "
+            "not traced"
+        )
+    if method == "mtp":
+        if not rel["mtp"]:
+            return (
+                f"tpu-inference {version}: MTP not read: runner/speculative_decoding_manager.py "
+                "has no MTP branch"
+            )
+        return (
+            f"tpu-inference {version}: MTP not read per target: "
+            "runner/speculative_decoding_manager.py feeds an MTP draft the target step's "
+            "hidden_states output (its own Eagle3Proposer path, method mtp), i.e. whatever "
+            "state each target model returns (a JAX model after its final norm, a vLLM-path "
+            "model vLLM's forward output); that return is not read per architecture here"
+        )
+    return f"tpu-inference: --method {method} is not read"

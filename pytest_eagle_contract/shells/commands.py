@@ -479,6 +479,9 @@ def _resolve_dflash(args: argparse.Namespace) -> int:
     runner = getattr(args, "runner", "auto")
     if runner != "auto" and args.engine != "vllm":
         raise UsageError("--runner is for --engine vllm")
+    draft_impl = getattr(args, "draft_model_impl", None)
+    if draft_impl is not None and args.engine != "tpu-inference":
+        raise UsageError("--draft-model-impl is for --engine tpu-inference")
     try:
         res = resolve_dflash(
             args.engine,
@@ -487,10 +490,29 @@ def _resolve_dflash(args: argparse.Namespace) -> int:
             args.arch,
             args.version,
             None if runner == "auto" else runner,
+            draft_impl,
         )
     except Unservable as exc:
         return _refused(args, exc)
     return _print_resolution(args, res)
+
+
+def _method_refusal(args: argparse.Namespace) -> None:
+    """tpu-inference / vllm-ascend for DFlash2, DSpark and MTP: what their releases show,
+    read by gen_tpu_rules.py / gen_ascend_rules.py (usage error, exit 2)."""
+    if args.engine not in ("tpu-inference", "vllm-ascend"):
+        return
+    from ..errors import Unservable
+
+    if args.engine == "tpu-inference":
+        from ..engines.tpu import method_refusal
+    else:
+        from ..engines.ascend import method_refusal
+    try:
+        why = method_refusal(args.method, args.version)
+    except Unservable as exc:
+        why = str(exc)
+    raise UsageError(f"--method {args.method}: {why} (docs/layers.md)")
 
 
 def _resolve_family(args: argparse.Namespace) -> int:
@@ -502,6 +524,7 @@ def _resolve_family(args: argparse.Namespace) -> int:
     method = args.method
     if args.num_layers < 1:
         raise UsageError(f"--num-layers {args.num_layers}: a target has at least one layer")
+    _method_refusal(args)
     if args.engine not in ENGINES[method]:
         raise UsageError(
             f"--method {method}: no {method} tap rules of {args.engine} are read here; one "
@@ -552,6 +575,7 @@ def _resolve_mtp(args: argparse.Namespace) -> int:
         )
     if getattr(args, "runner", "auto") != "auto":
         raise UsageError("--runner is not read for --method mtp")
+    _method_refusal(args)
     why = refusal(args.engine)
     if why is not None:
         raise UsageError(f"--method mtp: {why}")

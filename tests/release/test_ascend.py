@@ -88,3 +88,8 @@ def test_pinned_snapshot_of_the_rules_from_the_releases():
         ("0.23.0", "0.23.0", "config"),
     ]
     assert [p["arch"] for p in rows[2]["patched"]] == ["MiniMaxM2ForCausalLM"]
+    # DFlash from 0.23.0: its own proposer, vLLM's runner sets the aux layers (issue 38)
+    assert [r["dflash"] is not None for r in rows] == [False, False, False, True]
+    assert rows[3]["proposers"]["dflash"] == "AscendDflashProposer"
+    assert rows[3]["dflash"]["aux"] == "vllm"
+    assert not any(r["dflash2"] or r["dspark"] for r in rows)

@@ -106,7 +106,14 @@ def test_pinned_snapshot_of_the_rules_from_the_releases():
     assert row["archs"] == ["LlamaForCausalLM"] and row["capture"] == "input"
     assert row["reads_ids"] is False and row["default"] == "2,L//2,L-3"
     rows = {r["since"]: r for r in tpu._data()["rows"]}
-    assert [r["impl_check"] for r in rows.values()] == [False] * 3 + [True] * 6
-    assert [r["vllm_aux"] for r in rows.values()] == ["none"] * 3 + ["v2_helper"] * 6
+    # rows split where the DFlash / MTP facts change too (0.22.1, 0.24.0, 0.25.0)
+    assert [r["impl_check"] for r in rows.values()] == [False] * 3 + [True] * 8
+    assert [r["vllm_aux"] for r in rows.values()] == ["none"] * 3 + ["v2_helper"] * 8
+    served = [v for v, r in rows.items() if (r["dflash"] or {}).get("runner")]
+    assert served == ["0.25.0"] and rows["0.24.0"]["dflash"]["runner"] is False
+    targets = rows["0.25.0"]["dflash"]["targets"]
+    assert sorted(targets) == ["LlamaForCausalLM", "Qwen3ForCausalLM"]
+    assert {t["capture"] for t in targets.values()} == {"output"}
+    assert not any(r["dflash2"] or r["dspark"] for r in rows.values())
     assert all(r["asserts"] and r["drafts"] == ["Eagle3LlamaForCausalLM"] for r in rows.values())
     assert {"Qwen3ForCausalLM", "DeepseekV3ForCausalLM"} <= set(rows["0.25.0"]["jax"])

@@ -16,3 +16,16 @@ import gen_tpu_rules as gen  # noqa: E402
 
 def test_the_rules_file_is_what_the_releases_code_says():
     assert gen.main([str(WHEELS), "--check"]) == 0
+
+
+def test_dflash_is_read_from_the_newest_release_s_own_code():
+    """The DFlash facts ``resolve --engine tpu-inference --method dflash`` answers from: the
+    newest wheel's JAX targets run on stub configs (the key, the fallback) and their loop."""
+    newest = gen.SCAN.files(WHEELS)[-1]
+    dflash = gen.derive(newest)["dflash"]
+    assert dflash["runner"] and dflash["impl_check"] and dflash["asserts"]
+    assert dflash["targets"], "no JAX target captures DFlash taps"
+    for target in dflash["targets"].values():
+        assert target["keys"] == "dflash_config.target_layer_ids"
+        assert target["fallback"] == "range(L-n,L)"
+        assert target["capture"] == "output"  # layer i's output: residual:i+1

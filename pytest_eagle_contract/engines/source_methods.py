@@ -143,7 +143,7 @@ def _target(q: Query, targets: Sequence[Mapping[str, Any]], engine: str, what: s
                 q.arch = name
                 return entry
     raise Unservable(
-        f"{engine} {q.version}: {str(q.arch)[:60]} is not a {what} target read there (only "
+        f"{engine} {q.version}: {str(q.arch)[:60]} is not read there as a {what} target (only "
         f"{', '.join(known)})"
     )
 

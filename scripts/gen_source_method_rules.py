@@ -463,6 +463,7 @@ def main(argv: list[str] | None = None) -> int:
                 "commit": head,
                 "date": git(repo, "log", "-1", "--format=%cs", head).strip(),
             },
+            "read": refs,
             "rows": _fold(derive, repo, refs),
         }
     return write_or_check(table, args.out, args.check, f"{count} refs", "the source")

@@ -76,7 +76,7 @@ def releases(engine: str, method: str) -> list[str]:
 
 def _read_refs(engine: str) -> str:
     data = table()[engine]
-    refs = [r for row in data["rows"] for r in row["refs"]]
+    refs = data["read"]
     snap = data["snapshot"]
     tags = [r for r in refs if r != snap["commit"]]
     span = f"tags {tags[0]}-{tags[-1]} and " if tags else ""
@@ -110,10 +110,10 @@ def _row(engine: str, method: str, q: Query) -> tuple[str, dict[str, Any]]:
         names = {asked, "v" + asked, asked.removeprefix("v")}
         if asked in ("main", "snapshot") or (len(asked) >= 7 and snap.startswith(asked)):
             names.add(snap)
-        ref = next((r for row in data["rows"] for r in row["refs"] if r in names), "")
+        ref = next((r for r in data["read"] if r in names), "")
         if not ref:
             raise Unservable(f"{engine} {asked}: not read here; read: {_read_refs(engine)} ({DOC})")
-    row = next(row for row in data["rows"] if ref in row["refs"])
+    row: dict[str, Any] = next((r for r in data["rows"] if ref in r["refs"]), {})
     if not row.get(method):
         first = served[0]
         raise Unservable(f"{engine} {ref} has no {title} path (from {_short(first)} on)")
@@ -180,7 +180,7 @@ def refusal(engine: str, method: str) -> str | None:
         if method in ("dflash", "dspark", "pard"):
             return f"trtllm-autodeploy: no {title}: {trt['trtllm-autodeploy']['backend']}"
         if method == "mtp":
-            return f"trtllm-autodeploy: not read: {trt['trtllm-autodeploy']['mtp']}"
+            return f"trtllm-autodeploy: MTP not read: {trt['trtllm-autodeploy']['mtp']}"
         return f"trtllm-autodeploy: no {title} decoding config in {trt['files']['llm_args']}"
     if engine == "trtllm":
         if method == "pard":
@@ -188,7 +188,7 @@ def refusal(engine: str, method: str) -> str | None:
                 f"trtllm: nothing to resolve: {trt['trtllm']['pard']} ({trt['files']['llm_args']})"
             )
         if method == "mtp":
-            return f"trtllm: not read: {trt['trtllm']['mtp']} ({trt['files']['llm_args']})"
+            return f"trtllm: MTP not read: {trt['trtllm']['mtp']} ({trt['files']['llm_args']})"
         if method == "dflash2":
             return f"trtllm: {trt['trtllm']['dflash2']} ({trt['files']['llm_args']})"
         return None
@@ -481,9 +481,9 @@ def _trtllm(
     bad = [t for t in taps if not 0 <= t < L]
     if bad:
         raise Unservable(
-            f"trtllm {files['dflash']}: ids {bad} match no decoder layer: their slice of "
-            "captured_hidden_states (torch.empty) is never written and the fc reads it "
-            "uninitialised"
+            f"trtllm {files['dflash']}: ids {bad} match no decoder layer's capture call: "
+            "their slice of captured_hidden_states (torch.empty) is left uninitialised for the "
+            "fc (whether anything writes -1, as EAGLE-3's final-state id, was not traced)"
         )
     if len(set(taps)) != len(taps):
         raise Unservable(

@@ -195,6 +195,9 @@ def test_ollama_dflash_refusals(cli, tmp_path, config, layers, why):
 def test_ollama_before_dflash_and_mtp(cli):
     res, out = ask(cli, "ollama", "dflash", "--ids", 1, "--arch", "LagunaForCausalLM",
                    "--version", "0.32.6")  # fmt: skip
+    assert "has no DFlash path (from v0.32.7 on)" in refused(res, out)
+    res, out = ask(cli, "ollama", "dflash", "--ids", 1, "--arch", "LagunaForCausalLM",
+                   "--version", "0.22.0")  # fmt: skip
     assert "not read here" in refused(res, out)
     res, out = ask(cli, "ollama", "mtp", "--arch", "Qwen3_5ForCausalLM")
     assert res.returncode == 0, res.stderr

@@ -269,3 +269,30 @@ def test_what_is_not_served_or_not_read_is_refused_with_the_reason(cli, engine, 
     more = ("--arch", "X") if method == "mtp" else ("--ids", "1")
     res, out = ask(cli, engine, method, *more)
     assert why in refused(res, out)
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"dflash_config": {"target_layer_ids": "1,2"}},
+        {"dflash_config": [1]},
+        {"target_layer_ids": [True, 2]},
+        {"architectures": ["K3DSparkModel"], "target_layer_ids": {"a": 1}},
+        {"dspark_block_size": 8, "dspark_target_layer_ids": [1.5]},
+    ],
+)
+@pytest.mark.parametrize(
+    "engine",
+    [
+        ("sglang-jax", "dflash", "--arch", "Qwen3ForCausalLM"),
+        ("ollama", "dflash", "--arch", "LagunaForCausalLM"),
+        ("atom", "dspark"),
+        ("trtllm", "dflash"),
+        ("trtllm", "dspark"),
+    ],
+)
+def test_a_malformed_tap_list_is_refused_never_a_traceback(cli, tmp_path, config, engine):
+    name, method, *more = engine
+    res, out = ask(cli, name, method, "--draft-config", draft(tmp_path, config), *more, layers=40)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert out is None or out["layers"] is None

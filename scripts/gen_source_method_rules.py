@@ -402,8 +402,10 @@ TRTLLM: Facts = {
         "pard": "PARDDecodingConfig: target-independent (its docstring: does not use the "
         "target model's hidden states)",
         "mtp": "MTPDecodingConfig: MTP_EAGLE_ONE_MODEL passes the target model's "
-        "hidden_states to the MTP layer (num_capture_layers' comment); which state each "
-        "target model returns was not traced",
+        "hidden_states to the MTP layer (num_capture_layers' comment); the models' forward "
+        "hands spec_worker the tensor their logits come from through lm_head (final_norm "
+        "wherever the model ends on its final norm), but which targets do, and which "
+        "override it, was not traced",
         "dflash2": "no DFlash2 decoding config in llm_args.py (DFlash, DSpark, PARD, MTP, "
         "Eagle3, NGram, SA, DraftTarget, UserProvided, SaveState, AUTO)",
     },

@@ -283,7 +283,8 @@ def _parser() -> argparse.ArgumentParser:
         metavar="ENGINE",
         help="the serving engine whose reading of the ids is resolved (one of: "
         + ", ".join(SERVING_ENGINE_NAMES)
-        + "; for --method dflash, mtp: lmdeploy; for --method dflash2, dspark, mtp: "
+        + "; for --method dflash, mtp: lmdeploy; for --method dflash, mtp: ollama; for --method "
+        "dflash2, dspark, mtp: "
         "onnxruntime-genai)",
     )
     side.add_argument(

@@ -351,10 +351,15 @@ def resolve(args: argparse.Namespace) -> int:
         args.engine = args.trainer
     _target_config(args)
     method = getattr(args, "method", "eagle3")
+    from ..engines.source_methods import ENGINES as SOURCE_ENGINES
     from ..methods import METHOD_ONLY_ENGINES
 
     if method == "mtp" and args.engine == "lmdeploy":  # its MTP rules: engines/mtp.py
         return _resolve_mtp(args)
+    if args.engine in SOURCE_ENGINES and (
+        method not in ("eagle3", "eagle3.1") or args.engine == "ollama"
+    ):
+        return _resolve_source(args, method)
     if args.engine in METHOD_ONLY_ENGINES:
         return _resolve_method_only(args, method)
     if method == "dflash":
@@ -613,6 +618,52 @@ def _resolve_method_only(args: argparse.Namespace, method: str) -> int:
     elif args.ids is not None and args.draft_config is not None:
         raise UsageError("give --ids or --draft-config, not both")
     elif args.ids is None and args.draft_config is None:
+        raise UsageError(
+            f"--method {method} needs --draft-config (its config.json) or --ids (its taps)"
+        )
+    data = None
+    if args.draft_config is not None:
+        from ..engines.draft_config import read_draft_json
+
+        path = Path(args.draft_config)
+        data = read_draft_json(path / "config.json" if path.is_dir() else path)
+    try:
+        res = resolve(args.engine, method, args.num_layers, data, args.ids, args.arch, args.version)
+    except (Unservable, EagleContractError) as exc:
+        return _refused(args, exc)
+    return _print_resolution(args, res)
+
+
+def _resolve_source(args: argparse.Namespace, method: str) -> int:
+    """``resolve --engine trtllm|trtllm-autodeploy|sglang-jax|atom|ollama --method M``
+    (engines/source_methods.py): the rules read from those engines' source for the drafts
+    that read the target's hidden states; a method not served or not read is refused with the
+    reason (exit 2, ``refused`` in the ``--json`` answer)."""
+    from ..engines.source_methods import refusal, resolve
+    from ..errors import EagleContractError, Unservable
+
+    if args.engine == "ollama" and method in ("eagle3", "eagle3.1"):
+        raise UsageError(refusal(args.engine, method) or "ollama: EAGLE-3 is not read here")
+    if args.num_layers < 1:
+        raise UsageError(f"--num-layers {args.num_layers}: a target has at least one layer")
+    if getattr(args, "runner", "auto") != "auto":
+        raise UsageError(f"--runner is not read for --engine {args.engine} --method {method}")
+    if args.want is not None:
+        raise UsageError(f"--want is not answered for --engine {args.engine} --method {method}")
+    if method == "mtp":
+        if args.ids is not None or args.draft_config is not None:
+            raise UsageError(
+                "--method mtp has no tap list: give --arch or --target-config, not --ids or "
+                "--draft-config"
+            )
+    elif args.ids is not None and args.draft_config is not None:
+        raise UsageError("give --ids or --draft-config, not both")
+    why = refusal(args.engine, method)
+    if (
+        why is None
+        and method not in ("mtp", "pard", "dflash2")
+        and not (args.ids is not None or args.draft_config is not None)
+    ):
         raise UsageError(
             f"--method {method} needs --draft-config (its config.json) or --ids (its taps)"
         )

@@ -159,8 +159,8 @@ def test_llamacpp_converts_and_refuses_a_missing_list(cli, tmp_path):
     ("args", "words"),
     [
         (
-            ["--engine", "trtllm", "--method", "dflash", "--ids", "1"],
-            "no DFlash tap rules of trtllm",
+            ["--engine", "openvino", "--method", "dflash", "--ids", "1"],
+            "no DFlash tap rules of openvino",
         ),
         (["--engine", "sglang", "--method", "pard", "--ids", "1"], "no tap rule: a PARD draft"),
         (["--engine", "sglang", "--method", "dflash"], "needs --draft-config"),

@@ -158,7 +158,7 @@ def test_methods_without_rules_are_usage_errors(cli, method, words):
 
 def test_engine_without_rules_for_the_method_is_a_usage_error(cli):
     res = cli(
-        "resolve", "--engine", "trtllm", "--method", "dspark", "--num-layers", "36", "--ids", "1"
+        "resolve", "--engine", "openvino", "--method", "dspark", "--num-layers", "36", "--ids", "1"
     )  # fmt: skip
     assert res.returncode == 2 and "no dspark tap rules" in res.stderr
 

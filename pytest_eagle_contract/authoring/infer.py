@@ -637,7 +637,8 @@ def _dflash_serving(
 ) -> list[str]:
     """``method: dflash`` and a serving section for a DFlash draft (docs/dflash.md): the
     engine asked for, else the shards' pipeline's where it serves DFlash, else SGLang."""
-    from ..engines.dflash import ENGINES, TAP_KEYS, read_dflash_draft
+    from ..engines.dflash import ENGINES, read_dflash_draft
+    from ..engines.dflash_draft import TAP_KEYS
 
     name = engine or (default if default in ENGINES else "sglang")
     if name not in ENGINES:

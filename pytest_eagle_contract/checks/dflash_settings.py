@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ..contract.model import Contract
-    from ..engines.dflash import DFlashDraft
+    from ..engines.dflash_draft import DFlashDraft
     from .layout_types import LayoutReport
 
 SGLANG_DEFAULT_BLOCK = 16

@@ -172,7 +172,8 @@ def _dflash_fc(
     (``qwen3_dflash.py`` ``_get_dflash_fc_input_size``), mlx-vlm's default list on mlx
     (``qwen3_dflash/config.py``). Both engines refuse a checkpoint whose fc differs (SGLang
     0.5.23: "DFLASH fc.weight shape mismatch")."""
-    from ..engines.dflash import TAP_KEYS, mlx_default_taps, parse_dflash_draft
+    from ..engines.dflash import mlx_default_taps, parse_dflash_draft
+    from ..engines.dflash_draft import TAP_KEYS
     from ..engines.dflash_family import DSPARK_KEY
     from ..errors import EagleContractError
 

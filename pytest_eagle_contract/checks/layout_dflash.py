@@ -19,13 +19,14 @@ from ..layers import Layer
 if TYPE_CHECKING:
     from ..contract.model import Contract
     from ..engines.base import Resolution
-    from ..engines.dflash import DFlashDraft
+    from ..engines.dflash_draft import DFlashDraft
     from ..findings import Finding
     from .layout_types import LayoutReport
 
 
 def _draft(report: LayoutReport) -> DFlashDraft | None:
-    from ..engines.dflash import TAP_KEYS, DFlashDraft, read_dflash_draft
+    from ..engines.dflash import read_dflash_draft
+    from ..engines.dflash_draft import TAP_KEYS, DFlashDraft
     from ..errors import EagleContractError
 
     serving = report.contract.serving
@@ -123,7 +124,8 @@ def _fix(
     version: str | None,
     draft: DFlashDraft,
 ) -> str:
-    from ..engines.dflash import TAP_KEYS, taps_for
+    from ..engines.dflash import taps_for
+    from ..engines.dflash_draft import TAP_KEYS
 
     taps = taps_for(engine, L, trained, arch, version, draft.num_hidden_layers)
     return f": {TAP_KEYS[0]}: {list(taps)}" if taps is not None else ""
@@ -152,7 +154,8 @@ def check_dflash(
     settings (EC526-EC528) are DFlash's rules: they are checked for DFlash alone, not for a
     method served on its path whose settings were not read. The every-engine table and the
     fix come from each method's own rules (``dflash_matrix`` / ``family_matrix``)."""
-    from ..engines.dflash import TAP_KEYS, resolve_dflash
+    from ..engines.dflash import resolve_dflash
+    from ..engines.dflash_draft import TAP_KEYS
     from ..engines.fixes import relabel, runs, span_label
     from ..engines.knobs import launch_knobs
     from ..engines.resolve import get_engine

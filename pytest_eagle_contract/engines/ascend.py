@@ -14,7 +14,7 @@ embedding at i = 0).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import Problem, Unservable
@@ -25,7 +25,7 @@ from .rule_table import RuleTable, span
 from .vllm import VLLM, DraftIds, read_draft_ids
 
 if TYPE_CHECKING:
-    from .dflash import DFlashDraft
+    from .dflash_draft import DFlashDraft
     from .draft_config import DraftConfig
 
 _TABLE = RuleTable("ascend_rules.json", "vllm-ascend", "0.23.0")
@@ -170,14 +170,16 @@ def dflash_releases() -> list[str]:
     return [v for v in releases() if _TABLE.row(v).get("dflash")]
 
 
-def resolve_dflash(q: Query, draft: DFlashDraft) -> Resolution:
+def resolve_dflash(
+    q: Query, draft: DFlashDraft, vllm_dflash: Callable[..., Resolution]
+) -> Resolution:
     """A DFlash draft on vllm-ascend: its own proposer (AscendDflashProposer), but the aux
     layers and their capture are the paired vLLM release's, as its V1 runner sets them
     (``NPUModelRunner`` keeps vLLM's ``use_aux_hidden_state_outputs`` for dflash; its
     ``load_model`` reads vLLM's ``_get_eagle3_aux_layers_from_config``, else the target's
-    default): ``resolve --engine vllm --version <paired> --runner v1 --method dflash``'s rules.
-    Raises Unservable."""
-    from .dflash import resolve_dflash as vllm_dflash
+    default): ``resolve --engine vllm --version <paired> --runner v1 --method dflash``'s rules,
+    which ``vllm_dflash`` (engines/dflash.py's resolver, handed in: it dispatches here)
+    answers. Raises Unservable."""
 
     version = q.assume(releases()[-1], "vllm-ascend")
     row = _TABLE.row(version, _BEFORE)
@@ -233,9 +235,9 @@ def resolve_dflash(q: Query, draft: DFlashDraft) -> Resolution:
     )
 
 
-def method_refusal(method: str, version: str | None) -> str:
-    """Why ``resolve --method dflash2|dspark|mtp`` is not answered for vllm-ascend."""
-    from .mtp import releases as mtp_releases
+def method_refusal(method: str, version: str | None, vllm_mtp_read: Sequence[str]) -> str:
+    """Why ``resolve --method dflash2|dspark|mtp`` is not answered for vllm-ascend
+    (``vllm_mtp_read``: the vLLM releases read for MTP, engines/mtp.py's)."""
 
     version = version or releases()[-1]
     row = _TABLE.row(version, _BEFORE)
@@ -256,7 +258,7 @@ def method_refusal(method: str, version: str | None) -> str:
             return f"vllm-ascend {version}: no MTP proposer in get_spec_decode_method ({known})"
         if row.get("dflash") is None:  # only the 0.23.0 runner's MTP feed was read
             return f"vllm-ascend {version}: MTP not read: its {proposer} path was not traced"
-        read = mtp_releases("vllm")
+        read = list(vllm_mtp_read)
         vllm_read = (
             f"vLLM {vllm}'s MTP rules are read, but not followed through vllm-ascend's own "
             "proposer here"

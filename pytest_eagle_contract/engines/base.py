@@ -245,3 +245,10 @@ class Engine(ABC):
         for name in reversed(outer):
             text = f"{json.dumps(name)}: {{{text}}}"
         return text
+
+
+def version_order(version: str) -> tuple[int, ...]:
+    """A release name as the numbers in it, to sort releases of any engine by."""
+    import re
+
+    return tuple(int(x) for x in re.findall(r"\d+", version))

@@ -28,15 +28,14 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 from ..errors import EagleContractError, Problem, Unservable
 from ..layers import Layer
 from .base import Position, Query, Resolution, eagle3_default_ids
+from .dflash_draft import TAP_KEYS, DFlashDraft, guess_problem
 
-TAP_KEYS = ("dflash_config.target_layer_ids", "target_layer_ids")
 # every dotted key some engine reads DFlash-era ids from (vLLM's reader reads them all)
 _READ_KEYS = (
     *TAP_KEYS,
@@ -55,38 +54,6 @@ MLX_DRAFTERS = ("qwen3",)  # the <model_type>_dflash drafters read here (gemma4,
 GGUF_KEY = "gguf:dflash.target_layers"
 LLAMACPP_READ = "0.3.36"  # the llama-cpp-python sdist whose vendored llama.cpp was read
 SGLANG_DEFAULT_ARCH = "LlamaForCausalLM"
-_GUESS: Final = "EC522"
-
-
-@dataclass(frozen=True)
-class DFlashDraft:
-    """What a DFlash draft's config.json says about its taps."""
-
-    path: Path | None
-    found: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # dotted key -> ids
-    num_hidden_layers: int | None = None
-    num_target_layers: int | None = None
-    block_size: int | None = None
-    mask_token_id: int | None = None  # as written: a negative id is kept (EC527 names it)
-    vocab_size: int | None = None  # the draft's own vocab_size (its embedding's rows)
-    sample_from_anchor: bool = False  # speculators: draft the anchor too (block_size tokens)
-    speculators: bool = False  # a speculators-format config (``speculators_model_type``)
-    speculative_tokens: int | None = None  # speculators: the draft length vLLM reads from it
-    # what mlx-vlm's utils.get_model_type routes on: model_type, architectures, whether a
-    # dflash_config object is there, and its DSpark markers (projector_type / markov_rank)
-    model_type: str | None = None
-    architectures: tuple[str, ...] = ()
-    has_dflash_config: bool | None = None  # None: not known (a tap list given alone)
-    dspark_marked: bool = False
-
-    @property
-    def taps(self) -> tuple[int, ...] | None:
-        """The tap list as the draft states it (its first DFlash key), or None."""
-        return next((self.found[k] for k in TAP_KEYS if k in self.found), None)
-
-    @property
-    def tap_key(self) -> str | None:
-        return next((k for k in TAP_KEYS if k in self.found), None)
 
 
 def _get(data: Mapping[str, Any], dotted: str) -> Any:
@@ -280,12 +247,6 @@ def _mlx_releases() -> list[str]:
     return [v for v in method_table.read_releases("mlx") if method_table.row("mlx", v)]
 
 
-def version_order(version: str) -> tuple[int, ...]:
-    import re
-
-    return tuple(int(x) for x in re.findall(r"\d+", version))
-
-
 def _sglang_row(version: str) -> dict[str, Any] | None:
     from packaging.version import Version
 
@@ -335,19 +296,10 @@ def resolve_dflash(
     if engine == "vllm-ascend":
         from .ascend import resolve_dflash as ascend_dflash
 
-        return ascend_dflash(q, draft)
+        return ascend_dflash(q, draft, resolve_dflash)
     raise Unservable(
         f"{engine}: no DFlash tap rules are read here (DFlash is resolved for "
         f"{', '.join(ENGINES)}; docs/methods.md)"
-    )
-
-
-def _guess_problem(engine: str, how: str, taps: Sequence[int], layers: Sequence[Layer]) -> Problem:
-    return Problem(
-        _GUESS,
-        f"the draft config has no tap list ({' / '.join(TAP_KEYS)}): {engine} {how} = "
-        f"{list(taps)}, feeding {', '.join(map(str, layers))}; the draft may have been "
-        "trained on other layers",
     )
 
 
@@ -411,7 +363,7 @@ def _mlx(q: Query, draft: DFlashDraft) -> Resolution:
     positions = tuple(Position(t, t, Layer(t + 1)) for t in taps)
     if picked is None:
         how = f"{version} {MLX_FILE} default"
-        q.problems.append(_guess_problem("mlx-vlm", how, taps, [p.layer for p in positions]))
+        q.problems.append(guess_problem("mlx-vlm", how, taps, [p.layer for p in positions]))
     return q.answer(
         positions,
         f"built-in rules: mlx-vlm {method_table.span(row)} {MLX_FILE} reads "
@@ -493,7 +445,7 @@ def _sglang(q: Query, draft: DFlashDraft) -> Resolution:
     order = sorted(range(len(taps)), key=lambda i: captures[i])
     positions = tuple(Position(taps[i], captures[i], layers[i]) for i in order)
     if picked is None:
-        q.problems.append(_guess_problem("SGLang", how, taps, [p.layer for p in positions]))
+        q.problems.append(guess_problem("SGLang", how, taps, [p.layer for p in positions]))
     keys = ", ".join(row["keys"])
     shift = "capture t + 1 (the state entering layer t + 1)" if plus else "capture t"
     return q.answer(
@@ -611,7 +563,7 @@ def _vllm(q: Query, draft: DFlashDraft, runner_asked: str | None) -> Resolution:
     positions = tuple(Position(i - shift, i, Layer(i + cap.plus)) for i in reached)
     if picked is None:
         q.problems.append(
-            _guess_problem(
+            guess_problem(
                 "vLLM",
                 f"{rel.version} feeds its EAGLE-3 default",
                 ids,

@@ -25,7 +25,7 @@ from typing import Any
 
 from ..errors import EagleContractError, Unservable
 from ..layers import Layer
-from . import dflash, method_table
+from . import dflash, dflash_draft, method_table
 from .base import Position, Query, Resolution
 from .method_table import releases, span
 
@@ -59,7 +59,7 @@ def _version(engine: str, method: str, q: Query, package: str) -> tuple[str, dic
 _TITLE = {"dflash2": "DFlash2", "dspark": "DSpark"}
 
 
-def _dflash_draft(data: Mapping[str, Any] | None, path: Path | None) -> dflash.DFlashDraft:
+def _dflash_draft(data: Mapping[str, Any] | None, path: Path | None) -> dflash_draft.DFlashDraft:
     return dflash.parse_dflash_draft(data or {}, path)
 
 
@@ -202,7 +202,9 @@ def _dspark_sglang(
     notes = list(q.notes)
     if own is not None:
         rest = dflash.parse_dflash_draft({k: v for k, v in data.items() if k != DSPARK_KEY}, path)
-        draft = dataclasses.replace(rest, found={dflash.TAP_KEYS[0]: own})  # where SGLang puts them
+        draft = dataclasses.replace(
+            rest, found={dflash_draft.TAP_KEYS[0]: own}
+        )  # where SGLang puts them
         notes.append(f"SGLang {version} reads {DSPARK_KEY} first ({facts['file']})")
     else:
         draft = _dflash_draft(data, path)
@@ -339,7 +341,7 @@ def _dspark_llamacpp(
             "writes no dflash.target_layers and the loader refuses the GGUF"
         )
     notes.append(f"{name}: the converter writes {key} + 1 into dflash.target_layers")
-    draft = dflash.DFlashDraft(path, {dflash.TAP_KEYS[0]: taps})
+    draft = dflash_draft.DFlashDraft(path, {dflash_draft.TAP_KEYS[0]: taps})
     res = dflash.resolve_dflash("llama.cpp", num_layers, draft, q.arch, version)
     return _again(res, f"DSpark: llama.cpp conversion {name}", notes)
 
@@ -497,7 +499,7 @@ def family_matrix(
 ) -> list[Any]:
     """``matrix`` rows of a DFlash2 / DSpark contract: every engine and release read for the
     method, what it feeds, and the taps that would make it feed the trained layers."""
-    from .dflash import version_order
+    from .base import version_order
     from .fixes import relabel, runs
     from .matrix import Row
     from .resolve import get_engine

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING
 from ..errors import EagleContractError
 from ..layers import Layer
 from ..render import MATRIX_HEADING
-from .base import Engine
+from .base import Engine, version_order
 from .fixes import ANY, inverse, layer_list, relabel, runs, span_label
 
 if TYPE_CHECKING:
-    from .dflash import DFlashDraft
+    from .dflash_draft import DFlashDraft
 
 _ALL = ">=0"
 _V = "\x00"  # the version in a refusal, so that versions refused alike collapse
@@ -194,7 +194,7 @@ def dflash_matrix(
     for name in dflash.ENGINES:
         mine = list(own[1]) if own is not None and own[0] == name else []
         versions = [v for v in dflash.releases(name) if v not in mine] + mine
-        versions = sorted(set(versions), key=dflash.version_order)
+        versions = sorted(set(versions), key=version_order)
         cells = {
             v: _dflash_cell(name, v, draft, trained, num_layers, arch, v in mine) for v in versions
         }

@@ -324,7 +324,7 @@ def mtp_matrix(
     """``matrix`` rows of an MTP contract: every engine and release read, the state each
     feeds the head, and whether it is the ``trained`` one (no ids to fix: an MTP head has no
     tap list)."""
-    from .dflash import version_order
+    from .base import version_order
     from .fixes import relabel, runs
     from .matrix import Row
     from .resolve import get_engine

@@ -30,7 +30,7 @@ from .rule_table import RuleTable, span
 from .vllm import VLLM, read_draft_ids
 
 if TYPE_CHECKING:
-    from .dflash import DFlashDraft
+    from .dflash_draft import DFlashDraft
     from .draft_config import DraftConfig
 
 _TABLE = RuleTable("tpu_rules.json", "tpu-inference", "0.32.0")
@@ -205,7 +205,7 @@ def resolve_dflash(q: Query, draft: DFlashDraft, draft_impl: str | None = None) 
     taps; it reads ``dflash_config.target_layer_ids`` alone, else the last n layers
     (``range(L - n, L)``, n = the draft's ``num_target_layers``, else L), and appends layer
     i's output (``residual:i+1``) in layer order. Raises Unservable."""
-    from .dflash import TAP_KEYS
+    from .dflash_draft import TAP_KEYS
 
     version = q.assume(releases()[-1], "tpu-inference")
     _TABLE.check(version, " is before the releases read")
@@ -314,7 +314,7 @@ def resolve_dflash(q: Query, draft: DFlashDraft, draft_impl: str | None = None) 
     q.note_order(ids, "tpu-inference appends the states in layer order")
     positions = tuple(Position(i, i, Layer(i + 1)) for i in captured)
     if listed is None:
-        from .dflash import _guess_problem
+        from .dflash_draft import guess_problem
 
         n_said = (
             f"the draft's num_target_layers {n}"
@@ -322,7 +322,7 @@ def resolve_dflash(q: Query, draft: DFlashDraft, draft_impl: str | None = None) 
             else f"L = {L} (no top-level num_target_layers)"
         )
         q.problems.append(
-            _guess_problem(
+            guess_problem(
                 "tpu-inference",
                 f"{version} {target['file']} falls back to range(L - n, L), n = {n_said},",
                 ids,

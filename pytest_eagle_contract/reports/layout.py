@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..contract.model import Contract
-    from ..engines.dflash import DFlashDraft
+    from ..engines.dflash_draft import DFlashDraft
     from .run import CheckRun
 
 
@@ -154,7 +154,8 @@ def _dflash_draft(contract: Contract) -> DFlashDraft | None:
     serving = contract.serving
     if contract.method != "dflash" or serving is None:
         return None
-    from ..engines.dflash import TAP_KEYS, DFlashDraft, read_dflash_draft
+    from ..engines.dflash import read_dflash_draft
+    from ..engines.dflash_draft import TAP_KEYS, DFlashDraft
 
     if serving.draft_config is not None:
         return read_dflash_draft(serving.draft_config)

@@ -458,7 +458,8 @@ def _print_resolution(args: argparse.Namespace, res: Resolution) -> int:
 def _resolve_dflash(args: argparse.Namespace) -> int:
     """``resolve --method dflash``: the draft's taps (``--ids``: its target_layer_ids, or its
     ``--draft-config``) on the engine (engines/dflash.py)."""
-    from ..engines.dflash import ENGINES, TAP_KEYS, DFlashDraft, read_dflash_draft, resolve_dflash
+    from ..engines.dflash import ENGINES, read_dflash_draft, resolve_dflash
+    from ..engines.dflash_draft import TAP_KEYS, DFlashDraft
     from ..errors import Unservable
 
     if args.num_layers < 1:
@@ -509,12 +510,15 @@ def _method_refusal(args: argparse.Namespace) -> None:
         return
     from ..errors import Unservable
 
-    if args.engine == "tpu-inference":
-        from ..engines.tpu import method_refusal
-    else:
-        from ..engines.ascend import method_refusal
     try:
-        why = method_refusal(args.method, args.version)
+        if args.engine == "tpu-inference":
+            from ..engines.tpu import method_refusal
+
+            why = method_refusal(args.method, args.version)
+        else:
+            from ..engines import ascend, mtp
+
+            why = ascend.method_refusal(args.method, args.version, mtp.releases("vllm"))
     except Unservable as exc:
         why = str(exc)
     raise UsageError(f"--method {args.method}: {why} (docs/layers.md)")
@@ -764,7 +768,8 @@ def _want_dflash(args: argparse.Namespace) -> int:
     release of the engine feed those layers, or why none does."""
     import json
 
-    from ..engines.dflash import TAP_KEYS, releases, taps_for
+    from ..engines.dflash import releases, taps_for
+    from ..engines.dflash_draft import TAP_KEYS
     from ..engines.resolve import get_engine
     from ..layers import Layer
     from ..render import to_json

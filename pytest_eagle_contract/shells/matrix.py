@@ -63,7 +63,8 @@ def matrix(args: argparse.Namespace) -> int:
 
     num_layers = contract.target.num_hidden_layers
     if contract.method == "dflash":  # the taps by DFlash's rules, on the engines that serve it
-        from ..engines.dflash import TAP_KEYS, DFlashDraft, read_dflash_draft
+        from ..engines.dflash import read_dflash_draft
+        from ..engines.dflash_draft import TAP_KEYS, DFlashDraft
 
         if serving is not None and serving.draft_config is not None:
             taps = read_dflash_draft(serving.draft_config)

@@ -1,5 +1,6 @@
-"""The method-only engines: onnxruntime-genai (DFlash2, DSpark, MTP) and lmdeploy (DFlash),
-whose rules are read here for those methods alone (``methods.METHOD_ONLY_ENGINES``).
+"""The method engines: onnxruntime-genai (DFlash2, DSpark, MTP; no EAGLE-3) and lmdeploy
+(DFlash; its EAGLE-3 rules are ``lmdeploy.py``'s), whose rules for those methods are read
+here (``methods.METHOD_ENGINES``).
 
 Their rules are ``method_engines_rules.json``, written by ``scripts/read_engine_wheels.py
 --rules`` from the wheels (docs/layers.md, "Methods per engine and release"):
@@ -28,7 +29,7 @@ from typing import Any
 
 from ..errors import EagleContractError, Unservable
 from ..layers import Layer
-from ..methods import METHOD_ONLY_ENGINES
+from ..methods import EAGLE3_ENGINES, METHOD_ENGINES
 from .base import Position, Query, Resolution
 
 TITLES = {"dflash": "DFlash", "dflash2": "DFlash2", "dspark": "DSpark", "mtp": "MTP"}
@@ -51,11 +52,12 @@ def releases(engine: str, method: str) -> list[str]:
 
 def refusal(engine: str, method: str) -> str | None:
     """Why ``method`` on method-only ``engine`` is not answered here, or None."""
-    served = METHOD_ONLY_ENGINES[engine]
-    if method in served:
+    served = METHOD_ENGINES[engine]
+    if method in served or (method == "eagle3" and engine in EAGLE3_ENGINES):
         return None
+    also = " and eagle3" if engine in EAGLE3_ENGINES else ""
     return (
-        f"{engine}: rules are read here only for --method {' / '.join(served)} "
+        f"{engine}: rules are read here only for --method {' / '.join(served)}{also} "
         f"(docs/layers.md); not for {method}"
     )
 

@@ -59,7 +59,8 @@ def _target(row: dict[str, Any], q: Query, version: str) -> dict[str, Any]:
             f"{served}"
         )
     given = [str(q.arch), *getattr(q.arch, "also", ())]
-    for t in row["targets"]:
+    targets: list[dict[str, Any]] = row["targets"]
+    for t in targets:
         if any(g.lower() == n.lower() for g in given for n in t["names"]):
             return t
     by_type = any(t["by"] == "model_type" for t in row["targets"])

@@ -444,9 +444,17 @@ def setup(inputs: Inputs) -> Setup:
 
 
 def _check_engine(engine: str, version: str | None) -> None:
+    from ..engines import method_engines
     from ..engines.matrix import serving_engines
     from ..engines.resolve import get_engine
+    from ..methods import METHOD_ONLY_ENGINES
 
+    if engine in METHOD_ONLY_ENGINES:  # a contract's serving.engine of its method
+        try:
+            method_engines.engine(engine).versions(version)
+        except EagleContractError as exc:
+            raise UsageError(f"--version {version}: {exc}") from None
+        return
     side = get_engine(engine)
     if side not in serving_engines():
         raise UsageError(f"--engine {engine} is a trainer, not a serving engine")

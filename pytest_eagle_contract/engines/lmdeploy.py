@@ -76,6 +76,18 @@ def _target(row: dict[str, Any], q: Query, version: str) -> dict[str, Any]:
     )
 
 
+def _span(config: str) -> str:
+    """The releases read whose EAGLE-3 path goes through ``config``: one label for them all,
+    so that releases that resolve alike read alike."""
+    rows: dict[str, Any] = table()["lmdeploy"]["releases"]
+    found = [
+        v
+        for v, r in rows.items()
+        if r is not None and any(t["config"] == config for t in r["targets"])
+    ]
+    return found[0] if len(found) == 1 else f"{found[0]}..{found[-1]}"
+
+
 class LMDeploy(Engine):
     name = "lmdeploy"
     title = "lmdeploy"
@@ -117,7 +129,7 @@ class LMDeploy(Engine):
             raise Unservable(f"lmdeploy {version}: no fixed EAGLE-3 taps read there")
         target = _target(row, q, version)
         L = q.num_layers
-        where = f"lmdeploy {version} {target['config']}"
+        where = f"lmdeploy {_span(target['config'])} {target['config']}"
         low = target["min_layers"]
         if low is not None and L < low:
             raise Unservable(

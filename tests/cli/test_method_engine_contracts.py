@@ -246,3 +246,14 @@ def test_doctor_layout_seam(cli, tmp_path, shards, engine, method, arch, config,
     assert "Traceback" not in res.stderr, res.stderr
     seams = {s["name"]: s for s in json.loads(res.stdout)["seams"]}
     assert seams["layout"]["status"] == verdict
+
+
+def test_doctor_engine_option_takes_them_for_their_methods(cli, tmp_path, shards):
+    c = setup(tmp_path, shards, ORTG, "dflash2", QWEN35, dflash([2, 4, 5], "DFlash2DraftModel"))
+    res = cli("doctor", "--draft", tmp_path / "draft", "--contract", c, "--engine", ORTG, "--json")
+    seams = {s["name"]: s for s in json.loads(res.stdout)["seams"]}
+    assert seams["layout"]["status"] == "fail"
+    c = setup(tmp_path, shards, "sglang", None, QWEN35, eagle3([2, 4, 5]))  # EAGLE-3
+    res = cli("doctor", "--draft", tmp_path / "draft", "--engine", ORTG, "--contract", c)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert "only for --method dflash2 / dspark / mtp" in fold(res.stderr)

@@ -58,10 +58,19 @@ def _target(row: dict[str, Any], q: Query, version: str) -> dict[str, Any]:
             f"give --arch or --target-config: lmdeploy {version} sets EAGLE-3 taps only for "
             f"{served}"
         )
+    from .arch_names import model_types
+
     given = [str(q.arch), *getattr(q.arch, "also", ())]
     targets: list[dict[str, Any]] = row["targets"]
     for t in targets:
-        if any(g.lower() == n.lower() for g in given for n in t["names"]):
+        names = {n.lower() for n in t["names"]}
+        if any(g.lower() in names for g in given):
+            return t
+        # an architecture whose every model_type is one of them (KimiK25ForConditionalGeneration:
+        # kimi_k25); DeepseekV3ForCausalLM is also deepseek_v3's, which has no path
+        if t["by"] == "model_type" and any(
+            (types := model_types(g)) and all(m in names for m in types) for g in given
+        ):
             return t
     by_type = any(t["by"] == "model_type" for t in row["targets"])
     raise Unservable(

@@ -82,7 +82,7 @@ def doctor(args: argparse.Namespace) -> int:
 
 def add_parser(sub: Any) -> None:
     """The ``doctor`` subcommand's arguments."""
-    from ..engines.names import METHOD_ONLY_ENGINE_NAMES, SERVING_ENGINE_NAMES
+    from ..engines.names import SERVING_ENGINE_NAMES
 
     doc = sub.add_parser(
         "doctor",
@@ -97,10 +97,9 @@ def add_parser(sub: Any) -> None:
     add_serving_target_model(doc)
     doc.add_argument(
         "--engine",
-        choices=(*SERVING_ENGINE_NAMES, *METHOD_ONLY_ENGINE_NAMES),
+        choices=SERVING_ENGINE_NAMES,
         metavar="ENGINE",
-        help="the serving engine, as resolve --engine names it (overrides serving.engine; "
-        "onnxruntime-genai for a DFlash2, DSpark or MTP draft only)",
+        help="the serving engine, as resolve --engine names it (overrides serving.engine)",
     )
     doc.add_argument(
         "--version", help="the engine's version or range (default: every covered release)"

@@ -57,14 +57,19 @@ EAGLE3_ENGINES = (
     "sglang-jax",
     "atom",
     "openvino",
+    "lmdeploy",
 )
 
-# engines whose rules are read here for some methods but not EAGLE-3 (engines/method_engines.py,
-# method_engines_rules.json): what ``resolve --method`` and a contract's serving.engine of that
-# method take; every EAGLE-3 command refuses them
-METHOD_ONLY_ENGINES: dict[str, tuple[str, ...]] = {
+# engines whose rules for these methods are engines/method_engines.py's
+# (method_engines_rules.json): what ``resolve --method`` and a contract's serving.engine of
+# that method take (lmdeploy's EAGLE-3 rules are engines/lmdeploy.py's)
+METHOD_ENGINES: dict[str, tuple[str, ...]] = {
     "onnxruntime-genai": ("dflash2", "dspark", "mtp"),
     "lmdeploy": ("dflash",),
+}
+# those of them that serve no EAGLE-3: every EAGLE-3 command refuses them
+METHOD_ONLY_ENGINES: dict[str, tuple[str, ...]] = {
+    k: v for k, v in METHOD_ENGINES.items() if k not in EAGLE3_ENGINES
 }
 
 
@@ -122,7 +127,8 @@ METHODS: dict[str, Method] = by_name(
             "as EAGLE-3: the engines read its ids by their EAGLE-3 rules (sglang 0.5.23 "
             "models/kimi_k25_eagle3.py, llama.cpp src/models/eagle3.cpp); its fc_norm / "
             "norm_output flags are EC927's",
-            EAGLE3_ENGINES,
+            # lmdeploy: whether its drafters honour EAGLE-3.1's norm flags was not read
+            tuple(e for e in EAGLE3_ENGINES if e != "lmdeploy"),
         ),
         Method(
             "dflash",

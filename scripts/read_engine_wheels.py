@@ -11,6 +11,7 @@ and holds the result to what the docs say.
 
     python scripts/read_engine_wheels.py DIR    # prints the findings as JSON
     python scripts/read_engine_wheels.py --rules DIR    # method_engines_rules.json
+    python scripts/read_engine_wheels.py --eagle3-rules DIR    # lmdeploy_rules.json (EAGLE-3)
 """
 
 from __future__ import annotations
@@ -127,6 +128,7 @@ def lmdeploy(z: zipfile.ZipFile) -> dict[str, Any]:
         for n in names
         if n.startswith(py + "configurations/") or n in (py + "models/llama.py",)
     )
+    out.update(_lmdeploy_eagle3(z, names, llama_cfg))
     utils = _text(z, py + "spec_decode/dflash_utils.py")
     if utils is None:
         return out
@@ -179,6 +181,59 @@ def lmdeploy(z: zipfile.ZipFile) -> dict[str, Any]:
             r"'(\w+)':\s*f'\{LMDEPLOY_PYTORCH_MODEL_PATH\}\.(\w+)\.\w+'", module_map
         )
         if module in capturing
+    )
+    return out
+
+
+def _lmdeploy_eagle3(z: zipfile.ZipFile, names: set[str], llama_cfg: str) -> dict[str, Any]:
+    """lmdeploy's EAGLE-3 target paths: which configuration builders set the fixed
+    ``aux_hidden_state_layers`` (for which architecture or model_type), how each model
+    captures them, and what the drafters take of the draft's own ids."""
+    py = "lmdeploy/pytorch/"
+    out: dict[str, Any] = {}
+    cond = re.search(r"return hf_config\.architectures\[0\] in \[([^\]]*)\]", llama_cfg)
+    out["eagle3_llama_archs"] = re.findall(r"'(\w+)'", cond.group(1)) if cond else []
+    eagle = _text(z, py + "models/llama_eagle3.py") or ""
+    fc = re.search(r"self\.fc = build_\w+\(\s*target_hidden_size \* (\d+),", eagle)
+    out["eagle3_llama_draft_fc"] = int(fc.group(1)) if fc else None
+    kimi_cfg = _text(z, py + "configurations/kimi_k2.py") or ""
+    out["eagle3_kimi_k2"] = bool(
+        "return getattr(hf_config, 'model_type', None) == 'kimi_k2'" in kimi_cfg
+        and re.search(
+            r"hf_config\.aux_hidden_state_layers = \(2, cfg\.num_layers // 2,\s*"
+            r"cfg\.num_layers - 3\)",
+            kimi_cfg,
+        )
+    )
+    low = re.search(
+        r"if cfg\.num_layers < (\d+):\s*raise ValueError\(\s*'Kimi-K2 EAGLE3 target", kimi_cfg
+    )
+    out["eagle3_kimi_min_layers"] = int(low.group(1)) if low else None
+    k25 = _text(z, py + "configurations/kimi_k25.py") or ""
+    out["eagle3_kimi_k25_as_k2"] = (
+        "return getattr(hf_config, 'model_type', None) == 'kimi_k25'" in k25
+        and "KimiK2ModelConfigBuilder.build(text_config" in k25
+    )
+    lang = _text(z, py + "models/kimi_k2_language.py") or ""
+    # the residual after the input norm's fused add: the state entering layer idx
+    out["eagle3_kimi_captures_layer_input"] = bool(
+        "capture_input_residual = idx in aux_hidden_state_layers" in lang
+        and re.search(
+            r"hidden_states, residual = self\.input_layernorm\(hidden_states, residual\)\n"
+            r"\s+input_residual = \(residual\.clone\(\)",
+            lang,
+        )
+        and re.search(
+            r"aux_hidden_states_by_layer\[idx\]\s+for idx in aux_hidden_state_layers", lang
+        )
+    )
+    k25_draft = _text(z, py + "models/kimi_k25_eagle3.py") or ""
+    out["eagle3_kimi_draft_ids_counted_only"] = bool(
+        "must contain exactly three unique" in k25_draft
+        and re.search(r"if layer_ids is None:\s+return \(2, 30, 58\)", k25_draft)
+        # set once, then only its length read (the fc's width)
+        and k25_draft.count("self.aux_layer_ids") == 2
+        and "len(self.aux_layer_ids)" in k25_draft
     )
     return out
 
@@ -265,8 +320,52 @@ def rules(found: dict[str, dict[str, dict[str, Any]]]) -> dict[str, Any]:
     return out
 
 
+def eagle3_rules(found: dict[str, dict[str, dict[str, Any]]]) -> dict[str, Any]:
+    """lmdeploy_rules.json: lmdeploy's EAGLE-3 target paths per release read (null: a release
+    whose taps are not fixed as read here, or that reads the draft's ids)."""
+    out: dict[str, Any] = {"generator": "scripts/read_engine_wheels.py --eagle3-rules"}
+    rows: dict[str, Any] = {}
+    for release, f in sorted(found.get("lmdeploy", {}).items(), key=lambda x: _order(x[0])):
+        targets: list[dict[str, Any]] = []
+        if f["eagle3_fixed_ids"] and f["eagle3_captures_layer_input"]:
+            targets.append(
+                {
+                    "names": f["eagle3_llama_archs"],
+                    "by": "architectures[0]",
+                    "config": "lmdeploy/pytorch/configurations/llama.py",
+                    "model": "lmdeploy/pytorch/models/llama.py",
+                    "min_layers": None,
+                    "order": "layer",
+                    "draft_fc": f["eagle3_llama_draft_fc"],
+                }
+            )
+        if f["eagle3_kimi_k2"] and f["eagle3_kimi_captures_layer_input"]:
+            names = ["kimi_k2"] + (["kimi_k25"] if f["eagle3_kimi_k25_as_k2"] else [])
+            targets.append(
+                {
+                    "names": names,
+                    "by": "model_type",
+                    "config": "lmdeploy/pytorch/configurations/kimi_k2.py",
+                    "model": "lmdeploy/pytorch/models/kimi_k2_language.py",
+                    "min_layers": f["eagle3_kimi_min_layers"],
+                    "order": "listed",
+                    "draft_fc": 3 if f["eagle3_kimi_draft_ids_counted_only"] else None,
+                }
+            )
+        reads = f["eagle3_reads_draft_ids"]
+        rows[release] = (
+            {"taps": [2, "L//2", "L-3"], "capture": "residual:i", "targets": targets}
+            if targets and not reads
+            else None
+        )
+    out["lmdeploy"] = {"package": "lmdeploy", "releases": rows}
+    return out
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "--rules":
         print(json.dumps(rules(read(Path(sys.argv[2]))), indent=1, sort_keys=True))
+    elif sys.argv[1] == "--eagle3-rules":
+        print(json.dumps(eagle3_rules(read(Path(sys.argv[2]))), indent=1, sort_keys=True))
     else:
         print(json.dumps(read(Path(sys.argv[1])), indent=1, sort_keys=True))

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..findings import Finding, codes, not_run
+from ..methods import METHOD_ENGINES
 from .family import CheckFamily
 from .layout_types import LayoutReport, Span
 
@@ -45,6 +46,32 @@ def _resolve_spans(
         return None if res is None else (res.layers, res.problems, res.source), refused
 
     return [Span(run, *found[run[0]]) for run in runs(versions, key)]
+
+
+def _method_engine(
+    contract: Contract,
+    report: LayoutReport,
+    serving_args: str | None,
+    serving_env: Mapping[str, str] | None,
+    env_label: str,
+) -> list[Finding]:
+    """The layout check of a contract served by a method engine (onnxruntime-genai,
+    lmdeploy's DFlash): its taps by that engine's rules, as the other engines' are."""
+    from ..engines import method_engines
+
+    serving = contract.serving
+    assert serving is not None
+    if contract.method == "mtp":
+        from .layout_mtp import check_mtp
+
+        return check_mtp(contract, report)
+    from .layout_dflash import check_dflash
+
+    found = method_engines.resolver_for(contract.method, serving, report)
+    if found is None:
+        return report.findings
+    title = method_engines.TITLES[contract.method]
+    return check_dflash(contract, report, serving_args, serving_env, env_label, found, title)
 
 
 def check_layout(
@@ -91,6 +118,8 @@ def check_layout(
     if serving is None:
         return []
     report = LayoutReport(contract)
+    if contract.method in METHOD_ENGINES.get(serving.engine, ()):  # engines/method_engines.py
+        return _method_engine(contract, report, serving_args, serving_env, env_label)
     if contract.method == "dflash":  # the taps by DFlash's rules (engines/dflash.py)
         from .layout_dflash import check_dflash
 

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..layers import Layer
+
+TAP_KEY = "dflash_config.target_layer_ids"  # the one key the method engines read
 
 if TYPE_CHECKING:
     from ..contract.model import Contract
@@ -86,14 +88,52 @@ def _every_engine(
     draft: DFlashDraft,
     engine: str,
     versions: Sequence[str | None],
+    serving: object = None,
 ) -> tuple[str, list[dict[str, object]]]:
     """EC501's every-engine table for a DFlash draft (the DFlash rows of ``matrix``: each
     engine whose DFlash rules are read, what it feeds, the taps that fix it), as text and
     as data (``extra["matrix"]``)."""
     from ..engines.matrix import dflash_matrix, listing, summary
 
-    rows = dflash_matrix(trained, L, arch, draft, (engine, [v or "" for v in versions]))
+    own = (engine, [v or "" for v in versions])
+    rows = dflash_matrix(trained, L, arch, draft, own) + method_rows(
+        "dflash", trained, L, arch, serving, own
+    )
     return summary(rows), listing(rows)
+
+
+def method_rows(
+    method: str,
+    trained: Sequence[Layer],
+    L: int,
+    arch: str | None,
+    serving: object,
+    own: tuple[str, Sequence[str]] | None,
+) -> list[Any]:
+    """The method engines' rows of ``method`` (engines/method_engines.py) for a contract's
+    serving section (none where its draft config cannot be read: EC510 says why)."""
+    from ..engines import method_engines
+    from ..errors import EagleContractError
+
+    try:
+        data, ids = method_engines.draft_of(serving) if serving is not None else (None, None)
+    except EagleContractError:
+        data, ids = None, None
+    if data is None and ids is None:
+        return []
+    return method_engines.rows(method, trained, L, arch, data, ids, own)
+
+
+def _method_fix(
+    contract: Contract, L: int, trained: list[Layer], arch: str | None, version: str | None
+) -> str:
+    from ..engines import method_engines
+
+    serving = contract.serving
+    assert serving is not None
+    data, _ = method_engines.draft_of(serving)
+    taps = method_engines.taps_for(serving.engine, contract.method, L, trained, data, arch, version)
+    return f": {TAP_KEY}: {list(taps)}" if taps is not None else ""
 
 
 def _family_table(
@@ -110,8 +150,9 @@ def _family_table(
     from ..engines.dflash_family import family_matrix
     from ..engines.matrix import listing, summary
 
-    rows = family_matrix(
-        method, trained, L, arch, contract.serving, (engine, [v or "" for v in versions])
+    own = (engine, [v or "" for v in versions])
+    rows = family_matrix(method, trained, L, arch, contract.serving, own) + method_rows(
+        method, trained, L, arch, contract.serving, own
     )
     return summary(rows), listing(rows)
 
@@ -154,6 +195,7 @@ def check_dflash(
     settings (EC526-EC528) are DFlash's rules: they are checked for DFlash alone, not for a
     method served on its path whose settings were not read. The every-engine table and the
     fix come from each method's own rules (``dflash_matrix`` / ``family_matrix``)."""
+    from ..engines import method_engines
     from ..engines.dflash import resolve_dflash
     from ..engines.dflash_draft import TAP_KEYS
     from ..engines.fixes import relabel, runs, span_label
@@ -181,7 +223,12 @@ def check_dflash(
     L = contract.target.num_hidden_layers
     arch = serving.arch or contract.target.arch
     trained = trained_layers(report)
-    versions = get_engine(serving.engine).versions(serving.version)
+    own_rules = method_engines.serves(serving.engine, contract.method)
+    versions = (
+        method_engines.versions(serving.engine, contract.method, serving.version)
+        if own_rules
+        else get_engine(serving.engine).versions(serving.version)
+    )
     answers: dict[str | None, Resolution | str] = {}
     for version in versions:
         try:
@@ -200,8 +247,8 @@ def check_dflash(
     trained_list = trained[0] if trained else []
     table = functools.cache(
         lambda: (
-            _every_engine(trained_list, L, arch, draft, serving.engine, versions)
-            if resolve is None
+            _every_engine(trained_list, L, arch, draft, serving.engine, versions, serving)
+            if resolve is None or (own_rules and contract.method == "dflash")
             else _family_table(
                 contract.method, trained_list, L, arch, contract, serving.engine, versions
             )
@@ -259,7 +306,9 @@ def check_dflash(
                     hint="make the draft config's tap list name the trained layers (tap t = "
                     "the output of layer t = residual:t+1)"
                     + (
-                        _fix(serving.engine, L, trained[0], arch, run[0], draft)
+                        _method_fix(contract, L, trained[0], arch, run[0])
+                        if own_rules
+                        else _fix(serving.engine, L, trained[0], arch, run[0], draft)
                         if resolve is None
                         else _family_fix(
                             contract.method, serving.engine, L, trained[0], arch, run[0]

@@ -11,6 +11,7 @@ from .layout_types import LayoutReport
 
 
 def check_mtp(contract: object, report: LayoutReport) -> list[Finding]:
+    from ..engines import method_engines
     from ..engines.base import releases_for
     from ..engines.mtp import PACKAGES, refusal, releases, resolve_mtp
     from ..errors import Unservable
@@ -18,14 +19,17 @@ def check_mtp(contract: object, report: LayoutReport) -> list[Finding]:
     c = report.contract
     serving, training = c.serving, c.training
     assert serving is not None
-    why = refusal(serving.engine)
+    own = method_engines.serves(serving.engine, "mtp")  # onnxruntime-genai's rules
+    why = None if own else refusal(serving.engine)
     if why is not None:
         report.add("EC510", why, "serving.engine")
         return report.findings
     L = c.target.num_hidden_layers
     arch = serving.arch or c.target.arch
     versions: list[str | None] = (
-        [None]
+        method_engines.versions(serving.engine, "mtp", serving.version)
+        if own
+        else [None]
         if serving.version is None
         else list(releases_for(serving.version, releases(serving.engine), PACKAGES[serving.engine]))
     )
@@ -33,7 +37,11 @@ def check_mtp(contract: object, report: LayoutReport) -> list[Finding]:
     for version in versions:
         engine = f"{serving.engine} {version}" if version else serving.engine
         try:
-            res = resolve_mtp(serving.engine, L, arch, version)
+            res = (
+                method_engines.resolve(serving.engine, "mtp", L, None, None, arch, version)
+                if own
+                else resolve_mtp(serving.engine, L, arch, version)
+            )
         except Unservable as exc:
             report.add("EC510", f"{engine} would not serve this MTP head: {exc}", "serving")
             continue

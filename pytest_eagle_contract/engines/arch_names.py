@@ -32,6 +32,12 @@ def _by_arch() -> dict[str, tuple[str, ...]]:
     return {k: tuple(v) for k, v in out.items()}
 
 
+def model_types(arch: str) -> tuple[str, ...]:
+    """The model_types a config.json with ``architectures[0] == arch`` may hold (lower case;
+    empty where transformers' mappings do not name it)."""
+    return _by_arch().get(arch.lower(), ())
+
+
 def spellings(name: str) -> tuple[str, ...]:
     """``name`` and what a config.json holding it holds beside it: a model_type's
     architectures (the multimodal class first), an architecture's model_types and their

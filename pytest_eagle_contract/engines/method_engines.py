@@ -1,5 +1,6 @@
-"""The method-only engines: onnxruntime-genai (DFlash2, DSpark, MTP) and lmdeploy (DFlash),
-whose rules are read here for those methods alone (``methods.METHOD_ONLY_ENGINES``).
+"""The method engines: onnxruntime-genai (DFlash2, DSpark, MTP; no EAGLE-3) and lmdeploy
+(DFlash; its EAGLE-3 rules are ``lmdeploy.py``'s), whose rules for those methods are read
+here (``methods.METHOD_ENGINES``).
 
 Their rules are ``method_engines_rules.json``, written by ``scripts/read_engine_wheels.py
 --rules`` from the wheels (docs/layers.md, "Methods per engine and release"):
@@ -28,8 +29,8 @@ from typing import Any
 
 from ..errors import EagleContractError, Unservable
 from ..layers import Layer
-from ..methods import METHOD_ONLY_ENGINES
-from .base import Position, Query, Resolution
+from ..methods import EAGLE3_ENGINES, METHOD_ENGINES
+from .base import Engine, Position, Query, Resolution, releases_for
 
 TITLES = {"dflash": "DFlash", "dflash2": "DFlash2", "dspark": "DSpark", "mtp": "MTP"}
 
@@ -51,11 +52,12 @@ def releases(engine: str, method: str) -> list[str]:
 
 def refusal(engine: str, method: str) -> str | None:
     """Why ``method`` on method-only ``engine`` is not answered here, or None."""
-    served = METHOD_ONLY_ENGINES[engine]
-    if method in served:
+    served = METHOD_ENGINES[engine]
+    if method in served or (method == "eagle3" and engine in EAGLE3_ENGINES):
         return None
+    also = " and eagle3" if engine in EAGLE3_ENGINES else ""
     return (
-        f"{engine}: rules are read here only for --method {' / '.join(served)} "
+        f"{engine}: rules are read here only for --method {' / '.join(served)}{also} "
         f"(docs/layers.md); not for {method}"
     )
 
@@ -254,3 +256,159 @@ def _lmdeploy(
         f"output for id t: tap t = residual:t+{plus}",
         taps,
     )
+
+
+# -- a contract's serving.engine (the layout check, ``matrix``, ``doctor``) -----------------
+
+
+class _NoEagle3(Engine):
+    """A method engine that serves no EAGLE-3 (onnxruntime-genai), as an :class:`Engine` for
+    ``matrix`` rows and version ranges; it is not in ``resolve.ENGINES``: no EAGLE-3 command
+    takes it."""
+
+    def versions(self, spec: str | None) -> list[str | None]:
+        read = list(table()[self.name]["releases"])
+        return [None] if spec is None else list(releases_for(spec, read, self.name))
+
+    def _resolve(self, q: Query) -> Resolution:
+        raise Unservable(refusal(self.name, "eagle3") or f"{self.name}: no EAGLE-3")
+
+
+@functools.cache
+def engine(name: str) -> Engine:
+    """The :class:`Engine` a method engine's ``matrix`` rows name (lmdeploy's EAGLE-3 one)."""
+    from .resolve import ENGINES
+
+    if name in ENGINES:
+        return ENGINES[name]
+    made: type[Engine] = type(name, (_NoEagle3,), {"name": name, "title": name})
+    return made()
+
+
+def serves(engine_name: str, method: str) -> bool:
+    """Whether ``engine_name``'s rules for ``method`` are this module's."""
+    return method in METHOD_ENGINES.get(engine_name, ())
+
+
+def versions(engine_name: str, method: str, spec: str | None) -> list[str | None]:
+    """The releases read that a contract's ``serving.version`` names for ``method`` (None:
+    the newest that serves it, as ``resolve`` assumes)."""
+    if spec is None:
+        return [None]
+    return list(releases_for(spec, list(table()[engine_name]["releases"]), engine_name))
+
+
+def taps_for(
+    engine_name: str,
+    method: str,
+    num_layers: int,
+    wanted: Sequence[Layer],
+    data: Mapping[str, Any] | None,
+    arch: Any,
+    version: str | None,
+) -> tuple[int, ...] | None:
+    """The tap list that makes ``engine_name`` feed ``wanted`` (the rest of the draft's config
+    ``data`` as it is), or None where none does."""
+    if method == "mtp" or not wanted or any(x.is_final_norm for x in wanted):
+        return None
+    for back in (1, 0):
+        taps = tuple(x.index - back for x in wanted)
+        if min(taps) < 0:
+            continue
+        try:
+            res = resolve(engine_name, method, num_layers, data, taps, arch, version)
+        except (Unservable, EagleContractError):
+            continue
+        if res.layers == tuple(wanted):
+            return taps
+    return None
+
+
+def rows(
+    method: str,
+    trained: Sequence[Layer],
+    num_layers: int,
+    arch: Any,
+    data: Mapping[str, Any] | None,
+    ids: Sequence[int] | None,
+    own: tuple[str, Sequence[str]] | None,
+) -> list[Any]:
+    """``matrix`` rows of every method engine that serves ``method``: each release read,
+    what it feeds (the draft's config ``data``, else ``ids`` as its taps), and the taps that
+    would make it feed ``trained``."""
+    from .base import version_order
+    from .fixes import ANY, relabel, runs
+    from .matrix import Row
+
+    want = tuple(trained)
+    out: list[Any] = []
+    for name, served in METHOD_ENGINES.items():
+        if method not in served:
+            continue
+        mine = list(own[1]) if own is not None and own[0] == name else []
+        real = [v for v in mine if v and v != ANY]  # ANY: no version, the newest assumed
+        read = releases(name, method)
+        vs = sorted(set(read) | set(real), key=version_order)
+        cells: dict[str, tuple[Any, ...]] = {}
+        said: dict[str, tuple[int, ...] | None] = {}
+        for v in vs:
+            asked = v in real or (len(real) < len(mine) and bool(read) and v == read[-1])
+            try:
+                res = resolve(name, method, num_layers, data, ids, arch, v)
+            except (Unservable, EagleContractError) as exc:
+                fix = taps_for(name, method, num_layers, want, data, arch, v)
+                cells[v] = (None, relabel(str(exc), v, "\x00"), (), False, fix, asked)
+                continue
+            said[v] = res.ids
+            same = res.layers == want
+            fix = None if same else taps_for(name, method, num_layers, want, data, arch, v)
+            codes = tuple(sorted({p.code for p in res.problems}))
+            cells[v] = (res.layers, None, codes, same, fix, asked)
+        keyed = {v: (said.get(v), cell) for v, cell in cells.items()}
+        out += [
+            Row(engine(name), tuple(run), said.get(run[0]), *cells[run[0]])
+            for run in runs(list(cells), keyed.__getitem__)
+        ]
+    return out
+
+
+def draft_of(serving: Any) -> tuple[Mapping[str, Any] | None, list[int] | None]:
+    """What a contract's serving section gives the method engine: its draft's config.json
+    (``draft_config``, read whole) and its ``aux_layer_ids`` as the tap list. Raises
+    EagleContractError where the config cannot be read."""
+    from .draft_config import read_draft_json
+
+    ids = None if serving.aux_layer_ids is None else list(serving.aux_layer_ids)
+    if serving.draft_config is None:
+        return None, ids
+    path = Path(serving.draft_config)
+    return read_draft_json(path / "config.json" if path.is_dir() else path), ids
+
+
+def resolver_for(method: str, serving: Any, report: Any) -> Any:
+    """A ``resolve_dflash``-shaped resolver of ``method`` on the contract's method engine
+    (``layout_dflash.check_dflash`` calls it per release), None after an EC510 where the
+    serving section gives no draft."""
+    try:
+        data, ids = draft_of(serving)
+    except EagleContractError as exc:
+        report.add("EC510", str(exc), "serving.draft_config")
+        return None
+    if data is None and ids is None:
+        report.add(
+            "EC510",
+            f"a {TITLES[method]} serving section on {serving.engine} needs serving.draft_config "
+            "(the draft's config.json) or serving.aux_layer_ids (its taps)",
+            "serving",
+        )
+        return None
+
+    def resolve_one(
+        engine_name: str, num_layers: int, _draft: object, arch: Any, version: str | None
+    ) -> Resolution:
+        try:
+            return resolve(engine_name, method, num_layers, data, ids, arch, version)
+        except EagleContractError as exc:  # a malformed key it reads: not served
+            raise Unservable(str(exc)) from None
+
+    return resolve_one

@@ -2,7 +2,8 @@
 
 Engines: ``sglang`` (built-in table in ``sglang_table``, or the installed sglang's own
 methods), ``vllm``, ``trtllm`` (TensorRT-LLM), ``llama.cpp``, ``mlx``, ``tpu-inference``,
-``vllm-ascend``, ``trtllm-autodeploy``, ``sglang-jax``, ``atom``, ``openvino``; trainers' captures:
+``vllm-ascend``, ``trtllm-autodeploy``, ``sglang-jax``, ``atom``, ``openvino``, ``lmdeploy``;
+trainers' captures:
 ``specforge`` (SGLang at the version SpecForge pinned), ``speculators-v1``, ``speculators``,
 ``eagle`` (SafeAILab EAGLE-3) and ``hf`` (``output_hidden_states`` indices). See
 docs/layers.md for every rule and its source.
@@ -23,6 +24,7 @@ from .autodeploy import AutoDeploy
 from .base import Engine, Position, Resolution
 from .draft_config import read_draft_config
 from .llamacpp import LlamaCpp
+from .lmdeploy import LMDeploy
 from .mlx import MLX
 from .openvino import OpenVINO
 from .sglang import SGLang, installed_sglang, sglang_versions
@@ -59,6 +61,7 @@ ENGINES: dict[str, Engine] = by_name(
         SGLangJax(),
         ATOM(),
         OpenVINO(),
+        LMDeploy(),
         SpecForge(),
         SpeculatorsV1(),
         Speculators(),

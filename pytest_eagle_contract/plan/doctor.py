@@ -431,6 +431,8 @@ def setup(inputs: Inputs) -> Setup:
         serving.target_model if serving is not None else None
     )
     contract, no_target = _contract(given, draft_dir, engine, version, target_dir, serving_dir)
+    if engine is not None and contract is not None:
+        _check_method(engine, contract.method)
     return Setup(
         inputs,
         draft_dir,
@@ -444,9 +446,17 @@ def setup(inputs: Inputs) -> Setup:
 
 
 def _check_engine(engine: str, version: str | None) -> None:
+    from ..engines import method_engines
     from ..engines.matrix import serving_engines
     from ..engines.resolve import get_engine
+    from ..methods import METHOD_ONLY_ENGINES
 
+    if engine in METHOD_ONLY_ENGINES:  # a contract's serving.engine of its method
+        try:
+            method_engines.engine(engine).versions(version)
+        except EagleContractError as exc:
+            raise UsageError(f"--version {version}: {exc}") from None
+        return
     side = get_engine(engine)
     if side not in serving_engines():
         raise UsageError(f"--engine {engine} is a trainer, not a serving engine")
@@ -454,6 +464,18 @@ def _check_engine(engine: str, version: str | None) -> None:
         side.versions(version)
     except EagleContractError as exc:
         raise UsageError(f"--version {version}: {exc}") from None
+
+
+def _check_method(engine: str, method: str) -> None:
+    """A usage error where ``engine``'s rules for the draft's ``method`` are not read (a
+    method engine asked for a method it does not serve, EAGLE-3 on onnxruntime-genai)."""
+    from ..engines.method_engines import refusal
+    from ..methods import METHOD_ENGINES, get_method
+
+    if engine in METHOD_ENGINES and not get_method(method).serves(engine):
+        why = refusal(engine, method)
+        if why is not None:
+            raise UsageError(f"--engine {engine}: {why}")
 
 
 def _contract(

@@ -352,7 +352,7 @@ def resolve(args: argparse.Namespace) -> int:
     _target_config(args)
     method = getattr(args, "method", "eagle3")
     from ..engines.source_methods import ENGINES as SOURCE_ENGINES
-    from ..methods import METHOD_ONLY_ENGINES
+    from ..methods import METHOD_ENGINES, METHOD_ONLY_ENGINES
 
     if method == "mtp" and args.engine == "lmdeploy":  # its MTP rules: engines/mtp.py
         return _resolve_mtp(args)
@@ -360,7 +360,7 @@ def resolve(args: argparse.Namespace) -> int:
         method not in ("eagle3", "eagle3.1") or args.engine == "ollama"
     ):
         return _resolve_source(args, method)
-    if args.engine in METHOD_ONLY_ENGINES:
+    if args.engine in METHOD_ONLY_ENGINES or (args.engine in METHOD_ENGINES and method != "eagle3"):
         return _resolve_method_only(args, method)
     if method == "dflash":
         return _resolve_dflash(args)
@@ -600,7 +600,8 @@ def _resolve_mtp(args: argparse.Namespace) -> int:
 
 def _resolve_method_only(args: argparse.Namespace, method: str) -> int:
     """``resolve --engine onnxruntime-genai|lmdeploy --method M`` (engines/method_engines.py):
-    an engine read for some methods only; every other method (EAGLE-3 first) is a usage error."""
+    an engine read for some methods only (lmdeploy: and EAGLE-3, engines/lmdeploy.py); every
+    other method is a usage error."""
     from ..engines.method_engines import refusal, resolve
     from ..errors import EagleContractError, Unservable
 

@@ -39,6 +39,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def matrix(args: argparse.Namespace) -> int:
     from ..contract.model import load_contract
     from ..engines import matrix as core
+    from ..engines import method_engines
     from ..engines.draft_config import read_draft_config
     from ..engines.fixes import ANY
     from ..engines.resolve import engine_aux_ids, get_engine
@@ -52,10 +53,15 @@ def matrix(args: argparse.Namespace) -> int:
     arch = (serving.arch if serving else None) or contract.target.arch
     own = None
     draft = None
+    own_rules = serving is not None and method_engines.serves(serving.engine, contract.method)
     if serving is not None:
-        versions = get_engine(serving.engine).versions(serving.version)
+        versions = (
+            method_engines.versions(serving.engine, contract.method, serving.version)
+            if own_rules
+            else get_engine(serving.engine).versions(serving.version)
+        )
         own = (serving.engine, [v or ANY for v in versions])
-        if serving.draft_config is not None:
+        if serving.draft_config is not None and not own_rules:
             draft = read_draft_config(serving.draft_config)
 
     def ids_of(engine: Engine) -> tuple[int, ...] | None:
@@ -83,6 +89,9 @@ def matrix(args: argparse.Namespace) -> int:
         rows = mtp_matrix(trained[0], num_layers, arch, own)
     else:
         rows = core.matrix(trained, num_layers, arch, ids_of, own)
+    if contract.method in ("dflash", "dflash2", "dspark", "mtp"):  # the method engines' rows
+        data, ids = method_engines.draft_of(serving) if serving is not None else (None, None)
+        rows += method_engines.rows(contract.method, trained, num_layers, arch, data, ids, own)
     differs = any(r.own and not r.same for r in rows)
     if args.json:
         print(

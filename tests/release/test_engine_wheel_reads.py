@@ -59,6 +59,29 @@ def test_lmdeploy_eagle3_feeds_fixed_layers_whatever_the_draft_says(release):
     assert not found["eagle3_reads_draft_ids"]
 
 
+@pytest.mark.parametrize("release", ["0.16.0", "0.17.0", "0.18.0"])
+def test_lmdeploy_eagle3_targets_and_drafters(release):
+    """The targets whose configuration builder sets the fixed taps: Llama (by
+    architectures[0]) in every release, Kimi-K2 (model_type kimi_k2, kimi_k25 through it) from
+    0.17.0, captured as the state entering layer i; the drafters' fc takes 3 states."""
+    found = _need(LMD, release)
+    assert found["eagle3_llama_archs"] == ["LlamaForCausalLM"]
+    assert found["eagle3_llama_draft_fc"] == 3
+    kimi = release != "0.16.0"
+    assert found["eagle3_kimi_k2"] == kimi and found["eagle3_kimi_k25_as_k2"] == kimi
+    assert found["eagle3_kimi_captures_layer_input"] == kimi
+    assert found["eagle3_kimi_min_layers"] == (5 if kimi else None)
+    assert found["eagle3_kimi_draft_ids_counted_only"] == kimi
+
+
+def test_lmdeploy_eagle3_rules_are_what_the_wheels_say():
+    """engines/lmdeploy_rules.json (what ``resolve --engine lmdeploy`` answers EAGLE-3 by) is
+    ``read_engine_wheels.py --eagle3-rules`` of these wheels."""
+    from pytest_eagle_contract.engines import lmdeploy
+
+    assert reader.eagle3_rules(READ) == lmdeploy.table()
+
+
 @pytest.mark.parametrize("release", ["0.16.0", "0.17.0"])
 def test_lmdeploy_before_0_18_has_no_dflash(release):
     found = _need(LMD, release)

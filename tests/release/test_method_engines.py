@@ -163,7 +163,7 @@ def test_lmdeploy_refuses_other_targets_and_releases(cli):
     [
         (ORTG, "eagle3", "dflash2 / dspark / mtp"),
         (ORTG, "dflash", "dflash2 / dspark / mtp"),
-        ("lmdeploy", "eagle3", "dflash"),
+        ("lmdeploy", "dspark", "dflash and eagle3"),
     ],
 )
 def test_other_methods_are_usage_errors(cli, engine, method, served):
@@ -175,7 +175,7 @@ def test_other_methods_are_usage_errors(cli, engine, method, served):
 def test_eagle3_commands_refuse_them(cli):
     res = cli("resolve", "--engine", ORTG, "--num-layers", L, "--ids", 1, 2, 3)
     assert res.returncode == 2 and "only for --method" in fold(res.stderr)
-    res = cli("probe", "--engine", "lmdeploy", "--help")
+    res = cli("probe", "--engine", ORTG, "--help")
     assert res.returncode == 2 and "invalid choice" in res.stderr
 
 
@@ -186,11 +186,11 @@ def test_the_table_names_what_methods_py_does():
         assert served == set(methods)
 
 
-@pytest.mark.parametrize("engine,method", [("lmdeploy", "dflash"), (ORTG, "dflash2")])
-def test_a_contract_does_not_take_them_yet(cli, tmp_path, engine, method):
-    """Only ``resolve`` answers for them: a contract naming one as its serving.engine is a
-    usage error at load (its layout check, matrix and doctor are built for the EAGLE-3
-    engines' objects), never a traceback."""
+@pytest.mark.parametrize("engine,method", [("lmdeploy", "dspark"), (ORTG, "dflash")])
+def test_a_contract_takes_them_for_their_methods_only(cli, tmp_path, engine, method):
+    """A contract naming one as its serving.engine with a method whose rules for it are not
+    read is a usage error at load, never a traceback (with one they serve, it is checked:
+    tests/cli/test_method_engine_contracts.py)."""
     path = draft(tmp_path, {"num_target_layers": L, "dflash_config": {"target_layer_ids": [1]}})
     c = tmp_path / "c.yaml"
     c.write_text(
@@ -201,4 +201,4 @@ def test_a_contract_does_not_take_them_yet(cli, tmp_path, engine, method):
     )
     res = cli("check", c, "--checks", "layout")
     assert res.returncode == 2 and "Traceback" not in res.stderr
-    assert "serving.engine" in res.stderr and engine in res.stderr
+    assert f"{engine} serves method" in fold(res.stderr) and f"not {method}" in res.stderr

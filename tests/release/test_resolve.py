@@ -130,6 +130,7 @@ def test_each_engine_says_its_default_ids():
         "sglang-jax": [2, 30, 58],
         "atom": [2, 30, 58],
         "openvino": [2, 30, 58],
+        "lmdeploy": [2, 30, 58],  # fixed: configurations/llama.py, kimi_k2.py
         "specforge": [1, 29, 57],
         "speculators-v1": [2, 30, 58, 60],
         "speculators": [2, 30, 58, 61],

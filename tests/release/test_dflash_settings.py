@@ -109,6 +109,20 @@ def test_sglang_non_positive_block_is_ec526_refusal(cli, tmp_path):
         assert "refuses" in found[0]["message"] and found[0]["found"] == value
 
 
+def test_sglang_launch_lint_runs_for_dflash_where_it_applies(cli, tmp_path):
+    """The DFlash layout check lints the SGLang launch line as the EAGLE-3 one does (EC512):
+    a line no shell could parse is named. The EAGLE family's rule (--speculative-eagle-topk 1
+    resets --speculative-num-draft-tokens to steps + 1) is not SGLang's under DFLASH: 0.5.23
+    dispatches DFLASH to _handle_dflash (speculative/spec_info.py), which forces steps and
+    topk to 1 and takes the draft-token count as the block (arg_groups/speculative_hook.py)."""
+    res, found = run(cli, tmp_path, LISTED, launch=SGLANG + " --speculative-num-draft-tokens '8")
+    assert res.returncode == 1 and codes(found) == [("EC512", "error")], found
+    assert "cannot be parsed" in found[0]["message"]
+    topk = " --speculative-eagle-topk 1 --speculative-num-steps 3 --speculative-num-draft-tokens 8"
+    res, found = run(cli, tmp_path, LISTED, launch=SGLANG + topk)
+    assert res.returncode == 0 and found == [], found
+
+
 def test_sglang_default_block_without_block_size_is_ec523_warning(cli, tmp_path):
     draft = {k: v for k, v in LISTED.items() if k != "block_size"}
     res, found = run(cli, tmp_path, draft, launch=SGLANG)

@@ -797,16 +797,30 @@ def validate(args: argparse.Namespace) -> int:
     from ..contract.model import load_contract
     from ..errors import ContractError
 
-    invalid, loaded = 0, []
+    loaded, valid, problems = [], [], []
     for path in args.contracts:
         try:
             loaded.append(load_contract(path))
         except (ContractError, UsageError) as exc:
-            invalid += 1
-            print(f"{path}: invalid contract:\n{exc}", file=sys.stderr)
+            problems.append(f"{path}: invalid contract:\n{exc}")
             continue
-        print(f"{path}: valid")
-    code: int = EXIT_USAGE if invalid else EXIT_OK
+        valid.append(f"{path}: valid")
+    total = len(args.contracts)
+    if problems:  # the verdict first, as every findings command prints it (render.summary)
+        more = "; the valid one(s) checked below" if args.check and loaded else ""
+        print(
+            f"FAILED: {len(problems)} of {total} contract(s) invalid (the problems on stderr){more}"
+        )
+    elif args.check:  # each check below prints its own verdict
+        print(f"valid: {total} contract(s), each checked below on its own shards")
+    else:
+        print(f"ok: {total} contract(s) valid")
+    for line in [] if args.quiet else valid:
+        print(line)
+    sys.stdout.flush()  # the verdict before the problems where both streams share a pipe
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    code: int = EXIT_USAGE if problems else EXIT_OK
     if not args.check:
         return code
     from ..plan.request import CheckRequest

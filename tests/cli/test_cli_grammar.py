@@ -173,11 +173,11 @@ def test_resolve_trainer_json_names_its_side_trainer(cli) -> None:
     every answer it gives: a resolution, a refusal and ``--want``'s (each span too);
     ``--engine`` answers keep ``engine``."""
     ids = ("--num-layers", "8", "--ids", "0", "3", "5", "--json")
+    want = ("--num-layers", "8", "--json", "--want", "residual:1", "residual:2", "residual:3")
     answers = [
         cli("resolve", "--trainer", "hf", *ids),  # resolved
         cli("resolve", "--trainer", "specforge", *ids),  # refused: no --arch
-        cli("resolve", "--trainer", "specforge", "--num-layers", "8", "--json",
-            "--want", "residual:1", "residual:2", "residual:3"),  # fmt: skip
+        cli("resolve", "--trainer", "specforge", *want),  # --want's answer and its spans
         cli("resolve", "--engine", "hf", *ids),  # the old spelling: a trainer all the same
     ]
     for res, name in zip(answers, ["hf", "specforge", "specforge", "hf"], strict=True):

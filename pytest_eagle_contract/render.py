@@ -13,7 +13,8 @@ from .findings import NOT_RUN, Finding
 from .tables import table
 
 WIDTH = 120
-"""The widest line the short view prints (prose is wrapped; a table's row is not)."""
+"""The widest line the short view prints (prose is wrapped; a table's row is not, except
+``matrix``'s, whose list cells wrap after a comma: ``tables.table(width=...)``)."""
 FEW = 3
 """A rule code found more often than this prints as one entry with its count."""
 

@@ -18,21 +18,32 @@ def _cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
 
+def _code(text: str) -> str:
+    """``text`` as code in a table cell. A pipe (``N|all``) would end the cell on GitHub even
+    inside backticks, and ``\\|`` in backticks shows its backslash on the site
+    (Python-Markdown): such a name is written as HTML, the pipe as ``&#124;``, right in both."""
+    if "|" not in text:
+        return f"`{text}`"
+    import html
+
+    return "<code>" + html.escape(text, quote=False).replace("|", "&#124;") + "</code>"
+
+
 def _flags(action: argparse.Action) -> str:
     if not action.option_strings:
-        return f"`{action.metavar or action.dest}`"
+        return _code(str(action.metavar or action.dest))
     metavar = ""
     if action.nargs != 0:
         choices = "{" + ",".join(map(str, action.choices)) + "}" if action.choices else ""
         shown = action.metavar or choices or action.dest.upper()
         metavar = " " + (" ".join(shown) if isinstance(shown, tuple) else str(shown))
-    return ", ".join(f"`{flag}{metavar}`" for flag in action.option_strings)
+    return ", ".join(_code(f"{flag}{metavar}") for flag in action.option_strings)
 
 
 def _default(action: argparse.Action) -> str:
     if action.nargs == 0 or action.default in (None, False, [], argparse.SUPPRESS):
         return ""
-    return f"`{action.default}`"
+    return _code(str(action.default))
 
 
 def _command(name: str, parser: argparse.ArgumentParser) -> list[str]:

@@ -13,7 +13,9 @@ What each engine does with them, read from its released code (docs/dflash.md):
   (``arg_groups/speculative_hook.py``); neither given and no ``block_size`` in the draft: 16.
   vLLM 0.34.0 drafts ``num_speculative_tokens`` tokens (k, not B) and does not compare it with
   the draft's ``block_size`` (``v1/worker/gpu/spec_decode/dflash/speculator.py``); other
-  vLLM releases were not read for this.
+  vLLM releases were not read for this. k <= 0 is refused at start-up by every release read,
+  0.24.0 to 0.34.0 (``config/speculative.py``: ``Field(gt=0)`` and ``_verify_args``), as is
+  SGLang's ``--speculative-dflash-block-size`` <= 0 (0.5.11, 0.5.18, 0.5.23).
 - SGLang 0.5.11 and 0.5.18 (``server_args.py``/``speculative_hook.py``,
   ``dflash_worker.py``/``dflash_worker_v2.py``) do as 0.5.23 for the block and the mask token.
 - Mask token: SGLang 0.5.23 reads ``dflash_config.mask_token_id``, then the top-level key;
@@ -34,6 +36,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from ..contract.model import Contract
     from ..engines.dflash_draft import DFlashDraft
     from .layout_types import LayoutReport
@@ -192,6 +196,21 @@ def _mask(contract: Contract, report: LayoutReport, draft: DFlashDraft) -> None:
         )
 
 
+VLLM_TOKEN_FLAGS = ("spec-tokens", "num-speculative-tokens")
+"""vLLM's flags for ``num_speculative_tokens`` outside ``--speculative-config``:
+``--spec-tokens`` (0.24.0 to 0.34.0 ``engine/arg_utils.py``, merged into the speculative
+config), and ``--num-speculative-tokens``, which this check read before (no release read
+here, 0.24.0 to 0.34.0, has it)."""
+
+
+def _number(flags: Mapping[str, str], name: str) -> int | None:
+    """``--name N`` as an integer; None when absent or not one."""
+    try:
+        return int(flags[name]) if name in flags else None
+    except ValueError:
+        return None
+
+
 def _block(contract: Contract, report: LayoutReport, draft: DFlashDraft, command: str) -> None:
     from ..engines.knobs import _count
     from ..engines.sglang_launch import parse_flags
@@ -208,6 +227,21 @@ def _block(contract: Contract, report: LayoutReport, draft: DFlashDraft, command
         if not command:
             return  # no launch line: what SGLang would run is not known here
         tokens = _count(flags, "speculative-num-draft-tokens")
+        given = _number(flags, "speculative-dflash-block-size")
+        if given is not None and given <= 0:
+            report.add(
+                "EC526",
+                f"--speculative-dflash-block-size {given}: SGLang refuses the launch (DFLASH "
+                "requires it to be positive, arg_groups/speculative_hook.py)",
+                "serving.launch",
+                hint=f"launch with --speculative-dflash-block-size {B}"
+                if B is not None
+                else "leave it out (SGLang then reads the draft's block_size) or give the "
+                "trained block",
+                expected="a positive block size",
+                found=str(given),
+            )
+            return
         block = _count(flags, "speculative-dflash-block-size")
         if tokens and block and tokens != block:
             report.add(
@@ -249,7 +283,7 @@ def _block(contract: Contract, report: LayoutReport, draft: DFlashDraft, command
                 severity="warning",
             )
         return
-    if serving.engine != "vllm" or B is None:
+    if serving.engine != "vllm":
         return
     from ..engines.knobs import speculative_config
 
@@ -257,8 +291,12 @@ def _block(contract: Contract, report: LayoutReport, draft: DFlashDraft, command
     k = config.get("num_speculative_tokens") if config is not None else None
     said = f"vLLM num_speculative_tokens {k}"
     if not (isinstance(k, int) and not isinstance(k, bool)):
-        k = _count(flags, "num-speculative-tokens") or None
-        said = f"vLLM --num-speculative-tokens {k}"
+        k = None
+        for name in VLLM_TOKEN_FLAGS:
+            k = _number(flags, name)
+            if k is not None:
+                said = f"vLLM --{name} {k}"
+                break
     if k is None and draft.speculative_tokens is not None:
         # vLLM 0.34.0 takes a speculators config's speculative_tokens where the launch
         # gives none (transformers_utils/config.py maybe_override_with_speculators)
@@ -268,6 +306,21 @@ def _block(contract: Contract, report: LayoutReport, draft: DFlashDraft, command
             "where the launch sets none)"
         )
     if k is None:
+        return
+    if k <= 0:
+        report.add(
+            "EC526",
+            f"{said}: vLLM refuses the launch (SpeculativeConfig takes num_speculative_tokens "
+            "greater than zero only: 'Expected num_speculative_tokens to be greater than zero', "
+            "config/speculative.py, 0.24.0 to 0.34.0 read)",
+            "serving.launch",
+            hint="set num_speculative_tokens to the draft's block_size - 1"
+            + (f" ({B - 1})" if B is not None else ""),
+            expected="at least 1",
+            found=str(k),
+        )
+        return
+    if B is None:
         return
     most = B if draft.sample_from_anchor else B - 1
     if k > most:

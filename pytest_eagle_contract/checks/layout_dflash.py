@@ -199,22 +199,17 @@ def check_dflash(
     from ..engines.dflash import resolve_dflash
     from ..engines.dflash_draft import TAP_KEYS
     from ..engines.fixes import relabel, runs, span_label
-    from ..engines.knobs import launch_knobs
     from ..engines.resolve import get_engine
     from ..errors import Unservable
     from .dflash_settings import check_settings
+    from .layout_serving import lint_launch
 
     serving = contract.serving
     assert serving is not None
     command = serving_args or serving.launch
-    for problem in launch_knobs(command or "", serving_env, env_label, serving.engine):
-        report.add(
-            problem.code,
-            problem.message,
-            "serving.launch",
-            hint=problem.hint,
-            severity=problem.severity,
-        )
+    # SGLang's launch lint (EC512, the rules that apply under DFLASH) and every engine's
+    # acceptance-faking knobs (EC517-EC520), as the EAGLE-3 layout check runs them
+    lint_launch(report, serving, serving_args, serving_env, env_label)
     draft = _draft(report)
     if draft is None:
         return report.findings

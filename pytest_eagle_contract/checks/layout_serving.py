@@ -28,7 +28,8 @@ def lint_launch(
     from ..engines.knobs import launch_knobs
 
     command = serving_args or serving.launch
-    problems = lint_sglang(command) if command and serving.engine == "sglang" else []
+    method = report.contract.method
+    problems = lint_sglang(command, method) if command and serving.engine == "sglang" else []
     problems += launch_knobs(command or "", serving_env, env_label, serving.engine)
     for problem in problems:
         report.add(

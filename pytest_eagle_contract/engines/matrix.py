@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import EagleContractError
 from ..layers import Layer
-from ..render import MATRIX_HEADING
+from ..render import MATRIX_HEADING, WIDTH
 from .base import Engine, version_order
 from .fixes import ANY, inverse, layer_list, relabel, runs, span_label
 
@@ -130,7 +130,7 @@ def _cell(
     return res.layers, None, problems, False, fix, own
 
 
-def _table(rows: Sequence[Row]) -> str:
+def _table(rows: Sequence[Row], width: int | None = None) -> str:
     from ..tables import table
 
     return table(
@@ -147,13 +147,14 @@ def _table(rows: Sequence[Row]) -> str:
             for r in rows
         ],
         marks=["*" if r.own else " " for r in rows],
+        width=width,
     )
 
 
 def render(rows: Sequence[Row], trained: Sequence[Layer]) -> str:
     """The matrix as a table, then why each refused row is refused."""
     lines = [f"the trainer feeds the fc {layer_list(trained)} (* the contract's serving)"]
-    lines.append(_table(rows))
+    lines.append(_table(rows, WIDTH))  # the terminal's: list cells wrap to fit
     for r in rows:
         if r.refused is not None:
             where = "" if r.label in r.refused else f" {r.engine.title} {r.label}:"

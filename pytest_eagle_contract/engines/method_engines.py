@@ -14,8 +14,9 @@ Their rules are ``method_engines_rules.json``, written by ``scripts/read_engine_
 - lmdeploy 0.18.0 (``pytorch/spec_decode/dflash_utils.py``): DFlash on the targets whose model
   file captures a layer's output (qwen3, qwen3_5 and its MoE); it reads
   ``dflash_config.target_layer_ids`` alone, refuses ids that are not strictly increasing or
-  lie outside [0, L) and a draft whose ``num_target_layers`` is not the target's; without
-  ids it falls back to SGLang's formula (EC522, as SGLang's guess is reported).
+  lie outside [0, L) and a draft whose ``num_target_layers`` is not the target's (with
+  ``--ids`` alone there is no config to read it from: the answer notes it as not checked);
+  without ids it falls back to SGLang's formula (EC522, as SGLang's guess is reported).
 """
 
 from __future__ import annotations
@@ -210,6 +211,12 @@ def _lmdeploy(
         raise Unservable(
             f"{where}: the draft declares num_target_layers={depth!r:.20}, the target has {L} "
             "(DFlash draft/target depth mismatch, ValueError at start-up)"
+        )
+    if row["depth_check"] and ids is not None:
+        q.notes.append(
+            f"num_target_layers not checked: --ids give no draft config; lmdeploy {version} "
+            f"refuses a draft whose num_target_layers is not the target's {L} (ValueError at "
+            "start-up): give --draft-config to check it"
         )
     value = _tap_list(data, ids)
     guessed = value is None

@@ -34,7 +34,20 @@ def _int(flags: dict[str, str], name: str) -> int | None:
         return None
 
 
-def lint_sglang(command: str) -> list[Problem]:
+OWN_HANDLERS = ("DFLASH", "DSPARK", "UNO", "FROZEN_KV_MTP", "NGRAM")
+"""The speculative algorithms SGLang 0.5.23 settles in a handler of their own rather than
+``_handle_eagle_family`` (``speculative/spec_info.py``): the EAGLE family's topk-1 reset of
+the draft-token count is not theirs (DFLASH forces steps and topk to 1 and takes the count as
+its block, ``arg_groups/speculative_hook.py``)."""
+
+DFLASH_METHODS = ("dflash", "dflash2", "dspark")
+"""The contract methods served on SGLang's DFlash-family paths, not as EAGLE-3 drafts."""
+
+
+def lint_sglang(command: str, method: str = "eagle3") -> list[Problem]:
+    """SGLang's silently changed launch settings (EC512) for a draft of ``method``: an
+    unparsable line; the EAGLE family's topk-1 reset (not under the algorithms with a
+    handler of their own); EAGLE without aux states for an EAGLE-3 draft (not a DFlash one)."""
     try:
         flags = parse_flags(command)
     except ValueError as exc:
@@ -44,10 +57,18 @@ def lint_sglang(command: str) -> list[Problem]:
             )
         ]
     out = []
+    algorithm = flags.get("speculative-algorithm", "").upper()
     topk = _int(flags, "speculative-eagle-topk")
     steps = _int(flags, "speculative-num-steps")
     tokens = _int(flags, "speculative-num-draft-tokens")
-    if topk == 1 and steps is not None and tokens is not None and tokens != steps + 1:
+    eagle_family = algorithm not in OWN_HANDLERS
+    if (
+        eagle_family
+        and topk == 1
+        and steps is not None
+        and tokens is not None
+        and tokens != steps + 1
+    ):
         out.append(
             Problem(
                 "EC512",
@@ -58,8 +79,8 @@ def lint_sglang(command: str) -> list[Problem]:
                 "server_args.py)",
             )
         )
-    algorithm = flags.get("speculative-algorithm", "").upper()
-    if algorithm == "EAGLE" and "speculative-draft-model-path" in flags:
+    eagle3_draft = method not in DFLASH_METHODS
+    if eagle3_draft and algorithm == "EAGLE" and "speculative-draft-model-path" in flags:
         out.append(
             Problem(
                 "EC512",

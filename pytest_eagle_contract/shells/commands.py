@@ -401,18 +401,15 @@ def resolve(args: argparse.Namespace) -> int:
         )
     except Unservable as exc:
         if args.json:
-            print(
-                to_json(
-                    {
-                        "engine": args.engine,
-                        "version": args.version,
-                        "arch": args.arch,
-                        "refused": str(exc),
-                        "silent": isinstance(exc, SilentlyWrong),
-                        "layers": None,
-                    }
-                )
-            )
+            refused = {
+                "engine": args.engine,
+                "version": args.version,
+                "arch": args.arch,
+                "refused": str(exc),
+                "silent": isinstance(exc, SilentlyWrong),
+                "layers": None,
+            }
+            print(to_json(side_keys(args, refused)))
         how = (
             "runs this with a wrong draft input, silently (no abort)"
             if isinstance(exc, SilentlyWrong)
@@ -423,13 +420,31 @@ def resolve(args: argparse.Namespace) -> int:
     return _print_resolution(args, res)
 
 
+def side_keys(args: argparse.Namespace, answer: dict[str, object]) -> dict[str, object]:
+    """``resolve``'s JSON ``answer`` under the side it was asked for: ``--trainer`` (or its old
+    spelling ``--engine TRAINER``) answers under ``trainer``, at the top and in each span; a
+    serving engine keeps ``engine``."""
+    if getattr(args, "trainer", None) is None:
+        return answer
+
+    def renamed(d: dict[str, object]) -> dict[str, object]:
+        return {("trainer" if k == "engine" else k): v for k, v in d.items()}
+
+    out = renamed(answer)
+    spans = out.get("spans")
+    if isinstance(spans, list):
+        out["spans"] = [renamed(s) if isinstance(s, dict) else s for s in spans]
+    return out
+
+
 def _print_resolution(args: argparse.Namespace, res: Resolution) -> int:
     """``resolve``'s answer, as JSON (``--json``) or text; exit 1 where it has problems."""
     from ..render import to_json
     from ..tables import table
 
     if args.json:
-        print(to_json({**res.to_dict(), "method": getattr(args, "method", "eagle3")}))
+        answer = {**res.to_dict(), "method": getattr(args, "method", "eagle3")}
+        print(to_json(side_keys(args, answer)))
         return EXIT_FINDINGS if res.problems else EXIT_OK
     head = f"{res.engine} {res.version or ''} {res.arch or ''}".split()
     print(
@@ -756,12 +771,13 @@ def _refused(args: argparse.Namespace, exc: Exception) -> int:
 
 def _dflash_asked(args: argparse.Namespace) -> dict[str, object]:
     """What ``resolve --method dflash --json`` was asked, at the head of each of its answers."""
-    return {
+    asked: dict[str, object] = {
         "engine": args.engine,
         "method": getattr(args, "method", "dflash"),
         "version": args.version,
         "arch": args.arch,
     }
+    return side_keys(args, asked)
 
 
 def _want_dflash(args: argparse.Namespace) -> int:
@@ -864,16 +880,30 @@ def validate(args: argparse.Namespace) -> int:
     from ..contract.model import load_contract
     from ..errors import ContractError
 
-    invalid, loaded = 0, []
+    loaded, valid, problems = [], [], []
     for path in args.contracts:
         try:
             loaded.append(load_contract(path))
         except (ContractError, UsageError) as exc:
-            invalid += 1
-            print(f"{path}: invalid contract:\n{exc}", file=sys.stderr)
+            problems.append(f"{path}: invalid contract:\n{exc}")
             continue
-        print(f"{path}: valid")
-    code: int = EXIT_USAGE if invalid else EXIT_OK
+        valid.append(f"{path}: valid")
+    total = len(args.contracts)
+    if problems:  # the verdict first, as every findings command prints it (render.summary)
+        more = "; the valid one(s) checked below" if args.check and loaded else ""
+        print(
+            f"FAILED: {len(problems)} of {total} contract(s) invalid (the problems on stderr){more}"
+        )
+    elif args.check:  # each check below prints its own verdict
+        print(f"valid: {total} contract(s), each checked below on its own shards")
+    else:
+        print(f"ok: {total} contract(s) valid")
+    for line in [] if args.quiet else valid:
+        print(line)
+    sys.stdout.flush()  # the verdict before the problems where both streams share a pipe
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    code: int = EXIT_USAGE if problems else EXIT_OK
     if not args.check:
         return code
     from ..plan.request import CheckRequest

@@ -204,22 +204,28 @@ def want(args: argparse.Namespace) -> int:
             or f"no one id list serves every {engine.title} version in {args.version}"
         )
     if args.json:
+        from .commands import side_keys
+
         print(
             to_json(
-                {
-                    "engine": engine.name,
-                    "version": args.version,
-                    "arch": args.arch,
-                    "num_layers": args.num_layers,
-                    "want": [str(x) for x in wanted],
-                    "ids": None if ids is None else list(ids),
-                    "config_key": config_key(engine),
-                    "config_line": None if ids is None else engine.config_line(ids),
-                    "refused": refused,
-                    "spans": [
-                        {"versions": run, **found[run[0]].to_dict(best[run[0]])} for run in spans
-                    ],
-                }
+                side_keys(
+                    args,
+                    {
+                        "engine": engine.name,
+                        "version": args.version,
+                        "arch": args.arch,
+                        "num_layers": args.num_layers,
+                        "want": [str(x) for x in wanted],
+                        "ids": None if ids is None else list(ids),
+                        "config_key": config_key(engine),
+                        "config_line": None if ids is None else engine.config_line(ids),
+                        "refused": refused,
+                        "spans": [
+                            {"versions": run, **found[run[0]].to_dict(best[run[0]])}
+                            for run in spans
+                        ],
+                    },
+                )
             )
         )
     else:

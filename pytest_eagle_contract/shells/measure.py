@@ -19,6 +19,9 @@ from .args import add_measure, add_print_json, add_sampling, add_target_model, m
 from .exit_codes import EXIT_FINDINGS, EXIT_OK, EXIT_UNAVAILABLE
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from ..findings import Finding
     from ..models.acceptance import Estimate
 
 EPILOG = """\
@@ -122,19 +125,40 @@ def measure(args: argparse.Namespace) -> int:
             "findings": [f.to_dict() for f in findings],
         }
         print(to_json(out))
-    else:
+    else:  # the verdict first, then the measurement and the findings as check prints them
+        from .check import findings_text
+
         floor = serving.min_accept_length if serving is not None else None
-        verdict = "FAIL" if any(f.severity == "error" for f in findings) else "OK"
-        print(f"{verdict}  {len(findings)} finding(s) · floor {floor if floor else 'none'}")
-        if measured is not None:
-            print(render(measured, estimates))
+        print(verdict(findings, len(prompts.ids), floor))
+        if not args.quiet:
+            shown = "" if measured is None else render(measured, estimates)
+            if shown:
+                print(shown)
+            if findings:  # the measurement above is EC712's details: not printed twice
+                import dataclasses
+
+                brief = [
+                    dataclasses.replace(f, details="") if f.details == shown else f
+                    for f in findings
+                ]
+                print("\n" + findings_text(brief, args.verbose))
+        sys.stdout.flush()  # the notes (stderr) after the result where both share a pipe
         for skipped in prompts.skipped:
             print(f"note: no prompt from {skipped}", file=sys.stderr)
-        for f in findings:
-            print(f"{f.code}  {f.message}  {f.contract}:{f.line or ''}", file=sys.stderr)
-            if f.hint:
-                print(f"  hint: {f.hint}", file=sys.stderr)
     errors = [f for f in findings if f.severity == "error"]
     if measured is None and errors and all(f.extra.get(UNREACHABLE) for f in errors):
         return EXIT_UNAVAILABLE  # nothing answered: the run says nothing about the draft
     return EXIT_FINDINGS if errors else EXIT_OK
+
+
+def verdict(findings: Sequence[Finding], prompts: int, floor: float | None) -> str:
+    """measure's first line, in the form of every findings command's (render.summary):
+    ``ok: ...`` where no finding is an error, else ``FAILED: N finding(s) [CODES] ...``."""
+    errors = [f for f in findings if f.severity == "error"]
+    against = f"against the floor {floor}" if floor else "(no floor set)"
+    if errors:
+        codes = ", ".join(sorted({f.code for f in errors}))
+        return f"FAILED: {len(errors)} finding(s) [{codes}] measuring {prompts} prompt(s) {against}"
+    warnings = len(findings)
+    tail = f", {warnings} warning(s)" if warnings else ""
+    return f"ok: {prompts} prompt(s) measured {against}: passed{tail}"

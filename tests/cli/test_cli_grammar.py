@@ -168,6 +168,27 @@ def test_resolve_engine_trainer_is_now_trainer(cli) -> None:
     assert "--trainer TRAINER" in help_text and "specforge" in help_text
 
 
+def test_resolve_trainer_json_names_its_side_trainer(cli) -> None:
+    """``resolve --trainer T --json`` answers under ``trainer`` (a trainer is no engine), in
+    every answer it gives: a resolution, a refusal and ``--want``'s (each span too);
+    ``--engine`` answers keep ``engine``."""
+    ids = ("--num-layers", "8", "--ids", "0", "3", "5", "--json")
+    want = ("--num-layers", "8", "--json", "--want", "residual:1", "residual:2", "residual:3")
+    answers = [
+        cli("resolve", "--trainer", "hf", *ids),  # resolved
+        cli("resolve", "--trainer", "specforge", *ids),  # refused: no --arch
+        cli("resolve", "--trainer", "specforge", *want),  # --want's answer and its spans
+        cli("resolve", "--engine", "hf", *ids),  # the old spelling: a trainer all the same
+    ]
+    for res, name in zip(answers, ["hf", "specforge", "specforge", "hf"], strict=True):
+        out = json.loads(res.stdout)
+        assert out.get("trainer") == name and "engine" not in out, out
+        for span in out.get("spans", []):
+            assert span["trainer"] == name and "engine" not in span, span
+    engine = json.loads(cli("resolve", "--engine", "sglang", *ids, "--arch", "llama").stdout)
+    assert engine["engine"] == "sglang" and "trainer" not in engine
+
+
 def test_one_meaning_has_one_spelling() -> None:
     """A file or folder to write is ``-o/--output``; ``-q`` is ``--quiet``; no ``--out``."""
     wrong = []

@@ -49,6 +49,10 @@ def project(root: Path, engine: str = "sglang", floor: float = 2.0, masks: str =
     return contract
 
 
+def folded(text: str) -> str:
+    return " ".join(text.split())
+
+
 def measure(cli: Any, root: Path, engine: str, url: str, *extra: object) -> Any:
     res = cli("measure", "c.yaml", FLAG[engine], url, "--max-new-tokens", 32, *extra, cwd=root)
     no_traceback(res)
@@ -64,10 +68,17 @@ def test_below_the_floor_fails_with_measured_floor_and_engine(
     with EngineStandin(standin) as url:
         res = measure(cli, tmp_path, engine, url)
     assert res.returncode == 1, res.stdout + res.stderr
-    assert "EC712" in res.stderr
-    assert f"{engine} measured an accept length of 1.5" in res.stderr
-    assert "below the floor 2.0" in res.stderr
-    assert "hint:" in res.stderr
+    # the verdict first, then the findings on stdout as check prints them (render's short
+    # view, wrapped at 120 columns: matched folded); stderr keeps only notes and progress
+    lines = res.stdout.splitlines()
+    assert lines[0].startswith("FAILED: 1 finding(s) [EC712] measuring 3 prompt(s)"), lines[0]
+    out = folded(res.stdout)
+    assert "EC712 measured-below-floor:" in out
+    assert f"{engine} measured an accept length of 1.5" in out
+    assert "below the floor 2.0" in out
+    assert "hint:" in out and "eagle-contract explain EC712" in out
+    assert "EC712" not in res.stderr
+    assert res.stdout.count("rounds from:") == 1  # EC712's details are the block above it
     # the prompts sent are the shards' ids before their first loss-masked token
     sent = [r.get("prompt", r.get("input_ids")) for r in standin.requests]
     assert sorted(len(p) for p in sent) == list(PROMPTS)
@@ -92,13 +103,25 @@ def test_above_the_floor_passes_and_reports_per_position(
     assert out["findings"] == []
 
 
+def test_a_pass_prints_its_verdict_first_and_q_only_it(tmp_path: Path, cli: Any) -> None:
+    project(tmp_path, "vllm", floor=2.0)
+    with EngineStandin(Engine("vllm", accepts=(3, 2))) as url:
+        res = measure(cli, tmp_path, "vllm", url)
+        quiet = measure(cli, tmp_path, "vllm", url, "-q")
+    assert res.returncode == 0, res.stdout + res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0] == "ok: 3 prompt(s) measured against the floor 2.0: passed", lines
+    assert any(line.startswith("accept length ") for line in lines[1:])
+    assert quiet.returncode == 0 and quiet.stdout.splitlines() == lines[:1]
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 def test_an_engine_without_the_draft_is_ec713(engine: str, tmp_path: Path, cli: Any) -> None:
     project(tmp_path, engine)
     with EngineStandin(Engine(engine, draft=False)) as url:
         res = measure(cli, tmp_path, engine, url)
     assert res.returncode == 1
-    assert "EC713" in res.stderr and "hint:" in res.stderr
+    assert "EC713" in res.stdout and "hint:" in res.stdout
 
 
 def test_llama_server_without_metrics_gives_a_lower_bound(tmp_path: Path, cli: Any) -> None:
@@ -124,7 +147,7 @@ def test_an_unreachable_engine_is_ec715(tmp_path: Path, cli: Any) -> None:
         port = s.getsockname()[1]  # nothing listens there once closed
     res = measure(cli, tmp_path, "vllm", f"http://127.0.0.1:{port}", "--timeout", 5)
     assert res.returncode == 69  # as check and record: nothing answered, nothing judged
-    assert "EC715" in res.stderr and "vllm at" in res.stderr
+    assert "EC715" in res.stdout and "vllm at" in folded(res.stdout)
 
 
 def _answer(status: int, body: bytes) -> Any:
@@ -203,7 +226,7 @@ def test_hostile_answers_are_findings(
     with EngineStandin(Engine(engine, fault=_answer(status, body))) as url:
         res = measure(cli, tmp_path, engine, url)
     assert res.returncode == 1, res.stdout + res.stderr
-    assert code in res.stderr, res.stderr
+    assert code in res.stdout and code not in res.stderr, res.stdout
 
 
 def test_counters_that_contradict_the_timings_are_ec714(tmp_path: Path, cli: Any) -> None:
@@ -221,7 +244,7 @@ def test_counters_that_contradict_the_timings_are_ec714(tmp_path: Path, cli: Any
     with EngineStandin(standin) as url:
         res = measure(cli, tmp_path, "llama.cpp", url)
     assert res.returncode == 1
-    assert "EC714" in res.stderr and "another client" in res.stderr
+    assert "EC714" in res.stdout and "another client" in folded(res.stdout)
 
 
 def test_shards_without_a_prompt_are_ec716(tmp_path: Path, cli: Any) -> None:
@@ -229,7 +252,7 @@ def test_shards_without_a_prompt_are_ec716(tmp_path: Path, cli: Any) -> None:
     with EngineStandin(Engine("sglang")) as url:
         res = measure(cli, tmp_path, "sglang", url)
     assert res.returncode == 1
-    assert "EC716" in res.stderr and "leaves no prompt" in res.stderr
+    assert "EC716" in res.stdout and "leaves no prompt" in folded(res.stdout)
 
 
 def test_usage_errors_exit_2(tmp_path: Path, cli: Any) -> None:

@@ -184,3 +184,24 @@ def test_ec501_found_for_several_spans_keeps_each_spans_hint(cli, tmp_path):
     assert "eagle-contract explain EC501" in out
     full = cli("check", path, "--checks", "layout", "-v")
     assert folded(full.stdout).count("EC501 layout-mismatch") == 3  # one per span, in full
+
+
+def test_validate_prints_its_verdict_first(cli, contract, tmp_path):
+    """validate leads with its verdict as the other commands do, then one line per valid
+    contract; the problems of an invalid one follow on stderr, after the verdict."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("contract: x\nversion: 1\ntarget: {num_hidden_layers: eight}\n")
+    good = cli("validate", contract)
+    assert good.returncode == 0 and first(good) == "ok: 1 contract(s) valid", good.stdout
+    assert good.stdout.splitlines()[1:] == [f"{contract}: valid"]
+    both = cli("validate", contract, bad)
+    assert both.returncode == 2, both.stdout
+    assert first(both) == "FAILED: 1 of 2 contract(s) invalid (the problems on stderr)"
+    assert f"{contract}: valid" in both.stdout and f"{bad}:3:10:" in both.stderr
+    quiet = cli("validate", contract, "-q")
+    assert quiet.returncode == 0 and quiet.stdout.splitlines() == ["ok: 1 contract(s) valid"]
+    checked = cli("validate", "--check", "--sample", "all", contract)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    lines = checked.stdout.splitlines()
+    assert lines[0] == "valid: 1 contract(s), each checked below on its own shards", lines
+    assert any(line.startswith("ok: ") for line in lines[1:])  # check's own verdict

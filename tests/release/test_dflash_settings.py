@@ -80,6 +80,49 @@ def test_sglang_block_other_than_trained_is_ec523(cli, tmp_path, flags, severity
     assert res.returncode == (1 if severity == "error" else 0)
 
 
+@pytest.mark.parametrize(
+    "launch",
+    [
+        VLLM.format(k=0),
+        VLLM.format(k=-1),
+        'vllm serve t --speculative-config \'{"method": "dflash"}\' --spec-tokens 0',
+    ],
+)
+@pytest.mark.parametrize("block_size", [8, None])
+def test_vllm_no_speculative_tokens_is_ec526_refusal(cli, tmp_path, launch, block_size):
+    """vLLM 0.24.0-0.34.0 refuse num_speculative_tokens <= 0 at start-up (config/speculative.py:
+    Field(gt=0) and _verify_args "Expected num_speculative_tokens to be greater than zero"),
+    whatever the draft's block; --spec-tokens N sets the same key (engine/arg_utils.py)."""
+    draft = {k: v for k, v in LISTED.items() if k != "block_size" or block_size}
+    res, found = run(cli, tmp_path, draft, engine="vllm", version="0.34.0", launch=launch)
+    assert res.returncode == 1 and codes(found) == [("EC526", "error")], found
+    assert "refuses" in found[0]["message"] and found[0]["expected"] == "at least 1"
+
+
+def test_sglang_non_positive_block_is_ec526_refusal(cli, tmp_path):
+    """SGLang 0.5.11-0.5.23 refuse --speculative-dflash-block-size <= 0 ("DFLASH requires
+    --speculative-dflash-block-size to be positive"), not run it with a warning."""
+    for value in ("0", "-1"):
+        launch = f"{SGLANG} --speculative-dflash-block-size {value}"
+        res, found = run(cli, tmp_path, LISTED, launch=launch)
+        assert res.returncode == 1 and codes(found) == [("EC526", "error")], found
+        assert "refuses" in found[0]["message"] and found[0]["found"] == value
+
+
+def test_sglang_launch_lint_runs_for_dflash_where_it_applies(cli, tmp_path):
+    """The DFlash layout check lints the SGLang launch line as the EAGLE-3 one does (EC512):
+    a line no shell could parse is named. The EAGLE family's rule (--speculative-eagle-topk 1
+    resets --speculative-num-draft-tokens to steps + 1) is not SGLang's under DFLASH: 0.5.23
+    dispatches DFLASH to _handle_dflash (speculative/spec_info.py), which forces steps and
+    topk to 1 and takes the draft-token count as the block (arg_groups/speculative_hook.py)."""
+    res, found = run(cli, tmp_path, LISTED, launch=SGLANG + " --speculative-num-draft-tokens '8")
+    assert res.returncode == 1 and codes(found) == [("EC512", "error")], found
+    assert "cannot be parsed" in found[0]["message"]
+    topk = " --speculative-eagle-topk 1 --speculative-num-steps 3 --speculative-num-draft-tokens 8"
+    res, found = run(cli, tmp_path, LISTED, launch=SGLANG + topk)
+    assert res.returncode == 0 and found == [], found
+
+
 def test_sglang_default_block_without_block_size_is_ec523_warning(cli, tmp_path):
     draft = {k: v for k, v in LISTED.items() if k != "block_size"}
     res, found = run(cli, tmp_path, draft, launch=SGLANG)

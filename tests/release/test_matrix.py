@@ -118,3 +118,18 @@ def test_ec501_prints_short_the_rows_that_differ_and_keeps_all_in_v_and_json(tmp
     for line in full.stdout.split("with these ids:")[1].splitlines()[1:4]:
         assert line.strip() in ec501["details"]
     assert max(len(line) for line in short.stdout.splitlines() if "  " not in line.strip()) <= 120
+
+
+def test_no_line_is_wider_than_120_columns(cli):
+    """The house width (render.WIDTH, docs CLI-STYLE 3) holds for the table too: a row whose
+    cells would pass 120 columns wraps its longest list at a comma onto a continuation line,
+    each cell whole on one of its lines (the refusals are cut, whole under -v and --json)."""
+    for contract in sorted(CONTRACTS.glob("*.yaml")):
+        res = cli("matrix", contract)
+        assert "Traceback" not in res.stderr, res.stderr
+        wide = [line for line in res.stdout.splitlines() if len(line) > 120]
+        assert wide == [], f"{contract.name}: {max(map(len, wide))} columns: {wide[0]}"
+        _, out = rows_of(cli, contract)
+        layers = {x for r in out["rows"] for x in r["feeds"] or ()}
+        table = res.stdout.split("\nrefused:")[0]
+        assert all(x in table for x in layers)  # wrapped, not cut

@@ -112,6 +112,18 @@ def test_lmdeploy_taps_the_output_of_layer_t(cli, tmp_path, arch):
     assert out["problems"] == []
 
 
+def test_lmdeploy_ids_alone_say_the_depth_was_not_checked(cli):
+    """lmdeploy 0.18.0 refuses a draft whose num_target_layers is not the target's; --ids
+    give no draft config to read it from, so the answer says it was not checked."""
+    res, out = ask(cli, "lmdeploy", "dflash", "--ids", 1, 15, 29, "--arch", "Qwen3ForCausalLM")
+    assert res.returncode == 0 and out["layers"] == ["residual:2", "residual:16", "residual:30"]
+    said = [n for n in out["notes"] if "num_target_layers" in n]
+    assert len(said) == 1 and "not checked" in said[0] and f"{L}" in said[0], out["notes"]
+    text = cli("resolve", "--engine", "lmdeploy", "--method", "dflash", "--num-layers", L,
+               "--ids", 1, 15, 29, "--arch", "Qwen3ForCausalLM")  # fmt: skip
+    assert "note: num_target_layers not checked" in text.stdout
+
+
 def test_lmdeploy_guessed_list_is_ec522(cli, tmp_path):
     path = draft(tmp_path, {"num_target_layers": L, "num_hidden_layers": 5, "dflash_config": {}})
     res, out = ask(cli, "lmdeploy", "dflash", "--draft-config", path, "--arch", "Qwen3ForCausalLM")

@@ -69,3 +69,26 @@ def test_infer_to_stdout_names_a_schema_an_editor_can_fetch(tmp_path: Path, cli)
     url = first.removeprefix("# yaml-language-server: $schema=")
     assert url != first and "/blob/" not in url
     assert (ROOT / url.removeprefix(RAW + "/")).read_text() == (ROOT / SCHEMAS[0]).read_text()
+
+
+def test_the_check_hook_samples_as_validate_check_does() -> None:
+    """The check hook and the docs' local hook run ``validate --check`` with the command's
+    own ``--sample`` default (one default in every command, CLI-STYLE 1), and say how many."""
+    import argparse
+    import shlex
+
+    import yaml
+
+    from pytest_eagle_contract.shells.cli import _parser
+
+    (sub,) = (a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction))
+    default = sub.choices["validate"].get_default("sample")
+    hooks = {h["id"]: h for h in yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())}
+    hook = hooks["eagle-contract-check"]
+    words = shlex.split(hook["entry"])
+    assert words[:3] == ["eagle-contract", "validate", "--check"]
+    sample = words[words.index("--sample") + 1] if "--sample" in words else default
+    assert str(sample) == str(default), hook["entry"]
+    assert f"{default} shards" in hook["name"] and f"on {default} of its" in hook["description"]
+    ci = (ROOT / "docs" / "ci.md").read_text()
+    assert "--sample 5" not in ci and f"on {default} of its shards" in ci

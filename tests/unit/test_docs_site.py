@@ -33,6 +33,36 @@ def test_the_command_reference_is_the_parsers_own() -> None:
     assert "`--schema-file PATH`" in page and "`--eagle-batch" not in page
 
 
+def _gfm_cells(row: str) -> list[str]:
+    """A table row's cells as GitHub's Markdown splits them: on every pipe a backslash does
+    not escape, inside code spans too (GFM spec, "Tables (extension)")."""
+    cells, cell, escaped = [], "", False
+    for ch in row.strip()[1:-1]:  # the row's outer pipes
+        if ch == "|" and not escaped:
+            cells.append(cell)
+            cell = ""
+        else:
+            cell += ch
+        escaped = ch == "\\" and not escaped
+    return [*cells, cell]
+
+
+def test_the_command_reference_tables_keep_their_columns() -> None:
+    """A `|` in an option's name (`--sample N|all`) does not split its row: every option row
+    has the header's three cells on GitHub, and the site (Python-Markdown) shows the name
+    whole, without a backslash."""
+    page = (ROOT / "docs/cli-reference.md").read_text()
+    commands = page.split("\n## ", 1)[1]  # the commands' sections, past the command list
+    options = [line for line in commands.splitlines() if line.startswith("| ")]
+    assert any("N" in r and "all" in r and "--sample" in r for r in options)
+    for row in options:
+        assert len(_gfm_cells(row)) == 3, row
+    markdown = pytest.importorskip("markdown")
+    html = markdown.markdown(page, extensions=["tables"])
+    assert "<code>--sample N&#124;all</code>" in html
+    assert "N\\|all" not in html
+
+
 def _pages(nav: list) -> list[str]:
     out: list[str] = []
     for entry in nav:

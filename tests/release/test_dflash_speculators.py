@@ -149,3 +149,41 @@ def test_infer_names_a_speculators_dflash_draft(cli, tmp_path):
     assert res.returncode == 0, res.stderr
     data = yaml.safe_load(out.read_text())
     assert data["method"] == "dflash" and data["serving"]["engine"] == "vllm"
+
+
+def test_infer_names_the_slots_from_the_aux_ids(cli, tmp_path):
+    """Without ``--layers``, ``infer --draft`` names speculators' slots from the DFlash
+    config's ``aux_hidden_state_layer_ids`` (not the EAGLE-3 defaults, which put residual:5
+    third on 8 layers) then the last layer, and ``check`` passes what it wrote; without
+    ``--num-layers`` the last layer cannot be named: a usage error."""
+    import torch
+    import yaml
+
+    from pytest_eagle_contract.shards.writing import save, shard_dict, shard_name
+
+    root = tmp_path / "shards"
+    g = torch.Generator().manual_seed(0)
+    for i in range(6):
+        ids = torch.randint(0, VOCAB, (32,), generator=g)
+        slots = []
+        for k in [*IDS, L]:
+            x = torch.randn(32, 16, generator=g)
+            slots.append((x / x.norm(dim=-1, keepdim=True) * 4.0 * k).bfloat16())
+        save(
+            root / shard_name("speculators", i),
+            shard_dict("speculators", ids, torch.ones(32, dtype=torch.long), slots),
+        )
+    draft = write(tmp_path, speculators_config(7))
+    out = tmp_path / "c.yaml"
+    res = cli("infer", root, "--num-layers", L, "--draft", draft, "-o", out)
+    assert res.returncode == 0, res.stderr
+    data = yaml.safe_load(out.read_text())
+    assert data["method"] == "dflash" and data["serving"]["engine"] == "vllm"
+    layers = [s["layer"] for s in data["training"]["slots"]]
+    assert layers == [*(f"residual:{k}" for k in IDS), f"residual:{L}"]
+    assert "aux_hidden_state_layer_ids [2, 4, 6]" in out.read_text()
+    res = cli("check", out, "--checks", "layout")
+    assert res.returncode == 0, res.stdout + res.stderr
+
+    res = cli("infer", root, "--draft", draft, "-o", tmp_path / "x.yaml")
+    assert res.returncode == 2 and "--num-layers" in res.stderr

@@ -33,6 +33,7 @@ H, VOCAB, MASK = 16, 512, 500
 EXPORTERS = {
     "modelopt": ("modelopt.torch.speculative", "nvidia-modelopt==0.47.0"),
     "speculators": ("speculators.convert.dflash.converter", "speculators==0.9.0"),
+    "specforge": ("specforge", "specforge==0.2.0"),
 }
 NEEDED = os.environ.get("EAGLE_CONTRACT_NEED_EXPORTERS") == "1"  # .ci/run: a skip is a failure
 
@@ -55,6 +56,36 @@ def need(trainer: str) -> None:
     if NEEDED:
         pytest.fail(f"EAGLE_CONTRACT_NEED_EXPORTERS=1 but {why}", pytrace=False)
     pytest.skip(why)
+
+
+def missing(trainer: str, error: BaseException | None = None) -> None:
+    """Fail where .ci/run asks for the exporters (``EAGLE_CONTRACT_NEED_EXPORTERS=1``) and
+    ``trainer`` is absent or does not import; else nothing (the caller skips or falls back)."""
+    import pytest
+
+    if NEEDED:
+        pin = EXPORTERS[trainer][1]
+        why = f"{pin} does not import ({error})" if error else f"{pin} is not installed"
+        pytest.fail(f"EAGLE_CONTRACT_NEED_EXPORTERS=1 but {why}", pytrace=False)
+
+
+def trainer_module(name: str) -> Any:
+    """``pytest.importorskip(name)`` for a trainer's module, a failure where .ci/run asks
+    for the exporters."""
+    import importlib
+
+    import pytest
+
+    try:
+        return importlib.import_module(name)
+    except Exception as exc:  # any import failure: the trainer is not usable here
+        trainer = name.split(".")[0]
+        missing(trainer, exc)
+        pin = EXPORTERS[trainer][1]
+        pytest.skip(
+            f"could not import {name!r}: {exc} (pip install -e '.[exporters]' then "
+            f"pip install --no-deps {pin})"
+        )
 
 
 def modelopt_dflash(job: dict[str, Any]) -> dict[str, Any]:

@@ -4,8 +4,9 @@
 ``speculators_config.proposal_methods[0].speculative_tokens``.
 
 The configs are written here by this project's code in the layout speculators 0.9.0's
-``DFlashSpeculatorConfig`` (``models/dflash/config.py``) and ``SpeculatorsConfig`` save (the
-package does not import here without datasets, pandas and openai). What vLLM 0.34.0 does
+``DFlashSpeculatorConfig`` (``models/dflash/config.py``) and ``SpeculatorsConfig`` save, so
+these tests need no trainer installed; ``tests/cli/test_dflash_trainer_exports.py`` runs
+speculators' own ``DFlashConverter`` where it is (CI). What vLLM 0.34.0 does
 with them was read from its wheel (``transformers_utils/configs/speculators/algos.py``
 ``update_dflash``: the ids under ``eagle_aux_hidden_state_layer_ids`` as they are, so every
 release feeds residual:k; ``transformer_utils/config.py``: ``speculative_tokens`` is

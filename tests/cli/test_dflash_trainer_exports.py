@@ -24,6 +24,7 @@ or fail where ``EAGLE_CONTRACT_NEED_EXPORTERS=1`` (.ci/run).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from filelock import FileLock
 from test_dflash_shards import VOCAB, L, check, infer, write_set
 from test_numerics import write_fp8  # noqa: F401  (hs-connectors' own FP8 writer, a fixture)
 from trainer_exports import installed, need
@@ -41,11 +43,26 @@ TESTS = Path(__file__).resolve().parents[1]
 H = 16  # trainer_exports.H: the tiny target's width
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def exports(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
-    """Every export, made once: (their folder, each job's result by name)."""
+    """Every export, made once for every worker of the session (about 20 s: the imports):
+    (their folder, each job's result by name)."""
     need("modelopt")
-    root = tmp_path_factory.mktemp("exports")
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the session's folder, shared by its workers
+    root = base / "trainer-exports"
+    with FileLock(str(root) + ".lock"):
+        if (root / "results.json").is_file():
+            return root, json.loads((root / "results.json").read_text())
+        shutil.rmtree(root, ignore_errors=True)  # a run that failed part way
+        root.mkdir()
+        results = _export(root)
+        (root / "results.json").write_text(json.dumps(results))
+        return root, results
+
+
+def _export(root: Path) -> dict[str, Any]:
 
     def modelopt(name: str, layers: int, draft_layers: int, taps: list[int] | None) -> dict:
         return {
@@ -76,7 +93,7 @@ def exports(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, A
     )
     assert res.returncode == 0, res.stderr[-4000:]
     results = json.loads(res.stdout.strip().splitlines()[-1])
-    return root, dict(zip(jobs, results, strict=True))
+    return dict(zip(jobs, results, strict=True))
 
 
 def place(export: Path, draft: Path) -> Path:

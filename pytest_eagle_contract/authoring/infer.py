@@ -286,6 +286,11 @@ def _speculators_dflash_ids(obs: Observed, draft: Path | None) -> list[int] | No
     except EagleContractError as exc:
         raise UsageError(f"--draft: {exc}") from None
     ids = config.found.get("eagle_aux_hidden_state_layer_ids") if config.speculators else None
+    if ids is not None and min(ids, default=0) < 0:
+        raise UsageError(
+            f"--draft: aux_hidden_state_layer_ids {list(ids)} holds a negative id: vLLM ids "
+            "count layers from 0 (the embedding output)"
+        )
     return list(ids) if ids is not None else None
 
 

@@ -188,3 +188,15 @@ def test_infer_names_the_slots_from_the_aux_ids(cli, tmp_path):
 
     res = cli("infer", root, "--draft", draft, "-o", tmp_path / "x.yaml")
     assert res.returncode == 2 and "--num-layers" in res.stderr
+    negative = speculators_config(7) | {"aux_hidden_state_layer_ids": [-1, 4, 6]}
+    res = cli(
+        "infer",
+        root,
+        "--num-layers",
+        L,
+        "--draft",
+        write(tmp_path, negative),
+        "-o",
+        tmp_path / "n.yaml",
+    )
+    assert res.returncode == 2 and "negative id" in res.stderr, res.stderr

@@ -10,7 +10,8 @@ imports it. Each job in the JSON list is one of:
   nvidia-modelopt 0.47.0's own ``mtsp.convert(model, [("dflash", cfg)])`` and exported by
   its own ``export_speculative_decoding`` (``DFlashExporter``: z-lab's layout). With
   ``taps`` null the tap list is ModelOpt's own (``build_target_layer_ids``); a tap list
-  ModelOpt refuses is reported as ``{"refused": message}``.
+  ModelOpt refuses is reported as ``{"refused": message}``. With ``"markov_rank": r`` the
+  draft is ModelOpt's DSpark (``projector_type: dspark``, exported by ``DSparkExporter``).
 - ``{"kind": "speculators-dflash", "source": DIR, "target": DIR, "out": DIR}``: a z-lab-layout
   DFlash draft converted by speculators 0.9.0's own ``DFlashConverter`` (``speculators
   convert``'s DFlash path), the verifier's embedding and head read from ``target``.
@@ -110,6 +111,8 @@ def modelopt_dflash(job: dict[str, Any]) -> dict[str, Any]:
     arch["intermediate_size"] = 2 * H
     if job.get("taps") is not None:
         arch["target_layer_ids"] = job["taps"]
+    if job.get("markov_rank"):  # DSpark: the DFlash mode with ModelOpt's DSpark head
+        arch |= {"projector_type": "dspark", "markov_rank": job["markov_rank"]}
     cfg = {
         "dflash_block_size": 8,
         "dflash_mask_token_id": MASK,

@@ -7,7 +7,8 @@ initialised: nvidia-modelopt 0.47.0's ``mtsp.convert(model, [("dflash", cfg)])``
 - ModelOpt's draft beside SpecForge-layout shards (SpecForge's own writer where it imports,
   as in ``test_dflash_shards``): ``infer --draft`` names the slots from the exported taps,
   ``check`` passes the good set, fails a set captured one layer deeper (EC401) and a draft
-  exported one tap deeper by the same exporter (EC501).
+  exported one tap deeper by the same exporter (EC501); likewise ModelOpt's DSpark export
+  (``DSparkExporter``) beside SpecForge's DSpark layout.
 - ModelOpt's own tap formula (``build_target_layer_ids``, ``modeling_dflash.py``) on a
   shallow target gives ``[1, 1, 1, 1]``: its exporter writes that list, its own explicit-list
   check refuses the same list, and ``doctor`` fails it (EC528; SGLang: EC510).
@@ -64,11 +65,13 @@ def exports(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, A
 
 def _export(root: Path) -> dict[str, Any]:
 
-    def modelopt(name: str, layers: int, draft_layers: int, taps: list[int] | None) -> dict:
+    def modelopt(
+        name: str, layers: int, draft_layers: int, taps: list[int] | None, rank: int = 0
+    ) -> dict:
         return {
             "kind": "modelopt-dflash", "target": str(root / f"{name}-target"),
             "out": str(root / name), "num_layers": layers, "draft_layers": draft_layers,
-            "taps": taps,
+            "taps": taps, "markov_rank": rank,
         }  # fmt: skip
 
     jobs = {
@@ -77,6 +80,8 @@ def _export(root: Path) -> dict[str, Any]:
         "mo4": modelopt("mo4", 4, 4, None),  # a shallow target: [1, 1, 1, 1]
         "mo4-explicit": modelopt("mo4-explicit", 4, 4, [1, 1, 1, 1]),
         "mo5": modelopt("mo5", 5, 3, None),
+        "mo8-dspark": modelopt("mo8-dspark", L, 3, None, rank=4),  # ModelOpt's DSpark head
+        "mo8-dspark-deeper": modelopt("mo8-dspark-deeper", L, 3, [2, 4, 6], rank=4),
     }
     if installed("speculators"):
         for name in ("mo8", "mo8-deeper"):
@@ -142,6 +147,34 @@ def test_a_modelopt_draft_passes_its_good_shards_and_fails_shifts(cli, tmp_path,
     assert res.returncode == 1 and ("EC401", "error") in found, found
 
     place(root / "mo8-deeper", draft)  # the same exporter, told one tap deeper: [2, 4, 6]
+    res, found = check(cli, contract)
+    assert res.returncode == 1 and ("EC501", "error") in found, found
+
+
+def test_a_modelopt_dspark_draft_passes_its_good_shards_and_fails_shifts(cli, tmp_path, exports):
+    """ModelOpt's DSparkExporter (the DFlash mode with ``projector_type: dspark``) beside
+    SpecForge's DSpark layout (``test_dspark_shards``): the taps, then the post-norm target."""
+    from test_dspark_shards import write_set as write_dspark
+
+    root, results = exports
+    assert results["mo8-dspark"] == {"taps": [1, 3, 5]}
+    good, shifted = tmp_path / "good", tmp_path / "shifted"
+    writer = write_dspark(good, [2, 4, 6])
+    write_dspark(shifted, [3, 5, 7], seed=1)
+    draft = place(root / "mo8-dspark", tmp_path / "draft")
+    data = infer(cli, tmp_path, good, draft, arch="Qwen3ForCausalLM")
+    assert data["method"] == "dspark" and data["training"]["format"] == "specforge-dspark", writer
+    layers = [s["layer"] for s in data["training"]["slots"]]
+    assert layers == ["residual:2", "residual:4", "residual:6", "final_norm"]
+    contract = tmp_path / "c.yaml"
+
+    res, found = check(cli, contract)
+    assert res.returncode == 0 and found == [], res.stdout
+
+    res, found = check(cli, contract, shifted)
+    assert res.returncode == 1 and ("EC401", "error") in found, found
+
+    place(root / "mo8-dspark-deeper", draft)
     res, found = check(cli, contract)
     assert res.returncode == 1 and ("EC501", "error") in found, found
 

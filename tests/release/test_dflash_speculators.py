@@ -200,3 +200,14 @@ def test_infer_names_the_slots_from_the_aux_ids(cli, tmp_path):
         tmp_path / "n.yaml",
     )
     assert res.returncode == 2 and "negative id" in res.stderr, res.stderr
+
+
+def test_a_shifted_aux_list_is_ec501_with_the_aux_ids_that_fix_it(cli, tmp_path):
+    """The fix names the key a speculators config holds (aux_hidden_state_layer_ids, vLLM ids
+    as they are), not dflash_config.target_layer_ids (one less)."""
+    data = speculators_config(7) | {"aux_hidden_state_layer_ids": [2, 4, 5]}
+    res, found = check(cli, tmp_path, data)
+    assert res.returncode == 1 and found == [("EC501", "error")]
+    [finding] = json.loads(res.stdout)["findings"]
+    assert finding["hint"].endswith("aux_hidden_state_layer_ids: [2, 4, 6]"), finding["hint"]
+    assert "vLLM id k = residual:k" in finding["hint"]

@@ -207,6 +207,18 @@ def _name_slots(
             why.append(f"{obs.format}'s target_last_hidden_states (post-norm)")
         _check_count(n, named)
         return named, why
+    ids = _speculators_dflash_ids(obs, draft) if target is None else None
+    if ids is not None:
+        if not num_layers:
+            raise UsageError(
+                "speculators' DFlash shards end with the target's last layer: pass "
+                "--num-layers (or --target-model DIR) to name it"
+            )
+        named = [*(Layer(k) for k in ids), Layer(num_layers)]
+        why = [f"the draft's aux_hidden_state_layer_ids {k}" for k in ids]
+        why.append("speculators' verifier_last_hidden_states (the last layer, pre-norm)")
+        _check_count(n, named)
+        return named, why
     defaults: list[Layer] | None = None
     if obs.metadata.get("hidden_states", {}).get("layer_ids") or num_layers:
         defaults = default_layers(obs.format, num_layers or 0, obs.metadata, arch)
@@ -258,6 +270,28 @@ def _dflash_taps(obs: Observed, draft: Path | None) -> list[int] | None:
     except EagleContractError as exc:
         raise UsageError(f"--draft: {exc}") from None
     return sorted(set(taps)) if taps is not None else None
+
+
+def _speculators_dflash_ids(obs: Observed, draft: Path | None) -> list[int] | None:
+    """A speculators-format DFlash draft's ``aux_hidden_state_layer_ids`` (vLLM ids: id k =
+    ``residual:k``) for speculators' shards, or None. speculators 0.9.0 trains DFlash from its
+    EAGLE-3 layout (``train/data.py``: the aux ids' states as listed, then
+    ``verifier_last_hidden_states``), so the files cannot say the method: the draft does."""
+    if obs.format != "speculators" or draft is None or _draft_method(draft) != "dflash":
+        return None
+    from ..engines.dflash import read_dflash_draft
+
+    try:
+        config = read_dflash_draft(draft)
+    except EagleContractError as exc:
+        raise UsageError(f"--draft: {exc}") from None
+    ids = config.found.get("eagle_aux_hidden_state_layer_ids") if config.speculators else None
+    if ids is not None and min(ids, default=0) < 0:
+        raise UsageError(
+            f"--draft: aux_hidden_state_layer_ids {list(ids)} holds a negative id: vLLM ids "
+            "count layers from 0 (the embedding output)"
+        )
+    return list(ids) if ids is not None else None
 
 
 def _check_count(n: int, named: list[Layer]) -> None:
@@ -646,8 +680,11 @@ def _dflash_serving(
             f"--engine {name}: no DFlash tap rules of it are read here; one of {', '.join(ENGINES)}"
         )
     config = read_dflash_draft(draft)
+    aux = config.found.get("eagle_aux_hidden_state_layer_ids") if config.speculators else None
     read = (
-        f"taps {list(config.taps)} under {config.tap_key}"
+        f"aux_hidden_state_layer_ids {list(aux)} (vLLM ids: residual:k)"
+        if aux is not None
+        else f"taps {list(config.taps)} under {config.tap_key}"
         if config.taps is not None
         else f"no tap list ({' / '.join(TAP_KEYS)}): the engine guesses them (EC522)"
     )

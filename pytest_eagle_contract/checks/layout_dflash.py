@@ -169,7 +169,11 @@ def _fix(
     from ..engines.dflash_draft import TAP_KEYS
 
     taps = taps_for(engine, L, trained, arch, version, draft.num_hidden_layers)
-    return f": {TAP_KEYS[0]}: {list(taps)}" if taps is not None else ""
+    if taps is None:
+        return ""
+    if draft.speculators:  # vLLM reads its aux ids as they are: dflash_config's taps + 1
+        return f": aux_hidden_state_layer_ids: {[t + 1 for t in taps]}"
+    return f": {TAP_KEYS[0]}: {list(taps)}"
 
 
 def _family_fix(
@@ -298,8 +302,13 @@ def check_dflash(
                     f"{engine} feeds the {title} draft {shown}; {trained[1]} say "
                     f"{', '.join(map(str, trained[0]))}",
                     trained[2],
-                    hint="make the draft config's tap list name the trained layers (tap t = "
-                    "the output of layer t = residual:t+1)"
+                    hint=(
+                        "make the draft config's aux_hidden_state_layer_ids name the trained "
+                        "layers (vLLM id k = residual:k)"
+                        if draft.speculators
+                        else "make the draft config's tap list name the trained layers (tap t "
+                        "= the output of layer t = residual:t+1)"
+                    )
                     + (
                         _method_fix(contract, L, trained[0], arch, run[0])
                         if own_rules

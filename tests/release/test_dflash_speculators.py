@@ -4,8 +4,9 @@
 ``speculators_config.proposal_methods[0].speculative_tokens``.
 
 The configs are written here by this project's code in the layout speculators 0.9.0's
-``DFlashSpeculatorConfig`` (``models/dflash/config.py``) and ``SpeculatorsConfig`` save (the
-package does not import here without datasets, pandas and openai). What vLLM 0.34.0 does
+``DFlashSpeculatorConfig`` (``models/dflash/config.py``) and ``SpeculatorsConfig`` save, so
+these tests need no trainer installed; ``tests/cli/test_dflash_trainer_exports.py`` runs
+speculators' own ``DFlashConverter`` where it is (CI). What vLLM 0.34.0 does
 with them was read from its wheel (``transformers_utils/configs/speculators/algos.py``
 ``update_dflash``: the ids under ``eagle_aux_hidden_state_layer_ids`` as they are, so every
 release feeds residual:k; ``transformer_utils/config.py``: ``speculative_tokens`` is
@@ -149,3 +150,64 @@ def test_infer_names_a_speculators_dflash_draft(cli, tmp_path):
     assert res.returncode == 0, res.stderr
     data = yaml.safe_load(out.read_text())
     assert data["method"] == "dflash" and data["serving"]["engine"] == "vllm"
+
+
+def test_infer_names_the_slots_from_the_aux_ids(cli, tmp_path):
+    """Without ``--layers``, ``infer --draft`` names speculators' slots from the DFlash
+    config's ``aux_hidden_state_layer_ids`` (not the EAGLE-3 defaults, which put residual:5
+    third on 8 layers) then the last layer, and ``check`` passes what it wrote; without
+    ``--num-layers`` the last layer cannot be named: a usage error."""
+    import torch
+    import yaml
+
+    from pytest_eagle_contract.shards.writing import save, shard_dict, shard_name
+
+    root = tmp_path / "shards"
+    g = torch.Generator().manual_seed(0)
+    for i in range(6):
+        ids = torch.randint(0, VOCAB, (32,), generator=g)
+        slots = []
+        for k in [*IDS, L]:
+            x = torch.randn(32, 16, generator=g)
+            slots.append((x / x.norm(dim=-1, keepdim=True) * 4.0 * k).bfloat16())
+        save(
+            root / shard_name("speculators", i),
+            shard_dict("speculators", ids, torch.ones(32, dtype=torch.long), slots),
+        )
+    draft = write(tmp_path, speculators_config(7))
+    out = tmp_path / "c.yaml"
+    res = cli("infer", root, "--num-layers", L, "--draft", draft, "-o", out)
+    assert res.returncode == 0, res.stderr
+    data = yaml.safe_load(out.read_text())
+    assert data["method"] == "dflash" and data["serving"]["engine"] == "vllm"
+    layers = [s["layer"] for s in data["training"]["slots"]]
+    assert layers == [*(f"residual:{k}" for k in IDS), f"residual:{L}"]
+    assert "aux_hidden_state_layer_ids [2, 4, 6]" in out.read_text()
+    res = cli("check", out, "--checks", "layout")
+    assert res.returncode == 0, res.stdout + res.stderr
+
+    res = cli("infer", root, "--draft", draft, "-o", tmp_path / "x.yaml")
+    assert res.returncode == 2 and "--num-layers" in res.stderr
+    negative = speculators_config(7) | {"aux_hidden_state_layer_ids": [-1, 4, 6]}
+    res = cli(
+        "infer",
+        root,
+        "--num-layers",
+        L,
+        "--draft",
+        write(tmp_path, negative),
+        "-o",
+        tmp_path / "n.yaml",
+    )
+    assert res.returncode == 2 and "negative id" in res.stderr, res.stderr
+
+
+def test_a_shifted_aux_list_is_ec501_with_the_aux_ids_that_fix_it(cli, tmp_path):
+    """The fix names the key a speculators config holds (aux_hidden_state_layer_ids, vLLM ids
+    as they are), not dflash_config.target_layer_ids (one less)."""
+    data = speculators_config(7) | {"aux_hidden_state_layer_ids": [2, 4, 5]}
+    res, found = check(cli, tmp_path, data)
+    assert res.returncode == 1 and found == [("EC501", "error")]
+    [finding] = json.loads(res.stdout)["findings"]
+    assert finding["hint"].endswith("aux_hidden_state_layer_ids: [2, 4, 6]"), finding["hint"]
+    assert "vLLM id k = residual:k" in finding["hint"]

@@ -19,8 +19,8 @@ wrong, made by the same exporter: with SpecForge's own opt-out of the copy
 and the checkpoint does not carry the draft config, so an export given a config without the
 theta (SpecForge 0.1.0's shipped llama3-8B config had none) says 10000 (EC921 everywhere).
 
-Needs the ``exporters`` extra (``tox -e exporters``); each trainer's tests skip where it is
-absent.
+Needs the ``exporters`` extra and the trainers installed with ``--no-deps`` (.ci/run, ``tox -e
+exporters``); each trainer's tests skip where it is absent (fail under .ci/run).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from typing import Any
 import pytest
 import torch
 from test_draft_config import H, contract, run
+from trainer_exports import trainer_module
 from transformers import LlamaConfig
 
 pytestmark = pytest.mark.slow  # importing speculators or SpecForge alone takes seconds
@@ -63,11 +64,7 @@ TRAINED = "    rope_theta: 1000000.0\n    max_position_embeddings: 32768"
 
 @pytest.fixture
 def converter() -> Any:
-    return pytest.importorskip(
-        "speculators.convert.eagle.eagle3_converter",
-        reason="speculators' EAGLE-3 converter is not importable: tox -e exporters, or pip "
-        "install -e '.[exporters]' and then pip install --no-deps speculators==0.9.0",
-    )
+    return trainer_module("speculators.convert.eagle.eagle3_converter")
 
 
 def export(converter: Any, tmp_path: Path, source: dict[str, Any]) -> dict[str, Any]:
@@ -107,10 +104,6 @@ def test_a_top_level_theta_source_exports_correctly_and_passes(
 
 @pytest.fixture
 def specforge() -> dict[str, ModuleType]:
-    reason = (
-        "SpecForge's exporter is not importable: tox -e exporters, or pip install -e "
-        "'.[exporters]' and then pip install --no-deps specforge==0.2.0"
-    )
     names = {
         "to_sglang": "specforge.export.to_sglang",
         "auto": "specforge.modeling.auto",
@@ -118,7 +111,7 @@ def specforge() -> dict[str, ModuleType]:
         "config": "specforge.config",
         "eagle3": "specforge.algorithms.eagle3.providers",
     }
-    return {key: pytest.importorskip(name, reason=reason) for key, name in names.items()}
+    return {key: trainer_module(name) for key, name in names.items()}
 
 
 def shipped_config(tmp_path: Path, **drop_or_set: Any) -> Path:

@@ -22,6 +22,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from online_loop import AUX, SPEC, TARGET, tiny_target  # noqa: E402
 from test_guard import SPECULATORS_LAYERS, measured_contract  # noqa: E402
+from trainer_exports import trainer_module  # noqa: E402
 
 from pytest_eagle_contract.models.reference import capture_canonical  # noqa: E402
 
@@ -44,8 +45,8 @@ def captured(target: Any, n: int, seed: int) -> tuple[torch.Tensor, dict[Layer, 
 def test_specforge_offline_normalizer_and_server_collator(target: Any) -> None:
     """A stored SpecForge shard through SpecForge's own EAGLE-3 normalizer (the training
     tensors: hidden_state, target, ...) and its server collator, then into a TrainBatch."""
-    eagle3 = pytest.importorskip("specforge.algorithms.eagle3.data")
-    contracts = pytest.importorskip("specforge.runtime.contracts")
+    eagle3 = trainer_module("specforge.algorithms.eagle3.data")
+    contracts = trainer_module("specforge.runtime.contracts")
 
     def sample(seed: int, aux: list[Layer]) -> dict[str, torch.Tensor]:
         ids, states = captured(target, 80, seed)
@@ -74,8 +75,8 @@ def test_speculators_collate_fn_in_a_data_loader(target: Any, tmp_path: Path) ->
     """speculators' own ``CollateFn`` packs the samples its dataset yields; the guarded
     loader checks what the trainer receives; an empty batch (every generation failed) is
     padding only and passes."""
-    data = pytest.importorskip("speculators.train.data")
-    shift_batch = pytest.importorskip("speculators.models.eagle3.data").shift_batch
+    data = trainer_module("speculators.train.data")
+    shift_batch = trainer_module("speculators.models.eagle3.data").shift_batch
     contract = measured_contract(tmp_path, target, "speculators", SPECULATORS_LAYERS)
 
     def item(seed: int, last: Layer = SPECULATORS_LAYERS[-1]) -> dict[str, torch.Tensor]:
@@ -114,8 +115,8 @@ def test_speculators_shifted_batches_say_the_slot_identity_cannot_run(
     first token (input_ids[1:] beside hidden_states[:-1]): no reference capture reproduces
     such a row, so the guard with a target model says so (EC009, once), never a false EC604;
     the same samples collated without the shift are identified and pass."""
-    data = pytest.importorskip("speculators.train.data")
-    shift_batch = pytest.importorskip("speculators.models.eagle3.data").shift_batch
+    data = trainer_module("speculators.train.data")
+    shift_batch = trainer_module("speculators.models.eagle3.data").shift_batch
     contract = measured_contract(tmp_path, target, "speculators", SPECULATORS_LAYERS)
 
     def item(seed: int) -> dict[str, torch.Tensor]:
@@ -148,8 +149,8 @@ def test_specforge_feature_loader_with_the_guarded_collator(target: Any) -> None
     ``Trainer`` builds from the ``collate_fn`` it is given), in order and with prefetch
     threads: clean batches pass as ``TrainBatch``es; a bad sample stops the iteration with
     the violation, from the loader's thread."""
-    data_plane = pytest.importorskip("specforge.runtime.data_plane")
-    eagle3 = pytest.importorskip("specforge.algorithms.eagle3.data")
+    data_plane = trainer_module("specforge.runtime.data_plane")
+    eagle3 = trainer_module("specforge.algorithms.eagle3.data")
 
     def refs(store: Any, bad: int | None) -> list[Any]:
         out = []

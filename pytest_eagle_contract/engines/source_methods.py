@@ -721,7 +721,12 @@ def _openvino(
     if not taps:
         raise Unservable(f"{where}: 'DFlash target_layer_ids cannot be empty.'")
     names = _arch_names(q.arch)
-    annotated: bool | None = True if any(n in oi["annotated_model_types"] for n in names) else None
+    types = [str(t) for t in getattr(q.arch, "also", ())]  # --target-config's model_type
+    annotated: bool | None = None
+    if any(n in oi["annotated_model_types"] for n in names):
+        annotated = True
+    elif types:
+        annotated = False
     bad = sorted({t for t in taps if not 0 <= t < L})
     if bad:
         raise Unservable(
@@ -751,9 +756,9 @@ def _openvino(
             "RT-info annotation' where discovery fails, and then the EAGLE-3 finder is used "
             f"(the same layers, except id {L - 1}: residual:{L})"
         )
-    elif names:
+    elif annotated is False:
         q.notes.append(
-            f"model type not in optimum-intel {oi['version']}'s annotated set "
+            f"model type {types[0]} not in optimum-intel {oi['version']}'s annotated set "
             f"({', '.join(oi['annotated_model_types'])}): the EAGLE-3 finder (layer k's residual "
             "add after its MLP) is assumed"
         )

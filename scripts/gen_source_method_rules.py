@@ -2,10 +2,13 @@
 engines/source_method_rules.json.
 
     python scripts/gen_source_method_rules.py --sglang-jax REPO --atom REPO --ollama REPO
-        [--out FILE] [--check]
+        --mistralrs REPO --openvino REPO [--optimum-intel WHEEL] [--out FILE] [--check]
 
-Each REPO is a git clone (sgl-project/sglang-jax, ROCm/ATOM, ollama/ollama). Every tag read
-(sglang-jax and ATOM: all tags; ollama: the release tags from v0.23.0, no ``-rc``) and the
+Each REPO is a git clone (sgl-project/sglang-jax, ROCm/ATOM, ollama/ollama,
+EricLBuehler/mistral.rs, openvinotoolkit/openvino.genai); WHEEL is optimum-intel 2.2.0's
+wheel (read with zipfile; without it the committed optimum-intel block is kept). Every tag read
+(sglang-jax and ATOM: all tags; ollama: the release tags from v0.23.0, no ``-rc``; mistral.rs:
+v0.8.0 on; openvino.genai: the 2026.x.y.z release tags) and the
 commit REPO's HEAD is at are read with ``git show``, ``git grep`` and ast; nothing is checked
 out, built, imported or run. Per ref and method, the facts below are recognised by the
 structure of the code; a file whose structure is not recognised leaves that method out for
@@ -36,6 +39,26 @@ that ref (the table says "none"), so a changed file never turns into a made-up r
 - ollama MTP (``x/mlxrunner/mtp.go``): the runner hands the drafter the target's
   ``auxHidden`` output; the targets whose ``Forward`` returns ``out, out`` with ``out`` the
   final norm's output: ``final_norm``.
+
+- mistral.rs DFlash / DFlash2 (``mistralrs-core/src/speculative/dflash.rs``): ids from
+  ``dflash_config.target_layer_ids`` (usize), else the fallback over the draft's
+  ``num_target_layers`` (``[T/2]`` for one draft layer, else the rounded spacing over
+  ``[1, T-3]``), an id >= L refused at load; DFlash2 = an architecture naming ``DFlash2``,
+  needing ``selector_rank`` and ``conv_group_size``; the targets whose model folder has
+  ``attach_dflash`` and whose ``text.rs`` pushes ``xs`` after the layer's residual add for
+  the listed layers (the architectures the multimodal loader maps to that model).
+- mistral.rs MTP: the model folders (Gemma-4, Qwen3.5) with an ``mtp.rs`` head reading
+  ``target_hidden`` whose ``text.rs`` stores the final norm's output: ``final_norm``.
+- openvino.genai DFlash (``speculative_decoding/dflash_model_transforms.cpp``): the draft
+  IR's rt_info ``dflash.target_layer_ids`` (asserted present and non-empty); the target IR's
+  ``hidden_states_decoder_layers`` annotation (each id looked up; a duplicate output
+  refused), else the EAGLE-3 finder (``layers.k/``'s residual Add after the MLP), both in the
+  list's order. MTP: ``stateful/gemma4_mtp_strategy.cpp`` feeds the target IR's
+  ``mtp_last_hidden_state`` output (its state is the exporter's: not read).
+- optimum-intel 2.2.0 (the exporter of the IRs above): it copies
+  ``dflash_config.target_layer_ids`` into the draft IR (refusing a draft without it) and
+  annotates, for the model types it lists, layer k < L - 1 as the value entering block
+  k + 1 and layer L - 1 as lm_head's input.
 
 TensorRT-LLM (PyTorch backend and AutoDeploy) cannot be cloned here (a 2.5 GB repository);
 its facts, read file by file through a code index from stored versions of its main branch, are

@@ -1,7 +1,8 @@
 """The drafts that read the target's hidden states (DFlash, DFlash2, DSpark, PARD, MTP) on the
 engines whose rules are read from source: TensorRT-LLM (PyTorch backend), TRT-LLM AutoDeploy,
-sglang-jax, ROCm ATOM and ollama. ``source_method_rules.json`` is written by
-``scripts/gen_source_method_rules.py`` (docs/layers.md, "Methods per engine and release"):
+sglang-jax, ROCm ATOM, ollama, mistral.rs and OpenVINO GenAI. ``source_method_rules.json`` is
+written by ``scripts/gen_source_method_rules.py`` (docs/layers.md, "Methods per engine and
+release"):
 
 - sglang-jax (main cddbf6f1 for DFlash; every tag and main for MTP): the target worker reads
   the *draft's* ``dflash_config.target_layer_ids`` (else its top-level ``target_layer_ids``)
@@ -17,6 +18,17 @@ sglang-jax, ROCm ATOM and ollama. ``source_method_rules.json`` is written by
   ``dflash_config.target_layer_ids`` only, ascending, non-negative, below L and matching the
   draft's ``num_target_layers``; tap t = ``residual:t+1``; no fallback. MTP on Qwen3.5 /
   Qwen3-Next: ``final_norm``.
+- mistral.rs (tags v0.8.0-v0.9.2 and main 9e922623; PyPI 0.9.3-0.9.5 are later: not read):
+  DFlash and DFlash2 (v0.9.2 on) on Qwen3.5 targets: ``dflash_config.target_layer_ids``,
+  captured after layer t's residual add in layer order, tap t = ``residual:t+1``; no list:
+  ``1 + round(i * (T - 4) / (n - 1))`` over the draft's ``num_target_layers`` (EC522);
+  repeated ids leave fewer taps than ids, and no draft is proposed (refused). MTP (Gemma-4
+  from v0.8.2, Qwen3.5 from v0.9.2): ``final_norm``. No EAGLE-3 drafter.
+- OpenVINO GenAI (main da1db864, no release): DFlash ids from the draft IR's rt_info
+  ``dflash.target_layer_ids`` (optimum-intel 2.2.0 copies ``dflash_config.target_layer_ids``),
+  no fallback; tap k = ``residual:k+1`` in the list's order, but k = L - 1 is ``final_norm`` on
+  a target IR with optimum-intel's ``hidden_states_decoder_layers`` annotation. MTP (Gemma-4
+  only) feeds an exporter-named IR output not read: refused.
 - TensorRT-LLM (main, read through a code index; no release checked): DFlash and standalone
   DSpark ids from ``speculative_config.target_layer_ids`` (else, as its field says, the
   draft's config), captured at the same call EAGLE-3 captures at: tap t = ``residual:t+1``,

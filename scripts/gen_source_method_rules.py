@@ -525,6 +525,8 @@ def _mrs_mtp(repo: Path, ref: str) -> Facts | None:
             ) and re.search(
                 r"last_spec_hidden\.lock\(\) \{\s*\*hidden = Some\(xs\.clone\(\)\);", model
             )
+            hands = git(repo, "show", f"{ref}:{MRS}vision_models/{folder}/mod.rs", check=False)
+            ok = ok and "self.language_model.last_spec_hidden()" in hands
         if ok:
             targets.append(
                 {

@@ -11,9 +11,9 @@ from ..methods import EAGLE3_ENGINES, METHOD_ONLY_ENGINES
 SERVING_ENGINE_NAMES: tuple[str, ...] = EAGLE3_ENGINES
 """The serving engines (every one serves EAGLE-3): what ``--engine`` takes in every command."""
 
-SOURCE_ONLY_ENGINE_NAMES: tuple[str, ...] = ("ollama",)
+SOURCE_ONLY_ENGINE_NAMES: tuple[str, ...] = ("ollama", "mistralrs")
 """Engines read from source for some methods only (engines/source_methods.py): ollama's
-DFlash and MTP."""
+DFlash and MTP, mistral.rs's DFlash, DFlash2 and MTP."""
 
 METHOD_ONLY_ENGINE_NAMES: tuple[str, ...] = (*METHOD_ONLY_ENGINES, *SOURCE_ONLY_ENGINE_NAMES)
 """Engines read for some methods only, not EAGLE-3 (onnxruntime-genai, lmdeploy): what

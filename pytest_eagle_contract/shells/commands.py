@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import EagleContractError, UsageError
+from .args import side_keys
 from .exit_codes import EXIT_FINDINGS, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
 from .schema_copy import schema_current, write_schema
 
@@ -419,23 +420,6 @@ def resolve(args: argparse.Namespace) -> int:
         print(f"eagle-contract resolve: {args.engine} {how}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     return _print_resolution(args, res)
-
-
-def side_keys(args: argparse.Namespace, answer: dict[str, object]) -> dict[str, object]:
-    """``resolve``'s JSON ``answer`` under the side it was asked for: ``--trainer`` (or its old
-    spelling ``--engine TRAINER``) answers under ``trainer``, at the top and in each span; a
-    serving engine keeps ``engine``."""
-    if getattr(args, "trainer", None) is None:
-        return answer
-
-    def renamed(d: dict[str, object]) -> dict[str, object]:
-        return {("trainer" if k == "engine" else k): v for k, v in d.items()}
-
-    out = renamed(answer)
-    spans = out.get("spans")
-    if isinstance(spans, list):
-        out["spans"] = [renamed(s) if isinstance(s, dict) else s for s in spans]
-    return out
 
 
 def _print_resolution(args: argparse.Namespace, res: Resolution) -> int:

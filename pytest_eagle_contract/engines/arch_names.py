@@ -38,6 +38,12 @@ def model_types(arch: str) -> tuple[str, ...]:
     return _by_arch().get(arch.lower(), ())
 
 
+def architectures(model_type: str) -> tuple[str, ...]:
+    """The architectures a config.json with ``model_type`` may name (empty where transformers'
+    mappings and the remote-code table do not name it)."""
+    return _model_types().get(model_type.lower(), ())
+
+
 def spellings(name: str) -> tuple[str, ...]:
     """``name`` and what a config.json holding it holds beside it: a model_type's
     architectures (the multimodal class first), an architecture's model_types and their

@@ -58,7 +58,7 @@ def _target(row: dict[str, Any], q: Query, version: str) -> dict[str, Any]:
             f"give --arch or --target-config: lmdeploy {version} sets EAGLE-3 taps only for "
             f"{served}"
         )
-    from .arch_names import model_types
+    from .arch_names import architectures, model_types
 
     given = [str(q.arch), *getattr(q.arch, "also", ())]
     targets: list[dict[str, Any]] = row["targets"]
@@ -70,6 +70,11 @@ def _target(row: dict[str, Any], q: Query, version: str) -> dict[str, Any]:
         # kimi_k25); DeepseekV3ForCausalLM is also deepseek_v3's, which has no path
         if t["by"] == "model_type" and any(
             (types := model_types(g)) and all(m in names for m in types) for g in given
+        ):
+            return t
+        # a model_type whose every architecture is one of them (llama: LlamaForCausalLM)
+        if t["by"] != "model_type" and any(
+            (archs := architectures(g)) and all(a.lower() in names for a in archs) for g in given
         ):
             return t
     by_type = any(t["by"] == "model_type" for t in row["targets"])

@@ -35,7 +35,7 @@ def test_demo_command_passes_good_and_catches_the_bug(tmp_path, cli):
     assert "EC401 norm-out-of-bounds: the 36 findings above again" in out
     assert "MLX" not in out  # EC501's engine rows: those that differ from SGLang's only
     assert "other engines that feed another input with these ids:" in out
-    assert "16 more engine row(s) refuse these ids or feed what the contract's engine" in out
+    assert "17 more engine row(s) refuse these ids or feed what the contract's engine" in out
     assert "Writing model shards" not in res.stderr  # transformers' bar is off for the call
     assert len(out.splitlines()) < 90  # 132 before issue 40
     folder = str(tmp_path)  # a line naming the test's own folder is as wide as its name

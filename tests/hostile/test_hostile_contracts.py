@@ -414,11 +414,14 @@ def _enum(*path: str) -> list[str]:
 
 def test_schema_enums_match_the_python_constants() -> None:
     from pytest_eagle_contract.engines.resolve import ENGINES
+    from pytest_eagle_contract.methods import METHOD_ONLY_ENGINES
     from pytest_eagle_contract.shards.formats import FORMAT_NAMES
 
     training = ("properties", "training", "properties")
     assert set(_enum(*training, "format")) == set(FORMAT_NAMES)
-    assert set(_enum("properties", "serving", "properties", "engine")) <= set(ENGINES)
+    # a contract's engine: an EAGLE-3 engine, or a method-only one (onnxruntime-genai)
+    engines = set(_enum("properties", "serving", "properties", "engine"))
+    assert engines <= set(ENGINES) | set(METHOD_ONLY_ENGINES)
     for name in _enum("$defs", "float_dtype"):
         assert getattr(torch, name).is_floating_point
     for name in _enum("$defs", "int_dtype"):

@@ -26,6 +26,7 @@ TARGETS = {
     "sglang-jax": ("Qwen3ForCausalLM", "qwen3", (2, 16, 29)),
     "atom": ("KimiK25ForConditionalGeneration", "kimi_k25", (2, 16, 29)),
     "openvino": ("LlamaForCausalLM", "llama", (2, 16, 29)),
+    "lmdeploy": ("LlamaForCausalLM", "llama", (2, 16, 29)),  # its fixed taps: (2, L//2, L-3)
     "specforge": ("Qwen3ForCausalLM", "qwen3", (1, 15, 28)),
     "speculators-v1": ("LlamaForCausalLM", "llama", (2, 16, 28)),
     "speculators": ("LlamaForCausalLM", "llama", (2, 16, 29)),

@@ -464,6 +464,12 @@ def derive_mlx(path: Path) -> dict[str, Any] | None:
             facts["routing"] = "dflash_config"  # any dflash_config: <model_type>_dflash
         else:
             raise SystemExit(f"{path.name}: utils does not route a DFlash draft as read")
+        # the architectures utils tests before the dflash_config route, in its order
+        facts["routes"] = [
+            a
+            for a in ("DFlash2DraftModel", "Gemma4DSparkModel")
+            if f'"{a}" in architectures' in utils
+        ]
         facts["dflash"] = _dflash_drafters(z, names, path)
         facts["dspark_drafters"] = _dspark_drafters(z, names, path)
         for method, name, title in (("dflash2", d2, "DFlash2"), ("dspark", ds, "DSpark")):

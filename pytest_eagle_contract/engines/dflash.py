@@ -334,7 +334,8 @@ def _mlx(q: Query, draft: DFlashDraft) -> Resolution:
             raise Unservable(
                 f"{where}: a DFlash2DraftModel loads the DFlash2 drafter (method dflash2)"
             )
-        if "Gemma4DSparkModel" in draft.architectures or draft.dspark_marked:
+        gemma = "Gemma4DSparkModel"
+        if (gemma in draft.architectures and gemma in row["routes"]) or draft.dspark_marked:
             raise Unservable(
                 f"{where}: utils.get_model_type routes this draft to a DSpark drafter "
                 "(method dspark)"

@@ -366,12 +366,7 @@ def _mlx(
             q.arch and q.arch.lower() == "deepseek_v4"
         ):
             return _mlx_dsv4(num_layers, data, q, version, row)
-        if "Gemma4DSparkModel" in names:
-            if "gemma4" not in others:
-                raise Unservable(
-                    f"mlx-vlm {version}: Gemma4DSparkModel routes to a gemma4_dspark drafter "
-                    "this release does not ship (from 0.7.0 on)"
-                )
+        if "Gemma4DSparkModel" in names and "Gemma4DSparkModel" in row["routes"]:
             facts = others["gemma4"]  # routed by architectures, dflash_config optional
     where = f"mlx-vlm {version} {facts['file']}"
     dc = data.get("dflash_config")

@@ -107,7 +107,7 @@ def row(engine: str, version: str) -> dict[str, Any]:
     whose spans (``[since, until, value]``, gen_mtp_rules.compact) cover it."""
     part = _table()[engine]
     found = dict(next(r for r in part["rows"] if _covers(r, version)))
-    for key in ("targets", "drafts"):
+    for key in ("targets", "drafts", "wrappers"):
         found[key] = {
             name: value
             for name, spans in part.get(key, {}).items()
@@ -181,6 +181,13 @@ def resolve_mtp(
         }[engine]
         raise Unservable(f"{package} {ver}: {name} {hook}: not followed here")
     q.arch = name
+    inner = facts["wrappers"].get(name)
+    if inner is not None:  # a multimodal wrapper: its language model's state, unchanged
+        q.notes.append(
+            f"{name} hands on, unchanged, what its language model returns "
+            + (f"({inner})" if engine == "sglang" else f"(built as {inner})")
+            + ": that model's final norm (scripts/gen_mtp_rules.py reads the wrapper's forward)"
+        )
     _head_notes(q, facts["drafts"])
     q.notes.append(SHIFT)
     span = f"{package} {ver} ({name}: {_since(engine, name, ver)})"

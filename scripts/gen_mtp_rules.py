@@ -281,6 +281,40 @@ def _vllm_wrapper(text: str, cls_name: str) -> str | None:
     return str(arch)
 
 
+SPEC_CONFIG = "vllm/config/speculative.py"
+
+
+def _draft_types(text: str) -> dict[str, str]:
+    """``SpeculativeConfig``'s MTP draft conversion: target ``architectures[0]`` / ``model_type``
+    -> the draft ``model_type`` it sets (``hf_config.model_type = "X_mtp"`` under an ``if`` that
+    compares them), e.g. ``Step3p5ForCausalLM`` -> ``step3p5_mtp``."""
+    out: dict[str, str] = {}
+    for node in ast.walk(ast.parse(text)):
+        if not isinstance(node, ast.If):
+            continue
+        sets = [
+            a.value.value
+            for a in node.body
+            if isinstance(a, ast.Assign)
+            and ast.unparse(a.targets[0]) == "hf_config.model_type"
+            and isinstance(a.value, ast.Constant)
+        ]
+        if not sets:
+            continue
+        for c in ast.walk(node.test):
+            if not isinstance(c, ast.Compare):
+                continue
+            left = ast.unparse(c.left)
+            if "architectures" not in left and not left.endswith("model_type"):
+                continue
+            for comp in c.comparators:
+                elts = comp.elts if isinstance(comp, ast.Tuple | ast.List) else [comp]
+                for e in elts:
+                    if isinstance(e, ast.Constant) and isinstance(e.value, str):
+                        out.setdefault(e.value, str(sets[0]))
+    return dict(sorted(out.items()))
+
+
 def derive_vllm(path: Path) -> dict[str, Any]:
     targets: dict[str, str] = {}
     through: dict[str, str] = {}  # multimodal wrappers: the architecture of their language model
@@ -288,6 +322,7 @@ def derive_vllm(path: Path) -> dict[str, Any]:
     with zipfile.ZipFile(path) as z:
         names = set(z.namelist())
         registry = z.read("vllm/model_executor/models/registry.py").decode()
+        spec = z.read(SPEC_CONFIG).decode() if SPEC_CONFIG in names else ""
         v2 = "vllm/v1/worker/gpu/model_runner.py"
         v1 = "vllm/v1/worker/gpu_model_runner.py"
         runner2 = z.read(v2).decode() if v2 in names else ""
@@ -332,6 +367,7 @@ def derive_vllm(path: Path) -> dict[str, Any]:
         "drafts": dict(sorted(drafts.items())),
         "targets": dict(sorted(targets.items())),
         "wrappers": dict(sorted(through.items())),
+        "draft_types": _draft_types(spec) if spec else {},
     }
 
 
@@ -605,7 +641,7 @@ TRAINERS = (
 
 VERSION = re.compile(
     r"(?:sglang|vllm|lmdeploy|mlx_vlm|speculators|nvidia_modelopt|megatron_core|specforge)"
-    r"-(.+?)-(?:py3|cp3)"
+    r"-(.+?)-(?:\d+-)?(?:py3|cp3)"  # a build tag (vllm-0.23.0-2-cp38-...) is not the version
 )
 
 
@@ -619,7 +655,7 @@ def _files(folder: Path, pattern: str) -> list[Path]:
     return sorted(folder.glob(pattern), key=lambda p: version_key(_version(p)))
 
 
-PER_KEY = ("targets", "drafts", "wrappers")
+PER_KEY = ("targets", "drafts", "wrappers", "draft_types")
 
 
 def compact(facts: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:

@@ -107,7 +107,7 @@ def row(engine: str, version: str) -> dict[str, Any]:
     whose spans (``[since, until, value]``, gen_mtp_rules.compact) cover it."""
     part = _table()[engine]
     found = dict(next(r for r in part["rows"] if _covers(r, version)))
-    for key in ("targets", "drafts", "wrappers"):
+    for key in ("targets", "drafts", "wrappers", "draft_types"):
         found[key] = {
             name: value
             for name, spans in part.get(key, {}).items()
@@ -115,6 +115,11 @@ def row(engine: str, version: str) -> dict[str, Any]:
             if _covers({"since": since, "until": until}, version)
         }
     return found
+
+
+def _draft_types(version: str) -> dict[str, str]:
+    """vLLM ``version``'s MTP draft ``model_type`` per target (``draft_types``)."""
+    return dict(row("vllm", version)["draft_types"]) if version in releases("vllm") else {}
 
 
 def _since(engine: str, name: str, version: str) -> str:
@@ -127,7 +132,7 @@ def _since(engine: str, name: str, version: str) -> str:
 
 def refusal(engine: str) -> str | None:
     """Why ``engine``'s MTP path is not answered here, or None where it is read."""
-    if engine in ENGINES or engine in TRAINERS:
+    if engine in ENGINES or engine in TRAINERS or engine == "vllm-ascend":
         return None
     why = NOT_READ.get(engine, f"no release of {engine} was read for MTP")
     return f"{engine}: MTP not read: {why} (read for {', '.join(ENGINES)}; docs/mtp.md)"
@@ -148,6 +153,10 @@ def resolve_mtp(
     why = refusal(engine)
     if why is not None:
         raise Unservable(why)
+    if engine == "vllm-ascend":  # the paired vLLM release's rule (engines/ascend.py)
+        from .ascend import resolve_mtp as ascend_mtp
+
+        return ascend_mtp(num_layers, arch, version, resolve_mtp, _draft_types)
     q = Query(engine, num_layers, None, arch, version)
     package = PACKAGES.get(engine) or TRAINERS[engine]
     read = releases(engine)

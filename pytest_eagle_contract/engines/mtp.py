@@ -132,7 +132,7 @@ def _since(engine: str, name: str, version: str) -> str:
 
 def refusal(engine: str) -> str | None:
     """Why ``engine``'s MTP path is not answered here, or None where it is read."""
-    if engine in ENGINES or engine in TRAINERS or engine == "vllm-ascend":
+    if engine in ENGINES or engine in TRAINERS or engine in ("vllm-ascend", "tpu-inference"):
         return None
     why = NOT_READ.get(engine, f"no release of {engine} was read for MTP")
     return f"{engine}: MTP not read: {why} (read for {', '.join(ENGINES)}; docs/mtp.md)"
@@ -153,6 +153,10 @@ def resolve_mtp(
     why = refusal(engine)
     if why is not None:
         raise Unservable(why)
+    if engine == "tpu-inference":  # the JAX targets' return (engines/tpu.py)
+        from .tpu import resolve_mtp as tpu_mtp
+
+        return tpu_mtp(num_layers, arch, version)
     if engine == "vllm-ascend":  # the paired vLLM release's rule (engines/ascend.py)
         from .ascend import resolve_mtp as ascend_mtp
 

@@ -29,6 +29,8 @@ from the releases (docs/mtp.md):
 - Trainers (``resolve --trainer``, same table's ``trainers``): speculators 0.9.0 trains on
   vLLM's aux id L, ``residual:L``; SpecForge 0.2.0 has no MTP training.
 
+- tpu-inference (engines/tpu.py, ``tpu_rules.json``'s ``mtp_targets``) and vllm-ascend
+  (engines/ascend.py: vLLM 0.23.0's rules through its own proposer), ``resolve`` only.
 Every other engine is refused with "not read".
 """
 

@@ -3,7 +3,7 @@
 
     python scripts/download_method_wheels.py DIR
 
-Files already in DIR are kept. sglang 0.5.11-0.5.23, vllm 0.24.0-0.34.0 (about 400 MB each),
+Files already in DIR are kept. sglang 0.5.11-0.5.23, vllm 0.23.0-0.34.0 (about 400 MB each),
 mlx-vlm 0.6.15-0.7.10, the llama-cpp-python 0.3.36 sdist (it vendors llama.cpp), lmdeploy
 0.16.0-0.18.0 (CPython 3.11 manylinux wheels, about 100 MB each) and, for the MTP trainers,
 speculators 0.7.0-0.9.0, nvidia-modelopt 0.40.0-0.47.0, megatron-core 0.15.3 and 0.16.1 and
@@ -19,6 +19,7 @@ from pathlib import Path
 RELEASES: dict[str, list[str]] = {
     "sglang": [f"0.5.{n}" for n in range(11, 24)],
     "vllm": [
+        "0.23.0",  # vllm-ascend 0.23.0's paired release (its MTP feed: gen_mtp_rules.py)
         "0.24.0",
         "0.25.0",
         "0.25.1",

@@ -195,7 +195,56 @@ def derive(path: Path) -> dict[str, Any] | None:
         "dflash2": _names(sdist, "dflash2"),
         "dspark": _names(sdist, "dspark"),
         "mtp_override": _mtp_override(sdist),
+        "mtp": _mtp(sdist),
     }
+
+
+BASE_PROPOSER = "vllm_ascend/spec_decode/llm_base_proposer.py"
+
+
+def _mtp(sdist: Sdist) -> dict[str, Any] | None:
+    """How an MTP drafter is fed: ``feed`` ``hidden_states`` where the runner hands the
+    proposer ``target_hidden_states = hidden_states[...]`` (the target forward's output, after
+    the ``get_mtp_target_hidden_states`` override) unless aux states are on, and the base
+    proposer combines states for ``eagle3`` / ``dflash`` only; ``routes``: the
+    ``speculative_config`` tests of the mtp branch of ``get_spec_decode_method`` that pick
+    another proposer. None where there is no mtp proposer or the code is of another shape."""
+    if "mtp" not in _proposers(sdist):
+        return None
+    runner = sdist.files.get(RUNNER, "")
+    base = sdist.files.get(BASE_PROPOSER, "")
+    fed = re.search(
+        r"if self\.use_aux_hidden_state_outputs:\s+target_hidden_states = torch\.cat\([^\n]*"
+        r"\s+else:\s+target_hidden_states = hidden_states\[token_indices\]",
+        runner,
+    )
+    combined_for = re.search(
+        r'if self\.method in \("eagle3", "dflash"\):(?:(?!\n        \S).)*?'
+        r"combine_hidden_states\(target_hidden_states\)",
+        base,
+        re.S,
+    )
+    if not fed or not combined_for:
+        return None
+    routes: dict[str, str] = {}
+    fn = next(
+        n
+        for n in ast.walk(sdist.tree(SPEC))
+        if isinstance(n, ast.FunctionDef) and n.name == "get_spec_decode_method"
+    )
+    for node in ast.walk(fn):
+        if isinstance(node, ast.If) and "mtp" in ast.unparse(node.test):
+            for inner in ast.walk(node):
+                if (
+                    isinstance(inner, ast.If)
+                    and inner is not node
+                    and isinstance(inner.body[-1], ast.Return)
+                    and isinstance(inner.body[-1].value, ast.Call)
+                ):
+                    test = re.search(r"speculative_config\.(\w+)\(\)", ast.unparse(inner.test))
+                    if test:
+                        routes[test.group(1)] = ast.unparse(inner.body[-1].value.func)
+    return {"feed": "hidden_states", "routes": routes}
 
 
 def _mtp_override(sdist: Sdist) -> list[str] | None:

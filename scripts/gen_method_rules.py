@@ -310,17 +310,168 @@ def _appends_layer_output(fn: ast.AST) -> bool:
     return False
 
 
+def _appends_hc_mean(fn: ast.AST) -> bool:
+    """A layer loop that appends ``h.mean(axis=2)`` (the mean over the hyper-connection
+    copies of layer i's output) under a ``... in capture_set`` test: DeepSeek-V4's capture."""
+    for loop in ast.walk(fn):
+        if isinstance(loop, ast.For):
+            for stmt in loop.body:
+                if (
+                    isinstance(stmt, ast.If)
+                    and "capture_set" in ast.unparse(stmt.test)
+                    and re.fullmatch(
+                        r"\w+\.append\(h\.mean\(axis=2\)\)", ast.unparse(stmt.body[0]).strip()
+                    )
+                ):
+                    return True
+    return False
+
+
+DRAFTERS = MLX + "speculative/drafters/"
+QWEN3_DFLASH = DRAFTERS + "qwen3_dflash/config.py"
+
+
+def _default_taps(text: str) -> list[int]:
+    """qwen3_dflash's ``DFlashConfig.target_layer_ids`` default (its default_factory lambda)."""
+    for node in ast.walk(ast.parse(text)):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and node.target.id == "target_layer_ids"
+            and isinstance(node.value, ast.Call)
+        ):
+            for kw in node.value.keywords:
+                if kw.arg == "default_factory" and isinstance(kw.value, ast.Lambda):
+                    return list(ast.literal_eval(kw.value.body))
+    raise SystemExit(f"{QWEN3_DFLASH}: no target_layer_ids default read")
+
+
+def _dflash_drafters(z: zipfile.ZipFile, names: set[str], path: Path) -> dict[str, Any]:
+    """Per ``<model_type>_dflash`` drafter folder: the keys its config reads its taps from,
+    what it does without them, the checks it makes (read from the config code, each pattern
+    asserted; a drafter whose code is of another shape stops the generator)."""
+    qwen = z.read(QWEN3_DFLASH).decode()
+    if not (
+        re.search(r'if "target_layer_ids" in dflash_cfg:\s+flat\["target_layer_ids"\]', qwen)
+        and 'dflash_cfg = flat.pop("dflash_config", None) or {}' in qwen
+    ):
+        raise SystemExit(f"{path.name}: {QWEN3_DFLASH}: the tap keys are not read as expected")
+    out: dict[str, Any] = {
+        "qwen3": {
+            "file": QWEN3_DFLASH,
+            "keys": ["dflash_config.target_layer_ids", "target_layer_ids"],
+            "default": _default_taps(qwen),
+        }
+    }
+    folders = sorted(
+        {n[len(DRAFTERS) :].split("/")[0] for n in names if n.startswith(DRAFTERS)}
+        - {"qwen3_dflash"}
+    )
+    for folder in folders:
+        if not folder.endswith("_dflash"):
+            continue
+        model_type = folder[: -len("_dflash")]
+        init = z.read(f"{DRAFTERS}{folder}/__init__.py").decode()
+        config = f"{DRAFTERS}{folder}/config.py"
+        if (
+            "from ..qwen3_dflash.config import DFlashConfig" in init
+            and re.search(r"class \w+\(DFlashConfig\):", init)
+            and "return super().from_dict(flat)" in init
+            and "target_layer_ids" not in init
+        ):  # a subclass of qwen3_dflash's config that leaves the taps alone
+            out[model_type] = {**out["qwen3"], "file": f"{DRAFTERS}{folder}/__init__.py"}
+            out[model_type]["as"] = "qwen3"
+            continue
+        text = z.read(config).decode() if config in names else ""
+        laguna = (
+            'raise ValueError("Laguna DFlash config requires a dflash_config object.")' in text
+            and re.search(r'_REQUIRED_DFLASH_FIELDS = \{[^}]*"target_layer_ids"', text)
+            and "len(self.target_layer_ids) != self.num_hidden_layers" in text
+            and "not _is_strictly_increasing_ints(self.target_layer_ids)" in text
+            and "layer_id < 0 or layer_id >= self.num_target_layers" in text
+            and "target_model_layer_count != config.num_target_layers" in text
+        )
+        if not laguna:
+            out[model_type] = {"file": config, "keys": None}  # read, not of a known shape
+            continue
+        out[model_type] = {
+            "file": config,
+            "keys": ["dflash_config.target_layer_ids"],
+            "default": None,
+            "increasing": True,
+            "count": "num_hidden_layers",
+            "target_layers": "num_target_layers",
+        }
+    return out
+
+
+def _dspark_drafters(z: zipfile.ZipFile, names: set[str], path: Path) -> dict[str, Any]:
+    """The DSpark drafters beside the generic one: Gemma-4's (routed by architectures
+    ``Gemma4DSparkModel``) and DeepSeek-V4's (split from a DeepSeek-V4 target checkpoint)."""
+    out: dict[str, Any] = {}
+    gemma = DRAFTERS + "gemma4_dspark/config.py"
+    if gemma in names:
+        text = z.read(gemma).decode()
+        if not (
+            'nested = flat.pop("dflash_config", None)' in text
+            and "source: Mapping[str, Any] = nested if isinstance(nested, Mapping) else flat"
+            in text
+            and "not _is_strictly_increasing_ints(self.target_layer_ids)" in text
+            and "layer_id < 0 or layer_id >= self.num_target_layers" in text
+        ):
+            raise SystemExit(f"{path.name}: {gemma}: the tap keys are not read as expected")
+        out["gemma4"] = {
+            "file": gemma,
+            "keys": ["dflash_config.target_layer_ids", "target_layer_ids"],
+            "increasing": True,
+            "routed_by": "architectures Gemma4DSparkModel",
+        }
+    dsv4 = DRAFTERS + "deepseek_v4_dspark/config.py"
+    if dsv4 in names:
+        text = z.read(dsv4).decode()
+        if not re.search(
+            r'self\.target_layer_ids = list\(\s*getattr\(text, "dspark_target_layer_ids"', text
+        ):
+            raise SystemExit(f"{path.name}: {dsv4}: the tap keys are not read as expected")
+        out["deepseek_v4"] = {
+            "file": dsv4,
+            "keys": ["target_layer_ids", "text_config.dspark_target_layer_ids"],
+            "routed_by": "a DeepSeek-V4 checkpoint naming dspark_target_layer_ids (split)",
+        }
+    return out
+
+
 def derive_mlx(path: Path) -> dict[str, Any] | None:
-    """mlx-vlm: the DFlash2 / DSpark drafters' tap keys and each target model folder's
-    capture (``after``: layer i's output; ``unread``: captured otherwise)."""
+    """mlx-vlm: the DFlash / DFlash2 / DSpark drafters' tap keys, how ``utils`` routes a
+    draft to them, and each target model folder's capture (``after``: layer i's output;
+    ``hc_mean``: the mean over the hyper-connection copies of layer i's output; ``unread``:
+    captured otherwise)."""
     with zipfile.ZipFile(path) as z:
         names = set(z.namelist())
         d2 = MLX + "speculative/drafters/dflash2/config.py"
         ds = MLX + "speculative/drafters/dspark/config.py"
-        if d2 not in names and ds not in names:
+        if QWEN3_DFLASH not in names:
             return None
         utils = z.read(MLX + "utils.py").decode()
         facts: dict[str, Any] = {}
+        if '"DFlash2DraftModel" in architectures' in utils:
+            facts["routing"] = "architectures"  # DFlash2 / Gemma4DSpark / DSpark tested first
+        elif re.search(
+            r'is_dflash = config\.get\("dflash_config", None\) is not None\s+if is_dflash:'
+            r'\s+model_type \+= "_dflash"',
+            utils,
+        ):
+            facts["routing"] = "dflash_config"  # any dflash_config: <model_type>_dflash
+        else:
+            raise SystemExit(f"{path.name}: utils does not route a DFlash draft as read")
+        # the architectures utils tests before the dflash_config route, in its order
+        facts["routes"] = [
+            a
+            for a in ("DFlash2DraftModel", "Gemma4DSparkModel")
+            if f'"{a}" in architectures' in utils
+        ]
+        facts["dflash"] = _dflash_drafters(z, names, path)
+        facts["dspark_drafters"] = _dspark_drafters(z, names, path)
         for method, name, title in (("dflash2", d2, "DFlash2"), ("dspark", ds, "DSpark")):
             if name not in names:
                 facts[method] = None
@@ -350,7 +501,14 @@ def derive_mlx(path: Path) -> dict[str, Any] | None:
                 text = z.read(name).decode(errors="replace")
                 if "capture_set" not in text:
                     continue
-                models[parts[2]] = "after" if _appends_layer_output(ast.parse(text)) else "unread"
+                tree = ast.parse(text)
+                models[parts[2]] = (
+                    "after"
+                    if _appends_layer_output(tree)
+                    else "hc_mean"
+                    if _appends_hc_mean(tree)
+                    else "unread"
+                )
         facts["models"] = models
     return facts
 

@@ -107,12 +107,91 @@ def _norms(text: str) -> list[str]:
     return sorted(set(HEAD_NORMS.findall(text)))
 
 
+def _class(tree: ast.Module, name: str) -> ast.ClassDef | None:
+    return next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name), None)
+
+
+def _method(cls: ast.ClassDef, name: str) -> ast.FunctionDef | None:
+    return next((f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == name), None)
+
+
+def _passes_through(forward: ast.FunctionDef, delegate: re.Pattern[str]) -> bool:
+    """Every assignment to ``hidden_states`` in ``forward`` is the delegate's call (its whole
+    value) or ``hidden_states, aux = hidden_states`` (the capture unpacked), and at least one
+    is the delegate's: the wrapper hands on what its language model returns, unchanged."""
+    calls = 0
+    for node in ast.walk(forward):
+        if not isinstance(node, ast.Assign):
+            continue
+        names = [
+            n.id
+            for t in node.targets
+            for n in (t.elts if isinstance(t, ast.Tuple) else [t])
+            if isinstance(n, ast.Name)
+        ]
+        if "hidden_states" not in names:
+            continue
+        value = ast.unparse(node.value)
+        if isinstance(node.value, ast.Call) and delegate.fullmatch(ast.unparse(node.value.func)):
+            calls += 1
+        elif not (value == "hidden_states" and isinstance(node.targets[0], ast.Tuple)):
+            return False
+    return calls > 0
+
+
+SGLANG_ROUTINE = re.compile(r"general_mm_embed_routine|self\.language_model")
+
+
+def _sglang_wrapper(text: str, cls_name: str) -> str | None:
+    """The model file (``sglang/srt/models/M.py``) whose class a multimodal wrapper's
+    ``self.language_model`` is, where the wrapper's forward hands that model's output
+    (through ``general_mm_embed_routine(language_model=self.language_model)`` or a direct
+    call) unchanged to ``self.logits_processor(input_ids, hidden_states, ...)``; else None."""
+    tree = ast.parse(text)
+    cls = _class(tree, cls_name)
+    init = _method(cls, "__init__") if cls else None
+    forward = _method(cls, "forward") if cls else None
+    if cls is None or init is None or forward is None:
+        return None
+    lm = None
+    for node in ast.walk(init):
+        if (
+            isinstance(node, ast.Assign)
+            and ast.unparse(node.targets[0]) == "self.language_model"
+            and isinstance(node.value, ast.Call)
+            and isinstance(node.value.func, ast.Name)
+        ):
+            lm = node.value.func.id
+    if lm is None:
+        return None
+    body = ast.unparse(forward)
+    if "hidden_states_before_norm" in body or not re.search(
+        r"self\.logits_processor\(input_ids, hidden_states\b", body
+    ):
+        return None
+    if "general_mm_embed_routine(" in body and "language_model=self.language_model" not in body:
+        return None
+    if not _passes_through(forward, SGLANG_ROUTINE):
+        return None
+    for node in tree.body:
+        if (
+            isinstance(node, ast.ImportFrom)
+            and (node.module or "").startswith("sglang.srt.models.")
+            and any(a.name == lm and a.asname is None for a in node.names)
+        ):
+            return "sglang/srt/models/" + node.module.rsplit(".", 1)[-1] + ".py"
+    return None
+
+
 def derive_sglang(path: Path) -> dict[str, Any]:
     targets: dict[str, str] = {}
     drafts: dict[str, list[str]] = {}
+    wrappers: dict[str, str] = {}  # arch -> the file its language model is defined in
+    through: dict[str, str] = {}  # the wrappers read: their inner model's file
     with zipfile.ZipFile(path) as z:
         lp = z.read("sglang/srt/layers/logits_processor.py").decode(errors="replace")
-        for name in sorted(z.namelist()):
+        names = set(z.namelist())
+        for name in sorted(names):
             if not (name.startswith("sglang/srt/models/") and name.endswith(".py")):
                 continue
             text = z.read(name).decode(errors="replace")
@@ -125,11 +204,22 @@ def derive_sglang(path: Path) -> dict[str, Any]:
             if kind is not None:
                 for a in archs:
                     targets[a] = kind
+            elif archs:
+                for a in archs:
+                    inner = _sglang_wrapper(text, a)
+                    if inner is not None and inner in names:
+                        wrappers[a] = inner
+        for arch, inner in wrappers.items():
+            text = z.read(inner).decode(errors="replace")
+            if _kind(text, "hidden_states_before_norm=") == "final_norm":
+                targets[arch] = "final_norm"
+                through[arch] = inner
     return {
         "file": "sglang/srt/layers/logits_processor.py",
         "prefers_before_norm": SGLANG_PREFERS in " ".join(lp.replace("#", " ").split()),
         "drafts": drafts,
         "targets": dict(sorted(targets.items())),
+        "wrappers": dict(sorted(through.items())),
     }
 
 
@@ -153,12 +243,86 @@ def _hook_classes(text: str, method: str) -> list[str]:
 VLLM_HOOK = "get_mtp_target_hidden_states"
 
 
+VLLM_DELEGATE = re.compile(r"self\.language_model(?:\.model)?")
+
+
+def _vllm_wrapper(text: str, cls_name: str) -> str | None:
+    """The architecture a multimodal wrapper builds its ``self.language_model`` as
+    (``init_vllm_registered_model(..., architectures=["X"])``), where the wrapper's forward
+    returns that model's (or its ``.model``'s) output unchanged; else None."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return None
+    cls = _class(tree, cls_name)
+    forward = _method(cls, "forward") if cls else None
+    if cls is None or forward is None or _method(cls, VLLM_HOOK) is not None:
+        return None
+    arch = None
+    for node in ast.walk(cls):
+        if (
+            isinstance(node, ast.AnnAssign | ast.Assign)
+            and ast.unparse(node.target if isinstance(node, ast.AnnAssign) else node.targets[0])
+            == "self.language_model"
+            and isinstance(node.value, ast.Call)
+            and ast.unparse(node.value.func) == "init_vllm_registered_model"
+        ):
+            for kw in node.value.keywords:
+                if kw.arg == "architectures" and isinstance(kw.value, ast.List):
+                    values = [e.value for e in kw.value.elts if isinstance(e, ast.Constant)]
+                    arch = values[0] if len(values) == 1 else None
+    if arch is None or not _passes_through(forward, VLLM_DELEGATE):
+        return None
+    returns = [n for n in ast.walk(forward) if isinstance(n, ast.Return)]
+    if not returns or any(
+        ast.unparse(r.value or ast.Constant(None)) != "hidden_states" for r in returns
+    ):
+        return None
+    return str(arch)
+
+
+SPEC_CONFIG = "vllm/config/speculative.py"
+
+
+def _draft_types(text: str) -> dict[str, str]:
+    """``SpeculativeConfig``'s MTP draft conversion: target ``architectures[0]`` / ``model_type``
+    -> the draft ``model_type`` it sets (``hf_config.model_type = "X_mtp"`` under an ``if`` that
+    compares them), e.g. ``Step3p5ForCausalLM`` -> ``step3p5_mtp``."""
+    out: dict[str, str] = {}
+    for node in ast.walk(ast.parse(text)):
+        if not isinstance(node, ast.If):
+            continue
+        sets = [
+            a.value.value
+            for a in node.body
+            if isinstance(a, ast.Assign)
+            and ast.unparse(a.targets[0]) == "hf_config.model_type"
+            and isinstance(a.value, ast.Constant)
+        ]
+        if not sets:
+            continue
+        for c in ast.walk(node.test):
+            if not isinstance(c, ast.Compare):
+                continue
+            left = ast.unparse(c.left)
+            if "architectures" not in left and not left.endswith("model_type"):
+                continue
+            for comp in c.comparators:
+                elts = comp.elts if isinstance(comp, ast.Tuple | ast.List) else [comp]
+                for e in elts:
+                    if isinstance(e, ast.Constant) and isinstance(e.value, str):
+                        out.setdefault(e.value, str(sets[0]))
+    return dict(sorted(out.items()))
+
+
 def derive_vllm(path: Path) -> dict[str, Any]:
     targets: dict[str, str] = {}
+    through: dict[str, str] = {}  # multimodal wrappers: the architecture of their language model
     drafts: dict[str, list[str]] = {}
     with zipfile.ZipFile(path) as z:
         names = set(z.namelist())
         registry = z.read("vllm/model_executor/models/registry.py").decode()
+        spec = z.read(SPEC_CONFIG).decode() if SPEC_CONFIG in names else ""
         v2 = "vllm/v1/worker/gpu/model_runner.py"
         v1 = "vllm/v1/worker/gpu_model_runner.py"
         runner2 = z.read(v2).decode() if v2 in names else ""
@@ -186,6 +350,14 @@ def derive_vllm(path: Path) -> dict[str, Any]:
             kind = _kind(text, f"def {VLLM_HOOK}")
             if kind is not None:
                 targets[arch] = kind
+        for arch, module, cls in REGISTRY.findall(registry):
+            file = f"vllm/model_executor/models/{module}.py"
+            if arch in targets or file not in names or _is_mtp(file):
+                continue
+            inner = _vllm_wrapper(texts.get(file) or z.read(file).decode(errors="replace"), cls)
+            if inner is not None and targets.get(inner) == "final_norm":
+                targets[arch] = "final_norm"
+                through[arch] = inner
         for cls in own:
             targets.setdefault(cls, "own")
     return {
@@ -194,6 +366,8 @@ def derive_vllm(path: Path) -> dict[str, Any]:
         "hook_v2": "get_drafter_hidden_states(self.model" in runner2,
         "drafts": dict(sorted(drafts.items())),
         "targets": dict(sorted(targets.items())),
+        "wrappers": dict(sorted(through.items())),
+        "draft_types": _draft_types(spec) if spec else {},
     }
 
 
@@ -467,7 +641,7 @@ TRAINERS = (
 
 VERSION = re.compile(
     r"(?:sglang|vllm|lmdeploy|mlx_vlm|speculators|nvidia_modelopt|megatron_core|specforge)"
-    r"-(.+?)-(?:py3|cp3)"
+    r"-(.+?)-(?:\d+-)?(?:py3|cp3)"  # a build tag (vllm-0.23.0-2-cp38-...) is not the version
 )
 
 
@@ -481,7 +655,7 @@ def _files(folder: Path, pattern: str) -> list[Path]:
     return sorted(folder.glob(pattern), key=lambda p: version_key(_version(p)))
 
 
-PER_KEY = ("targets", "drafts")
+PER_KEY = ("targets", "drafts", "wrappers", "draft_types")
 
 
 def compact(facts: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:

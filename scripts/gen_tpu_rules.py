@@ -39,7 +39,10 @@ with ``get_dflash_aux_hidden_state_layers`` (``targets``): that function *run* o
 (which key it reads, its fallback without one) and where its ``__call__`` loop appends the
 states (after layer i: ``residual:i+1``). ``dflash2`` / ``dspark``: whether any file of the
 wheel names them; ``mtp``: whether the speculative-decoding manager feeds an MTP draft the
-target step's ``hidden_states`` output.
+target step's ``hidden_states`` output; ``mtp_targets`` (where it does): per architecture of
+the JAX registry, what its model returns as that output, followed through the
+``self.<attr>(...)`` calls of the ``__call__`` methods (``final_norm`` where one ends on
+``x = self.norm(x)`` and returns it; ``unread`` otherwise).
 
 A structure the script does not recognise makes it exit 1. ``--check`` compares with the
 committed file and exits 1 on any difference.
@@ -181,6 +184,7 @@ def derive(path: Path) -> dict[str, Any] | None:
         "dflash2": _names(wheel, "dflash2"),
         "dspark": _names(wheel, "dspark"),
         "mtp": _mtp(wheel),
+        "mtp_targets": _mtp_targets(wheel, loader) if _mtp(wheel) else None,
     }
 
 
@@ -206,6 +210,120 @@ def _mtp(wheel: Wheel) -> bool:
             r'method == "mtp":\s*\n\s*aux_hidden_states_for_drafter = \(hidden_states, \)', text
         )
     )
+
+
+def _imports(tree: ast.Module, module: str) -> dict[str, tuple[str, str]]:
+    """name -> (file, class) for the names ``module`` defines or imports from tpu_inference."""
+    out = {n.name: (module, n.name) for n in tree.body if isinstance(n, ast.ClassDef)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tpu_inference"):
+            for alias in node.names:
+                out[alias.asname or alias.name] = (
+                    str(node.module).replace(".", "/") + ".py",
+                    alias.name,
+                )
+    return out
+
+
+def _class(wheel: Wheel, where: tuple[str, str]) -> tuple[ast.ClassDef, ast.Module] | None:
+    tree = wheel.tree(where[0])
+    for node in tree.body if tree else ():
+        if isinstance(node, ast.ClassDef) and node.name == where[1]:
+            return node, tree
+    return None
+
+
+def _attribute_class(
+    wheel: Wheel, cls: ast.ClassDef, tree: ast.Module, module: str, attr: str
+) -> tuple[str, str] | None:
+    """The class ``__init__`` builds ``self.<attr>`` as (``self.<attr> = Cls(...)``)."""
+    init = _method(cls, "__init__")
+    names = _imports(tree, module)
+    for node in ast.walk(init) if init else ():
+        if (
+            isinstance(node, ast.Assign)
+            and ast.unparse(node.targets[0]) == f"self.{attr}"
+            and isinstance(node.value, ast.Call)
+            and isinstance(node.value.func, ast.Name)
+            and node.value.func.id in names
+        ):
+            return names[node.value.func.id]
+    return None
+
+
+_DELEGATE = re.compile(r"self\.((?:\w+\.)*\w+)")
+
+
+def _mtp_state(wheel: Wheel, where: tuple[str, str], depth: int = 0) -> str:
+    """What the registered class's ``__call__`` returns as its hidden states (the second item
+    of its return): ``final_norm`` where, followed through the ``self.<attr>(...)`` call that
+    gives it (each attribute's class from ``__init__``), a ``__call__`` ends on
+    ``x = self.norm(x)`` and returns ``x`` unchanged; ``unread`` otherwise."""
+    found = _class(wheel, where)
+    if found is None or depth > 3:
+        return "unread"
+    cls = found[0]
+    call = _method(cls, "__call__")
+    if call is None:
+        return "unread"
+    returns = [n for n in ast.walk(call) if isinstance(n, ast.Return) and n.value is not None]
+    if len(returns) != 1 or not isinstance(returns[0].value, ast.Tuple):
+        return "unread"
+    value = returns[0].value.elts[1] if len(returns[0].value.elts) > 1 else None
+    if not isinstance(value, ast.Name):
+        return "unread"
+    out = value.id
+    assigns = [
+        n
+        for n in call.body
+        if isinstance(n, ast.Assign)
+        and out
+        in [
+            e.id
+            for t in n.targets
+            for e in (t.elts if isinstance(t, ast.Tuple) else [t])
+            if isinstance(e, ast.Name)
+        ]
+    ]
+    if not assigns:
+        return "unread"
+    last = assigns[-1]
+    text = ast.unparse(last.value)
+    if re.fullmatch(rf"self\.norm\({out}\)", text):
+        return "final_norm"
+    delegate = _DELEGATE.match(text)
+    if not (
+        isinstance(last.value, ast.Call) and delegate and text.startswith(delegate.group(0) + "(")
+    ):
+        return "unread"
+    # later statements may only wrap the state for the next pipeline stage
+    for stmt in call.body[call.body.index(last) + 1 :]:
+        if isinstance(stmt, ast.If) and "is_last_rank" in ast.unparse(stmt.test):
+            continue
+        if out in ast.unparse(stmt) and not isinstance(stmt, ast.Return):
+            return "unread"
+    attrs = delegate.group(1).split(".")
+    module, (cur_cls, cur_tree) = where[0], found
+    target: tuple[str, str] | None = None
+    for attr in attrs:
+        target = _attribute_class(wheel, cur_cls, cur_tree, module, attr)
+        if target is None:
+            return "unread"
+        nxt = _class(wheel, target)
+        if nxt is None:
+            return "unread"
+        module, (cur_cls, cur_tree) = target[0], nxt
+    return _mtp_state(wheel, target, depth + 1) if target else "unread"
+
+
+def _mtp_targets(wheel: Wheel, loader: ast.Module) -> dict[str, str]:
+    """Per architecture of the JAX registry (drafts left out): the state its model hands an
+    MTP draft on the JAX path (``_mtp_state``)."""
+    return {
+        arch: _mtp_state(wheel, where)
+        for arch, where in sorted(_registry(loader).items())
+        if not arch.startswith(("Eagle3", "DFlash")) and "MTP" not in arch
+    }
 
 
 def _stub_config(num_layers: int, draft: dict[str, Any]) -> types.SimpleNamespace:

@@ -14,7 +14,8 @@ embedding at i = 0).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import Problem, Unservable
@@ -235,7 +236,62 @@ def resolve_dflash(
     )
 
 
-def method_refusal(method: str, version: str | None, vllm_mtp_read: Sequence[str]) -> str:
+def resolve_mtp(
+    num_layers: int,
+    arch: str | None,
+    version: str | None,
+    vllm_mtp: Callable[[str, int, str | None, str | None], Resolution],
+    vllm_draft_types: Callable[[str], Mapping[str, str]],
+) -> Resolution:
+    """MTP on vllm-ascend (``ascend_rules.json``'s ``mtp``, 0.23.0 on): the runner hands its
+    own proposer the target forward's ``hidden_states`` (after ``get_mtp_target_hidden_states``
+    where the target has one; the proposer combines states for eagle3 / dflash only), so the
+    state is the paired vLLM release's (``vllm_mtp``: engines/mtp.py on vLLM, its V1 rule).
+    Targets vllm-ascend replaces with its own class, and targets whose MTP draft a
+    ``routes`` test sends to another proposer (``vllm_draft_types``: vLLM's
+    ``SpeculativeConfig`` draft model_type per target), are refused. Raises Unservable."""
+    assumed = [] if version else [f"no version given: vllm-ascend {releases()[-1]} assumed"]
+    version = version or releases()[-1]
+    row = _TABLE.row(version, _BEFORE)
+    mtp = row.get("mtp")
+    if mtp is None:
+        raise Unservable(method_refusal("mtp", version, ()) or f"vllm-ascend {version}: no MTP")
+    if not arch:
+        raise Unservable("give --arch or --target-config: the state fed depends on the target")
+    vllm = row["vllm"]
+    where = f"vllm-ascend {version}"
+    names = [str(arch), *getattr(arch, "also", ())]
+    own = next((n for n in names if n in row["replaced"]), None)
+    if own is not None:
+        raise Unservable(
+            f"{where}: {own} is vllm-ascend's own class ({row['replaced'][own]}, registered "
+            "over vLLM's in models/__init__.py); what it hands an MTP drafter is not read"
+        )
+    types = vllm_draft_types(vllm)
+    draft = next((types[n] for n in names if n in types), None)
+    for test, proposer in mtp["routes"].items():
+        if draft is not None and test == f"use_{draft}":
+            raise Unservable(
+                f"{where}: vLLM {vllm} makes {arch}'s MTP draft a {draft} model, for which "
+                f"get_spec_decode_method builds {proposer} (speculative_config.{test}()): "
+                "that proposer's feed is not read"
+            )
+    res = vllm_mtp("vllm", num_layers, arch, vllm)
+    proposer = row["proposers"]["mtp"]
+    return dataclasses.replace(
+        res,
+        engine="vllm-ascend",
+        version=version,
+        source=(
+            f"MTP: vllm-ascend {version} worker/model_runner_v1.py hands {proposer} the "
+            "target forward's hidden_states (after get_mtp_target_hidden_states where the "
+            f"target has one; no aux states for mtp): vLLM {vllm}'s model code; {res.source}"
+        ),
+        notes=(*assumed, *(n for n in res.notes if not n.startswith("no version given"))),
+    )
+
+
+def method_refusal(method: str, version: str | None, vllm_mtp_read: Sequence[str]) -> str | None:
     """Why ``resolve --method dflash2|dspark|mtp`` is not answered for vllm-ascend
     (``vllm_mtp_read``: the vLLM releases read for MTP, engines/mtp.py's)."""
 
@@ -256,8 +312,10 @@ def method_refusal(method: str, version: str | None, vllm_mtp_read: Sequence[str
         proposer = row["proposers"].get("mtp") or row["proposers"].get("deepseek_mtp")
         if proposer is None:
             return f"vllm-ascend {version}: no MTP proposer in get_spec_decode_method ({known})"
-        if row.get("dflash") is None:  # only the 0.23.0 runner's MTP feed was read
+        if row.get("mtp") is None:  # only the 0.23.0 runner's MTP feed was read
             return f"vllm-ascend {version}: MTP not read: its {proposer} path was not traced"
+        if row["vllm"] in vllm_mtp_read:
+            return None  # answered: resolve_mtp
         read = list(vllm_mtp_read)
         vllm_read = (
             f"vLLM {vllm}'s MTP rules are read, but not followed through vllm-ascend's own "

@@ -50,7 +50,6 @@ ENGINES = ("sglang", "vllm", "llama.cpp", "mlx", "tpu-inference", "vllm-ascend")
 # 0.7.10 alike): DFlashConfig.target_layer_ids defaults to this list when the draft has none
 MLX_DEFAULT_TAPS = (1, 8, 15, 22, 29)
 MLX_FILE = "mlx_vlm/speculative/drafters/qwen3_dflash/config.py"
-MLX_DRAFTERS = ("qwen3",)  # the <model_type>_dflash drafters read here (gemma4, laguna: not)
 GGUF_KEY = "gguf:dflash.target_layers"
 LLAMACPP_READ = "0.3.36"  # the llama-cpp-python sdist whose vendored llama.cpp was read
 SGLANG_DEFAULT_ARCH = "LlamaForCausalLM"
@@ -240,8 +239,8 @@ def mlx_default_taps() -> list[int]:
 
 
 def _mlx_releases() -> list[str]:
-    """The mlx-vlm releases whose target capture for drafters was read (method_rules.json's
-    mlx rows, 0.6.16 on; 0.6.15's qwen3_dflash drafter is there but its models were not)."""
+    """The mlx-vlm releases whose drafters and target capture were read (method_rules.json's
+    mlx rows: 0.6.15 on)."""
     from . import method_table
 
     return [v for v in method_table.read_releases("mlx") if method_table.row("mlx", v)]
@@ -304,12 +303,16 @@ def resolve_dflash(
 
 
 def _mlx(q: Query, draft: DFlashDraft) -> Resolution:
-    """mlx-vlm: ``utils.get_model_type`` routes a draft with a ``dflash_config`` object to the
-    ``<model_type>_dflash`` drafter (DFlash2DraftModel, Gemma4DSparkModel and DSpark-marked
-    configs go elsewhere); qwen3_dflash's ``DFlashConfig.from_dict`` reads
-    ``dflash_config.target_layer_ids``, else the top-level key, else its default
-    ``[1, 8, 15, 22, 29]`` (EC522); the target model folder's loop appends layer i's output
-    for id i (method_rules.json's mlx ``models``, as for DFlash2 / DSpark)."""
+    """mlx-vlm (method_rules.json's mlx rows, ``scripts/gen_method_rules.py``): ``utils``
+    routes a draft with a ``dflash_config`` object to the ``<model_type>_dflash`` drafter
+    (0.6.16 on, DFlash2DraftModel, Gemma4DSparkModel and DSpark-marked configs go elsewhere
+    first; 0.6.15 routes every one there). ``qwen3_dflash`` (and ``gemma4_dflash``, a subclass
+    of its config that leaves the taps alone) reads ``dflash_config.target_layer_ids``, else
+    the top-level key, else its default ``[1, 8, 15, 22, 29]`` (EC522); ``laguna_dflash``
+    requires ``dflash_config.target_layer_ids``: one per draft layer, strictly increasing,
+    below its ``num_target_layers``, which must equal the target's layer count. The DFlash
+    loop captures the drafter's ``target_layer_ids``; the target model folder's loop appends
+    layer i's output for id i."""
     from . import method_table
 
     read = _mlx_releases()
@@ -318,29 +321,67 @@ def _mlx(q: Query, draft: DFlashDraft) -> Resolution:
     if row is None or version not in read:
         raise Unservable(
             f"mlx-vlm {version}: DFlash is read for the releases {read[0]} to {read[-1]} "
-            "(0.6.15's target capture was not read; docs/methods.md)"
+            "(docs/methods.md)"
         )
     where = f"mlx-vlm {version}"
     if draft.has_dflash_config is False:
         raise Unservable(
-            f"{where}: utils.get_model_type routes a draft to a DFlash drafter only when its "
+            f"{where}: utils routes a draft to a DFlash drafter only when its "
             "config has a dflash_config object; this one has none"
         )
-    if "DFlash2DraftModel" in draft.architectures:
-        raise Unservable(f"{where}: a DFlash2DraftModel loads the DFlash2 drafter (method dflash2)")
-    if "Gemma4DSparkModel" in draft.architectures or draft.dspark_marked:
-        raise Unservable(
-            f"{where}: utils.get_model_type routes this draft to a DSpark drafter (method dspark)"
-        )
+    if row["routing"] == "architectures":
+        if "DFlash2DraftModel" in draft.architectures:
+            raise Unservable(
+                f"{where}: a DFlash2DraftModel loads the DFlash2 drafter (method dflash2)"
+            )
+        gemma = "Gemma4DSparkModel"
+        if (gemma in draft.architectures and gemma in row["routes"]) or draft.dspark_marked:
+            raise Unservable(
+                f"{where}: utils.get_model_type routes this draft to a DSpark drafter "
+                "(method dspark)"
+            )
+    drafters: dict[str, Any] = row["dflash"]
+    model_type = "qwen3"
     if draft.has_dflash_config is None:
-        q.notes.append(f"taps given alone: read as a {MLX_DRAFTERS[0]}_dflash draft")
-    elif draft.model_type not in MLX_DRAFTERS:
+        q.notes.append("taps given alone: read as a qwen3_dflash draft")
+    else:
+        model_type = str(draft.model_type).lower()
+        if model_type not in drafters:
+            raise Unservable(
+                f"{where}: no {model_type[:40]}_dflash drafter in this release (read: "
+                f"{', '.join(m + '_dflash' for m in sorted(drafters))})"
+            )
+    facts = drafters[model_type]
+    if facts["keys"] is None:
+        raise Unservable(f"{where}: {facts['file']} reads its taps in a way not followed here")
+    found = {k: draft.found[k] for k in facts["keys"] if k in draft.found}
+    picked = next(iter(found.items()), None)
+    if picked is None and facts.get("default") is None:
         raise Unservable(
-            f"{where}: the {str(draft.model_type)[:40]}_dflash drafter is not read here (read: "
-            f"{', '.join(m + '_dflash' for m in MLX_DRAFTERS)})"
+            f"{where}: {facts['file']} requires {facts['keys'][0]} (ValueError at load); "
+            "the draft lists none"
         )
-    picked = next(((k, draft.found[k]) for k in TAP_KEYS if k in draft.found), None)
-    taps = list(picked[1]) if picked is not None else mlx_default_taps()
+    taps = list(picked[1]) if picked is not None else list(facts["default"])
+    if facts.get("increasing") and taps != sorted(set(taps)):
+        raise Unservable(
+            f"{where}: {facts['file']}: target_layer_ids {taps} are not strictly increasing"
+        )
+    if (
+        facts.get("count")
+        and draft.num_hidden_layers is not None
+        and len(taps) != draft.num_hidden_layers
+    ):
+        raise Unservable(
+            f"{where}: {facts['file']}: one tap per draft layer ({facts['count']} "
+            f"{draft.num_hidden_layers}), not {len(taps)} (ValueError at load)"
+        )
+    if facts.get("target_layers"):
+        n = draft.num_target_layers
+        if n is not None and n != q.num_layers:
+            raise Unservable(
+                f"{where}: {facts['file']}: num_target_layers {n} is not the target's "
+                f"{q.num_layers} layers (ValueError at bind)"
+            )
     if not q.arch:
         raise Unservable("give --arch: the mlx-vlm model folder (model_type), e.g. qwen3_5")
     models: dict[str, str] = row["models"]
@@ -354,7 +395,8 @@ def _mlx(q: Query, draft: DFlashDraft) -> Resolution:
     if rule != "after":
         raise Unservable(
             f"{where}: models/{folder}/language.py captures other than a layer's output "
-            "(not followed here)"
+            + ("(the mean over its hyper-connection copies)" if rule == "hc_mean" else "")
+            + "(not followed here)"
         )
     q.arch = folder
     bad = [t for t in taps if t < 0 or t >= q.num_layers]
@@ -362,12 +404,13 @@ def _mlx(q: Query, draft: DFlashDraft) -> Resolution:
         raise Unservable(f"{where}: ids {bad} lie outside the target's [0, {q.num_layers})")
     positions = tuple(Position(t, t, Layer(t + 1)) for t in taps)
     if picked is None:
-        how = f"{version} {MLX_FILE} default"
+        how = f"{version} {facts['file']} default"
         q.problems.append(guess_problem("mlx-vlm", how, taps, [p.layer for p in positions]))
+    default = f", else {facts['default']}" if facts.get("default") else " (required)"
     return q.answer(
         positions,
-        f"built-in rules: mlx-vlm {method_table.span(row)} {MLX_FILE} reads "
-        f"{', '.join(TAP_KEYS)}, else {list(MLX_DEFAULT_TAPS)}; models/{folder}/language.py "
+        f"built-in rules: mlx-vlm {method_table.span(row)} {facts['file']} reads "
+        f"{', '.join(facts['keys'])}{default}; models/{folder}/language.py "
         "appends layer i's output for id i (residual:i+1)",
         taps,
     )

@@ -358,11 +358,21 @@ def _mlx(
     """mlx-vlm: the drafter reads ``dflash_config.target_layer_ids`` (else the top-level key);
     the target model folder's loop appends layer i's output for id i."""
     facts = row[method]
-    where = f"mlx-vlm {version} {facts['file']}"
     archs = data.get("architectures")
     names = [a for a in archs if isinstance(a, str)] if isinstance(archs, list) else []
+    others: dict[str, Any] = row.get("dspark_drafters") or {}
+    if method == "dspark" and "DFlash2DraftModel" not in names:
+        if data.get("model_type") == "deepseek_v4_dspark" or (
+            q.arch and q.arch.lower() == "deepseek_v4"
+        ):
+            return _mlx_dsv4(num_layers, data, q, version, row)
+        if "Gemma4DSparkModel" in names and "Gemma4DSparkModel" in row["routes"]:
+            facts = others["gemma4"]  # routed by architectures, dflash_config optional
+    where = f"mlx-vlm {version} {facts['file']}"
     dc = data.get("dflash_config")
-    if not isinstance(dc, dict):
+    if facts is others.get("gemma4"):
+        dc = dc if isinstance(dc, dict) else {}
+    elif not isinstance(dc, dict):
         raise Unservable(f"{where}: {_TITLE[method]} requires a dflash_config object (TypeError)")
     routed = "DFlash2DraftModel" in names  # utils.get_model_type tests it first
     if method == "dflash2" and not routed:
@@ -373,10 +383,7 @@ def _mlx(
     if method == "dspark":
         if routed:
             raise Unservable(f"mlx-vlm {version}: a DFlash2DraftModel loads the DFlash2 drafter")
-        if "Gemma4DSparkModel" in names:
-            raise Unservable(
-                f"mlx-vlm {version}: Gemma4DSparkModel loads the gemma4_dspark drafter, not read"
-            )
+    if method == "dspark" and facts is not others.get("gemma4"):
         rank = data.get("markov_rank") or dc.get("markov_rank") or 0
         if dc.get("projector_type") != "dspark" and not (type(rank) is int and rank > 0):
             raise Unservable(
@@ -420,6 +427,28 @@ def _mlx(
         f"{', '.join(facts['keys'])}; models/{folder}/language.py "
         "appends layer i's output for id i (residual:i+1)",
         taps,
+    )
+
+
+def _mlx_dsv4(
+    num_layers: int, data: Mapping[str, Any], q: Query, version: str, row: Mapping[str, Any]
+) -> Resolution:
+    """mlx-vlm's DeepSeek-V4 DSpark drafter (``deepseek_v4_dspark``, split from a DeepSeek-V4
+    checkpoint): its ids are read (``target_layer_ids``, else the target text config's
+    ``dspark_target_layer_ids``), but models/deepseek_v4/language.py captures for id i the
+    mean over layer i's hyper-connection copies, a state no canonical layer names: refused."""
+    facts = (row.get("dspark_drafters") or {}).get("deepseek_v4")
+    if facts is None:
+        raise Unservable(f"mlx-vlm {version}: no deepseek_v4_dspark drafter in this release")
+    rule = row["models"].get("deepseek_v4")
+    how = {
+        "hc_mean": "the mean over the hyper-connection copies of layer i's output (h.mean(axis=2))",
+        None: "no layer states (no capture in its language.py)",
+    }.get(rule, "other than a layer's output")
+    raise Unservable(
+        f"mlx-vlm {version} {facts['file']} reads {', '.join(facts['keys'])}; "
+        f"models/deepseek_v4/language.py captures for id i {how}: no canonical layer is that "
+        "state (not followed here)"
     )
 
 

@@ -29,6 +29,8 @@ from the releases (docs/mtp.md):
 - Trainers (``resolve --trainer``, same table's ``trainers``): speculators 0.9.0 trains on
   vLLM's aux id L, ``residual:L``; SpecForge 0.2.0 has no MTP training.
 
+- tpu-inference (engines/tpu.py, ``tpu_rules.json``'s ``mtp_targets``) and vllm-ascend
+  (engines/ascend.py: vLLM 0.23.0's rules through its own proposer), ``resolve`` only.
 Every other engine is refused with "not read".
 """
 
@@ -107,7 +109,7 @@ def row(engine: str, version: str) -> dict[str, Any]:
     whose spans (``[since, until, value]``, gen_mtp_rules.compact) cover it."""
     part = _table()[engine]
     found = dict(next(r for r in part["rows"] if _covers(r, version)))
-    for key in ("targets", "drafts"):
+    for key in ("targets", "drafts", "wrappers", "draft_types"):
         found[key] = {
             name: value
             for name, spans in part.get(key, {}).items()
@@ -115,6 +117,11 @@ def row(engine: str, version: str) -> dict[str, Any]:
             if _covers({"since": since, "until": until}, version)
         }
     return found
+
+
+def _draft_types(version: str) -> dict[str, str]:
+    """vLLM ``version``'s MTP draft ``model_type`` per target (``draft_types``)."""
+    return dict(row("vllm", version)["draft_types"]) if version in releases("vllm") else {}
 
 
 def _since(engine: str, name: str, version: str) -> str:
@@ -127,7 +134,7 @@ def _since(engine: str, name: str, version: str) -> str:
 
 def refusal(engine: str) -> str | None:
     """Why ``engine``'s MTP path is not answered here, or None where it is read."""
-    if engine in ENGINES or engine in TRAINERS:
+    if engine in ENGINES or engine in TRAINERS or engine in ("vllm-ascend", "tpu-inference"):
         return None
     why = NOT_READ.get(engine, f"no release of {engine} was read for MTP")
     return f"{engine}: MTP not read: {why} (read for {', '.join(ENGINES)}; docs/mtp.md)"
@@ -148,6 +155,14 @@ def resolve_mtp(
     why = refusal(engine)
     if why is not None:
         raise Unservable(why)
+    if engine == "tpu-inference":  # the JAX targets' return (engines/tpu.py)
+        from .tpu import resolve_mtp as tpu_mtp
+
+        return tpu_mtp(num_layers, arch, version)
+    if engine == "vllm-ascend":  # the paired vLLM release's rule (engines/ascend.py)
+        from .ascend import resolve_mtp as ascend_mtp
+
+        return ascend_mtp(num_layers, arch, version, resolve_mtp, _draft_types)
     q = Query(engine, num_layers, None, arch, version)
     package = PACKAGES.get(engine) or TRAINERS[engine]
     read = releases(engine)
@@ -181,6 +196,13 @@ def resolve_mtp(
         }[engine]
         raise Unservable(f"{package} {ver}: {name} {hook}: not followed here")
     q.arch = name
+    inner = facts["wrappers"].get(name)
+    if inner is not None:  # a multimodal wrapper: its language model's state, unchanged
+        q.notes.append(
+            f"{name} hands on, unchanged, what its language model returns "
+            + (f"({inner})" if engine == "sglang" else f"(built as {inner})")
+            + ": that model's final norm (scripts/gen_mtp_rules.py reads the wrapper's forward)"
+        )
     _head_notes(q, facts["drafts"])
     q.notes.append(SHIFT)
     span = f"{package} {ver} ({name}: {_since(engine, name, ver)})"

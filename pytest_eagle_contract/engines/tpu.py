@@ -353,7 +353,64 @@ def _top_level(draft: DFlashDraft, key: str) -> int | None:
     return value if type(value) is int and value >= 0 else None
 
 
-def method_refusal(method: str, version: str | None) -> str:
+def resolve_mtp(num_layers: int, arch: str | None, version: str | None) -> Resolution:
+    """MTP on tpu-inference (``tpu_rules.json``'s ``mtp_targets``, 0.22.1 on):
+    ``runner/speculative_decoding_manager.py`` feeds the draft the target step's
+    ``hidden_states`` output, which on the JAX path is what the registered model's
+    ``__call__`` returns (``final_norm`` where the generator follows it to ``self.norm(x)``).
+    The JAX path is assumed (``MODEL_IMPL_TYPE`` auto, an architecture of the JAX registry not
+    in ``_VLLM_PREFERRED_ARCHITECTURES``); vLLM-path targets are refused: which vLLM release a
+    tpu-inference release runs on is stated by no file read. Raises Unservable."""
+    q = Query("tpu-inference", num_layers, None, arch, version)
+    version = q.assume(releases()[-1], "tpu-inference")
+    _TABLE.check(version, " is before the releases read")
+    rel = _dflash_row(version)
+    targets = rel.get("mtp_targets")
+    if not rel["mtp"] or targets is None:
+        raise Unservable(method_refusal("mtp", version) or "MTP not read")
+    if not arch:
+        raise Unservable("give --arch or --target-config: the state fed depends on the target")
+    where = f"tpu-inference {version}"
+    names = [str(arch), *getattr(arch, "also", ())]
+    name = next((n for n in names if n in targets), None)
+    preferred = next((n for n in names if n in rel["preferred"]), None)
+    if preferred is not None or name is None:
+        raise Unservable(
+            f"{where}: {str(arch)[:60]} runs on the vLLM path "
+            + (
+                "(_VLLM_PREFERRED_ARCHITECTURES)"
+                if preferred
+                else "(not in the JAX registry of models/common/model_loader.py)"
+            )
+            + ", where the state is vLLM's forward output; which vLLM release this "
+            "tpu-inference release runs on is stated by no file read: not followed"
+        )
+    if targets[name] != "final_norm":
+        raise Unservable(
+            f"{where}: what {name}'s JAX model returns as its hidden states was not read "
+            "(its __call__ is not followed to the final norm; docs/layers.md)"
+        )
+    q.arch = name
+    q.notes.append(
+        "the JAX path assumed: MODEL_IMPL_TYPE auto (vllm, or a runai_streamer load of a "
+        "model without a JAX weight loader, runs vLLM's model instead: not followed)"
+    )
+    drafts = [a for a in rel["jax"] if "MTP" in a]
+    q.notes.append(
+        "how the MTP draft itself loads is not followed (JAX MTP drafts registered in this "
+        f"release: {', '.join(drafts) or 'none'}; others go through vLLM's model code)"
+    )
+    return q.answer(
+        (Position(None, 0, Layer.parse("final_norm")),),
+        f"MTP: {where} runner/speculative_decoding_manager.py feeds the draft the target "
+        f"step's hidden_states output ((hidden_states, ), no aux states); {name}'s JAX "
+        "model returns it after its final norm (x = self.norm(x); tpu_rules.json "
+        "mtp_targets)",
+        None,
+    )
+
+
+def method_refusal(method: str, version: str | None) -> str | None:
     """Why ``resolve --method dflash2|dspark|mtp`` is not answered for tpu-inference."""
     version = version or releases()[-1]
     _TABLE.check(version, " is before the releases read")
@@ -370,6 +427,8 @@ def method_refusal(method: str, version: str | None) -> str:
             "not traced"
         )
     if method == "mtp":
+        if rel["mtp"] and rel.get("mtp_targets") is not None:
+            return None  # answered: resolve_mtp
         if not rel["mtp"]:
             return (
                 f"tpu-inference {version}: MTP not read: runner/speculative_decoding_manager.py "

@@ -510,6 +510,7 @@ def _method_refusal(args: argparse.Namespace) -> None:
         return
     from ..errors import Unservable
 
+    why: str | None
     try:
         if args.engine == "tpu-inference":
             from ..engines.tpu import method_refusal
@@ -521,6 +522,8 @@ def _method_refusal(args: argparse.Namespace) -> None:
             why = ascend.method_refusal(args.method, args.version, mtp.releases("vllm"))
     except Unservable as exc:
         why = str(exc)
+    if why is None:  # read: answered by the method's resolver
+        return
     raise UsageError(f"--method {args.method}: {why} (docs/layers.md)")
 
 

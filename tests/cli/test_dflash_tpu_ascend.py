@@ -101,12 +101,15 @@ def test_dflash2_and_dspark_are_refused_with_the_reason(cli, engine, method, why
 @pytest.mark.parametrize(
     ("engine", "why"),
     [
-        ("tpu-inference", "feeds an MTP draft the target step's hidden_states output"),
-        ("vllm-ascend", "vLLM 0.23.0 was not read for MTP here"),
+        # 0.22.1 on is read (tests/release/test_tpu_mtp.py); 0.21.0 has no MTP branch
+        ("tpu-inference", "tpu-inference 0.21.0: MTP not read: runner/speculative_decoding"),
+        # vllm-ascend 0.23.0 is read (tests/release/test_ascend_mtp.py); 0.18.0's path is not
+        ("vllm-ascend", "vllm-ascend 0.18.0: MTP not read: its AscendEagleProposer path"),
     ],
 )
 def test_mtp_is_refused_with_what_was_read(cli, engine, why):
-    res = cli("resolve", "--engine", engine, "--method", "mtp", "--num-layers", L)
+    version = ["--version", "0.18.0" if engine == "vllm-ascend" else "0.21.0"]
+    res = cli("resolve", "--engine", engine, "--method", "mtp", "--num-layers", L, *version)
     assert res.returncode == 2 and why in " ".join(res.stderr.split())
 
 

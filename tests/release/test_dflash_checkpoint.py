@@ -25,7 +25,7 @@ from serving_cases import resolve_json
 
 H, L, V = 64, 8, 512
 MLX_DEFAULT = [1, 8, 15, 22, 29]
-MLX_READ = ["0.6.16", "0.6.17", "0.7.0", "0.7.1", "0.7.2", "0.7.3", "0.7.4", "0.7.5",
+MLX_READ = ["0.6.15", "0.6.16", "0.6.17", "0.7.0", "0.7.1", "0.7.2", "0.7.3", "0.7.4", "0.7.5",
             "0.7.6", "0.7.8", "0.7.9", "0.7.10"]  # fmt: skip
 
 CONTRACT = """\
@@ -184,7 +184,7 @@ def test_mlx_reads_the_listed_taps(cli, tmp_path):
         (None, {}, "has a dflash_config object; this one has none"),
         ({"projector_type": "dspark"}, {}, "DSpark drafter"),
         ({}, {"architectures": ["DFlash2DraftModel"]}, "DFlash2 drafter"),
-        ({}, {"model_type": "gemma4"}, "gemma4_dflash drafter is not read"),
+        ({}, {"model_type": "llama"}, "no llama_dflash drafter in this release"),
     ],
 )
 def test_mlx_routes_other_drafts_elsewhere(cli, tmp_path, dflash_config, extra, words):
@@ -193,9 +193,14 @@ def test_mlx_routes_other_drafts_elsewhere(cli, tmp_path, dflash_config, extra, 
     assert words in " ".join(res.stdout.split() + res.stderr.split())
 
 
-def test_mlx_0_6_15_capture_is_not_read(cli, tmp_path):
-    res, _ = mlx(cli, mlx_draft(tmp_path, {}), "0.6.15")
-    assert res.returncode != 0 and "0.6.15" in res.stdout + res.stderr
+def test_mlx_0_6_15_routes_every_dflash_config_to_a_dflash_drafter(cli, tmp_path):
+    """0.6.15's utils.get_model_and_args appends _dflash to any draft with a dflash_config:
+    a DSpark marker does not route it elsewhere."""
+    res, out = mlx(
+        cli, mlx_draft(tmp_path, {"projector_type": "dspark", "target_layer_ids": [3]}), "0.6.15"
+    )
+    assert res.returncode == 0, res.stdout
+    assert out["layers"] == ["residual:4"]
 
 
 def test_check_mlx_default_against_other_trained_layers_is_ec522_error(cli, tmp_path):

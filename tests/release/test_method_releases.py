@@ -2,7 +2,7 @@
 
 Regenerates ``engines/method_rules.json`` with ``scripts/gen_method_rules.py`` from the folder
 EAGLE_CONTRACT_METHOD_WHEELS names (``pip download --no-deps`` of sglang 0.5.11-0.5.23, vllm
-0.24.0-0.34.0, mlx-vlm 0.6.15-0.7.10 and the llama-cpp-python 0.3.36 sdist) and fails where the
+0.23.0-0.34.0, mlx-vlm 0.6.15-0.7.10 and the llama-cpp-python 0.3.36 sdist) and fails where the
 committed file differs.
 """
 

@@ -154,7 +154,7 @@ def test_rules_table_pins_what_the_releases_say():
     assert releases("sglang")[0] == "0.5.11" and releases("vllm")[-1] == "0.34.0"
     assert releases("llama.cpp") == ["0.3.35", "0.3.36"]
     hooks = {r["since"]: (r["hook_v1"], r["hook_v2"]) for r in _table()["vllm"]["rows"]}
-    assert hooks["0.24.0"] == (True, False) and hooks["0.34.0"] == (False, True)
+    assert hooks["0.23.0"] == (True, False) and hooks["0.34.0"] == (False, True)
     assert row("vllm", "0.34.0")["targets"]["DeepseekV4ForCausalLM"] == "own"
     sg = row("sglang", "0.5.23")
     assert sg["prefers_before_norm"] and sg["drafts"]["DeepseekV3ForCausalLMNextN"] == [

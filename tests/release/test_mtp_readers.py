@@ -163,7 +163,7 @@ def test_table_is_folded_into_spans():
     table = _table()
     assert releases("lmdeploy") == ["0.16.0", "0.17.0", "0.18.0"]
     assert releases("mlx")[0] == "0.6.15" and releases("mlx")[-1] == "0.7.10"
-    assert table["vllm"]["targets"]["DeepseekV3ForCausalLM"] == [["0.24.0", None, "final_norm"]]
+    assert table["vllm"]["targets"]["DeepseekV3ForCausalLM"] == [["0.23.0", None, "final_norm"]]
     assert all("targets" not in r for e in ("sglang", "vllm", "lmdeploy", "mlx")
                for r in table[e]["rows"])  # fmt: skip
     assert row("lmdeploy", "0.18.0")["proposers"] == ["deepseek_mtp", "hy3_mtp", "qwen3_5_mtp"]

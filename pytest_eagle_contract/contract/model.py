@@ -384,18 +384,20 @@ def _build(data: dict[str, Any], path: Path, lines: dict[str, int]) -> Contract:
 def _method_served(method: str, engine: str, r: _Reading) -> None:
     """A problem where no rules of ``engine`` for ``method`` are read here: its checks would
     otherwise resolve the draft's taps by another method's rules."""
-    from ..methods import EAGLE3_ENGINES, METHOD_ENGINES, get_method
+    from ..methods import EAGLE3_ENGINES, METHOD_ENGINES, SOURCE_READ, get_method
 
     m = get_method(method)
     served = METHOD_ENGINES.get(engine, ())
     if method in served:  # engines/method_engines.py's rules
         return
     if engine in METHOD_ENGINES and not m.serves(engine):
-        also = " and eagle3 (engines/lmdeploy.py)" if engine in EAGLE3_ENGINES else ""
+        also = " and eagle3" if engine in EAGLE3_ENGINES else ""
+        also += " and mtp (engines/mtp.py)" if get_method("mtp").serves(engine) else ""
+        where = "source" if engine in SOURCE_READ else "wheels"
         r.problem(
             "serving.engine" if "method" not in r.lines else "method",
             f"{engine} serves method {' / '.join(served)}{also} here (its rules for those are "
-            f"read from its wheels, docs/layers.md); not {method}"
+            f"read from its {where}, docs/layers.md); not {method}"
             + (
                 " (the default: the contract has no method: line)"
                 if "method" not in r.lines

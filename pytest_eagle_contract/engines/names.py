@@ -15,7 +15,9 @@ SOURCE_ONLY_ENGINE_NAMES: tuple[str, ...] = ("ollama",)
 """Engines read from source for some methods only (engines/source_methods.py): ollama's
 DFlash and MTP."""
 
-METHOD_ONLY_ENGINE_NAMES: tuple[str, ...] = (*METHOD_ONLY_ENGINES, *SOURCE_ONLY_ENGINE_NAMES)
+METHOD_ONLY_ENGINE_NAMES: tuple[str, ...] = tuple(
+    dict.fromkeys((*METHOD_ONLY_ENGINES, *SOURCE_ONLY_ENGINE_NAMES))
+)
 """Engines read for some methods only, not EAGLE-3 (onnxruntime-genai, lmdeploy): what
 ``resolve --engine`` takes beside the serving engines, for ``--method`` one they serve."""
 

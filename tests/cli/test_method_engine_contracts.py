@@ -150,7 +150,9 @@ def test_onnxruntime_genai_mtp_feeds_the_final_norm(cli, tmp_path, shards):
     assert report["findings"][0]["found"] == "final_norm"
 
 
-@pytest.mark.parametrize("engine,method", [(ORTG, None), (ORTG, "eagle3"), ("lmdeploy", "mtp")])
+@pytest.mark.parametrize(
+    "engine,method", [(ORTG, None), (ORTG, "eagle3"), ("lmdeploy", "dspark")]
+)  # lmdeploy's MTP: tests/cli/test_source_engine_contracts.py
 def test_a_method_they_do_not_serve_is_a_usage_error(cli, tmp_path, shards, engine, method):
     c = setup(tmp_path, shards, engine, method, QWEN35, dflash(GOOD_TAPS))
     res = cli("check", c, "--checks", "layout")

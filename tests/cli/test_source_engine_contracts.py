@@ -1,6 +1,6 @@
 """A contract served by an engine whose method rules are read from source (sglang-jax DFlash
 and MTP, ATOM DSpark and MTP, ollama DFlash and MTP, TensorRT-LLM DFlash and standalone
-DSpark) or by lmdeploy's MTP, driven from outside: real shards, drafts and contracts on disk,
+DSpark), by lmdeploy's MTP or by tpu-inference's / vllm-ascend's DFlash, driven from outside: real shards, drafts and contracts on disk,
 ``eagle-contract check``, ``matrix``, ``doctor`` and ``resolve --want`` as subprocesses
 (issue 38).
 
@@ -96,6 +96,10 @@ CASES = [  # engine, method, target arch, the draft config for taps
     ("atom", "dspark", "DeepseekV3ForCausalLM", atom_dspark),
     ("trtllm", "dflash", QWEN3, dflash),
     ("trtllm", "dspark", QWEN3, dspark),
+    # read from their releases (engines/tpu.py, engines/ascend.py): a contract without
+    # serving.version is the newest release read in matrix, not a release named 'any'
+    ("tpu-inference", "dflash", QWEN3, dflash),
+    ("vllm-ascend", "dflash", QWEN3, dflash),
 ]
 IDS = [f"{e}-{m}-{a}" for e, m, a, _ in CASES]
 

@@ -159,6 +159,12 @@ def render(rows: Sequence[Row], trained: Sequence[Layer]) -> str:
         if r.refused is not None:
             where = "" if r.label in r.refused else f" {r.engine.title} {r.label}:"
             lines.append(f"refused:{where} {r.refused}")
+    if any(v == "main" or v.startswith("main@") for r in rows for v in r.versions):
+        lines.append(
+            "main@<sha>: that commit of the engine's main branch, read from source; main: "
+            "TensorRT-LLM's main read\n  through a code index; no release checked for either "
+            "(docs/layers.md, 'Methods read from source')"
+        )
     return "\n".join(lines)
 
 

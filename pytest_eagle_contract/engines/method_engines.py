@@ -479,7 +479,8 @@ def rows(
                 res = resolve(name, method, num_layers, data, ids, arch, v)
             except (Unservable, EagleContractError) as exc:
                 fix = taps_for(name, method, num_layers, want, data, arch, v)
-                cells[v] = (None, relabel(str(exc), v, "\x00"), (), False, fix, asked)
+                why = relabel(str(exc), v.removeprefix("main@"), "\x00")  # the sha it names
+                cells[v] = (None, why, (), False, fix, asked)
                 continue
             said[v] = res.ids
             same = res.layers == want

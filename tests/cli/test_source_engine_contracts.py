@@ -1,8 +1,8 @@
 """A contract served by an engine whose method rules are read from source (sglang-jax DFlash
 and MTP, ATOM DSpark and MTP, ollama DFlash and MTP, TensorRT-LLM DFlash and standalone
-DSpark), by lmdeploy's MTP or by tpu-inference's / vllm-ascend's DFlash, driven from outside: real shards, drafts and contracts on disk,
-``eagle-contract check``, ``matrix``, ``doctor`` and ``resolve --want`` as subprocesses
-(issue 38).
+DSpark), by lmdeploy's MTP or by tpu-inference's / vllm-ascend's DFlash, driven from
+outside: real shards, drafts and contracts on disk, ``eagle-contract check``, ``matrix``,
+``doctor`` and ``resolve --want`` as subprocesses (issue 38).
 
 The expected layers are docs/layers.md's statement of the engines' rules, not the tool's
 output: each of these DFlash / DSpark paths captures tap t as the output of target layer t
@@ -251,6 +251,8 @@ def test_a_dflash_matrix_carries_the_source_engines_rows(cli, tmp_path, shards):
     assert ("trtllm", "main") in versions
     assert ("ollama", "v0.32.15") in versions
     assert ("lmdeploy", "0.18.0") in versions  # lmdeploy's DFlash, from its wheels
+    said = fold(cli("matrix", c).stdout)  # the text names a snapshot read as such
+    assert "main@cddbf6f1" in said and "no release checked" in said
 
 
 def test_an_mtp_matrix_carries_lmdeploy_and_the_source_engines(cli, tmp_path, shards):

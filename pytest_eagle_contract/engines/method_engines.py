@@ -430,7 +430,7 @@ def taps_for(
         return None
     for back in (1, 0):
         taps = tuple(x.index - back for x in wanted)
-        if min(taps) < 0:
+        if min(taps) < -1:  # -1: the embedding where the engine says so (ATOM's DSpark)
             continue
         try:
             res = resolve(engine_name, method, num_layers, data, taps, arch, version)

@@ -15,6 +15,7 @@ from .schema_copy import schema_current, write_schema
 
 if TYPE_CHECKING:
     from ..engines.base import Resolution
+    from ..layers import Layer
 
 
 def inspect(args: argparse.Namespace) -> int:
@@ -729,9 +730,8 @@ def _want_method(args: argparse.Namespace, method: str) -> int:
     }
     taps = found[versions[0]] if len(set(found.values())) == 1 else None
     key = method_engines.tap_key(args.engine, method)
-    label = method_engines.named(
-        args.engine, args.version, method_engines.assumed(args.engine, method)
-    )  # a source snapshot says so
+    asked = args.version or method_engines.assumed(args.engine, method)
+    label = method_engines.named(args.engine, asked, asked)  # a source snapshot says so
     if args.json:
         print(
             to_json(
@@ -750,13 +750,35 @@ def _want_method(args: argparse.Namespace, method: str) -> int:
         )
     elif taps is None:
         print(
-            f"no one tap list makes {label} feed {', '.join(map(str, wanted))}: "
-            + ", ".join(f"{v}: {'none' if t is None else list(t)}" for v, t in found.items()),
+            f"no one tap list makes {label} feed {', '.join(map(str, wanted))}"
+            + (
+                ": "
+                + ", ".join(f"{v}: {'none' if t is None else list(t)}" for v, t in found.items())
+                if versions != [None]
+                else ""
+            )
+            + _want_why(args, method, wanted, versions[0]),
             file=sys.stderr,
         )
     else:
         print(f"{label} feeds {', '.join(map(str, wanted))} with {key} = {list(taps)}")
     return EXIT_OK if taps is not None else EXIT_FINDINGS
+
+
+def _want_why(
+    args: argparse.Namespace, method: str, wanted: Sequence[Layer], version: str | None
+) -> str:
+    """Why the engine refuses the taps of layer t's output for ``wanted`` (tap t =
+    ``residual:t+1``), where it does: a target it does not serve, ids out of range, ..."""
+    from ..engines import method_engines
+    from ..errors import EagleContractError, Unservable
+
+    taps = [x.index - 1 for x in wanted]
+    try:
+        method_engines.resolve(args.engine, method, args.num_layers, None, taps, args.arch, version)
+    except (Unservable, EagleContractError) as exc:
+        return f" (taps {taps}: {exc})"
+    return ""
 
 
 def _want_family(args: argparse.Namespace) -> int:

@@ -328,3 +328,22 @@ def test_resolve_want_of_mtp_is_a_usage_error(cli):
         "--num-layers", L, "--want", "final_norm",
     )  # fmt: skip
     assert res.returncode == 2 and "no tap list" in fold(res.stderr)
+
+
+def test_resolve_want_the_embedding_where_the_engine_taps_it(cli):
+    """ATOM's DSpark id -1 is the embedding: --want embed answers it."""
+    res = cli(
+        "resolve", "--engine", "atom", "--method", "dspark", "--num-layers", L,
+        "--want", "embed", "residual:4", "--json",
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["taps"] == [-1, 3]
+
+
+def test_resolve_want_says_why_none_does(cli):
+    res = cli(
+        "resolve", "--engine", "ollama", "--method", "dflash", "--arch", QWEN3,
+        "--num-layers", L, "--want", "residual:2", "residual:4",
+    )  # fmt: skip
+    assert res.returncode == 1
+    assert "not read there as a DFlash target" in fold(res.stderr)

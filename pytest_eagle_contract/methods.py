@@ -254,6 +254,13 @@ METHODS: dict[str, Method] = by_name(
 )
 
 
+def contract_engines(method: str) -> tuple[str, ...]:
+    """Every engine a contract takes as its ``serving.engine`` for ``method``: the method's
+    own (``Method.engines``), then the METHOD_ENGINES that serve it."""
+    own = get_method(method).engines
+    return own + tuple(e for e, ms in METHOD_ENGINES.items() if method in ms and e not in own)
+
+
 def method_of_format(shard_format: str) -> str | None:
     """The method whose trainers alone write ``shard_format`` (SpecForge's DFlash and DSpark
     captures), None for a format every method's trainers share."""

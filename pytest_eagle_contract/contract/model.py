@@ -384,7 +384,7 @@ def _build(data: dict[str, Any], path: Path, lines: dict[str, int]) -> Contract:
 def _method_served(method: str, engine: str, r: _Reading) -> None:
     """A problem where no rules of ``engine`` for ``method`` are read here: its checks would
     otherwise resolve the draft's taps by another method's rules."""
-    from ..methods import EAGLE3_ENGINES, METHOD_ENGINES, SOURCE_READ, get_method
+    from ..methods import EAGLE3_ENGINES, METHOD_ENGINES, SOURCE_READ, contract_engines, get_method
 
     m = get_method(method)
     served = METHOD_ENGINES.get(engine, ())
@@ -407,17 +407,18 @@ def _method_served(method: str, engine: str, r: _Reading) -> None:
         return
     if m.serves(engine):
         return
+    takes = ", ".join(contract_engines(method))
     if m.engines and method == "mtp":
         r.problem(
             "serving.engine",
             f"{engine}: MTP not read: which target state it feeds an MTP head was not read "
-            f"here; read for {', '.join(m.engines)} (docs/mtp.md)",
+            f"here; read for {takes} (docs/mtp.md)",
         )
     elif m.engines:
         r.problem(
             "serving.engine",
             f"{engine}: no {m.title} tap rules are read here; method {method} is resolved "
-            f"for {', '.join(m.engines)} (docs/methods.md)",
+            f"for {takes} (docs/methods.md)",
         )
     else:
         r.problem("method", f"{m.title}: {m.rules_note}; give no serving section (docs/methods.md)")

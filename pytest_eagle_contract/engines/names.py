@@ -18,7 +18,7 @@ DFlash and MTP."""
 METHOD_ONLY_ENGINE_NAMES: tuple[str, ...] = tuple(
     dict.fromkeys((*METHOD_ONLY_ENGINES, *SOURCE_ONLY_ENGINE_NAMES))
 )
-"""Engines read for some methods only, not EAGLE-3 (onnxruntime-genai, lmdeploy): what
+"""Engines read for some methods only, not EAGLE-3 (onnxruntime-genai, ollama): what
 ``resolve --engine`` takes beside the serving engines, for ``--method`` one they serve."""
 
 TRAINER_NAMES: tuple[str, ...] = ("specforge", "speculators-v1", "speculators", "eagle", "hf")

@@ -72,9 +72,11 @@ METHOD_ENGINES: dict[str, tuple[str, ...]] = {
     "sglang-jax": ("dflash", "mtp"),
     "atom": ("dspark", "mtp"),
     "trtllm": ("dflash", "dspark"),
+    "mistralrs": ("dflash", "dflash2", "mtp"),
+    "openvino": ("dflash",),
 }
 # those of them whose rules are read from source, not from wheels
-SOURCE_READ: tuple[str, ...] = ("ollama", "sglang-jax", "atom", "trtllm")
+SOURCE_READ: tuple[str, ...] = ("ollama", "sglang-jax", "atom", "trtllm", "mistralrs", "openvino")
 # those of them that serve no EAGLE-3: every EAGLE-3 command refuses them
 METHOD_ONLY_ENGINES: dict[str, tuple[str, ...]] = {
     k: v for k, v in METHOD_ENGINES.items() if k not in EAGLE3_ENGINES

@@ -2,10 +2,13 @@
 engines/source_method_rules.json.
 
     python scripts/gen_source_method_rules.py --sglang-jax REPO --atom REPO --ollama REPO
-        [--out FILE] [--check]
+        --mistralrs REPO --openvino REPO [--optimum-intel WHEEL] [--out FILE] [--check]
 
-Each REPO is a git clone (sgl-project/sglang-jax, ROCm/ATOM, ollama/ollama). Every tag read
-(sglang-jax and ATOM: all tags; ollama: the release tags from v0.23.0, no ``-rc``) and the
+Each REPO is a git clone (sgl-project/sglang-jax, ROCm/ATOM, ollama/ollama,
+EricLBuehler/mistral.rs, openvinotoolkit/openvino.genai); WHEEL is optimum-intel 2.2.0's
+wheel (read with zipfile; without it the committed optimum-intel block is kept). Every tag read
+(sglang-jax and ATOM: all tags; ollama: the release tags from v0.23.0, no ``-rc``; mistral.rs:
+v0.8.0 on; openvino.genai: the 2026.x.y.z release tags) and the
 commit REPO's HEAD is at are read with ``git show``, ``git grep`` and ast; nothing is checked
 out, built, imported or run. Per ref and method, the facts below are recognised by the
 structure of the code; a file whose structure is not recognised leaves that method out for
@@ -36,6 +39,26 @@ that ref (the table says "none"), so a changed file never turns into a made-up r
 - ollama MTP (``x/mlxrunner/mtp.go``): the runner hands the drafter the target's
   ``auxHidden`` output; the targets whose ``Forward`` returns ``out, out`` with ``out`` the
   final norm's output: ``final_norm``.
+
+- mistral.rs DFlash / DFlash2 (``mistralrs-core/src/speculative/dflash.rs``): ids from
+  ``dflash_config.target_layer_ids`` (usize), else the fallback over the draft's
+  ``num_target_layers`` (``[T/2]`` for one draft layer, else the rounded spacing over
+  ``[1, T-3]``), an id >= L refused at load; DFlash2 = an architecture naming ``DFlash2``,
+  needing ``selector_rank`` and ``conv_group_size``; the targets whose model folder has
+  ``attach_dflash`` and whose ``text.rs`` pushes ``xs`` after the layer's residual add for
+  the listed layers (the architectures the multimodal loader maps to that model).
+- mistral.rs MTP: the model folders (Gemma-4, Qwen3.5) with an ``mtp.rs`` head reading
+  ``target_hidden`` whose ``text.rs`` stores the final norm's output: ``final_norm``.
+- openvino.genai DFlash (``speculative_decoding/dflash_model_transforms.cpp``): the draft
+  IR's rt_info ``dflash.target_layer_ids`` (asserted present and non-empty); the target IR's
+  ``hidden_states_decoder_layers`` annotation (each id looked up; a duplicate output
+  refused), else the EAGLE-3 finder (``layers.k/``'s residual Add after the MLP), both in the
+  list's order. MTP: ``stateful/gemma4_mtp_strategy.cpp`` feeds the target IR's
+  ``mtp_last_hidden_state`` output (its state is the exporter's: not read).
+- optimum-intel 2.2.0 (the exporter of the IRs above): it copies
+  ``dflash_config.target_layer_ids`` into the draft IR (refusing a draft without it) and
+  annotates, for the model types it lists, layer k < L - 1 as the value entering block
+  k + 1 and layer L - 1 as lm_head's input.
 
 TensorRT-LLM (PyTorch backend and AutoDeploy) cannot be cloned here (a 2.5 GB repository);
 its facts, read file by file through a code index from stored versions of its main branch, are
@@ -368,6 +391,282 @@ def _ollama_tags(tag: str) -> bool:
     return m is not None and (int(m.group(1)), int(m.group(2))) >= (0, 23)
 
 
+# --- mistral.rs -------------------------------------------------------------------------
+MRS = "mistralrs-core/src/"
+MRS_TARGETS = {  # model folder (vision_models/) -> the loader variant whose archs it serves
+    "qwen3_5": "Qwen3_5",
+    "gemma4": "Gemma4",
+}
+
+
+def _flat(text: str) -> str:
+    return re.sub(r"\s+", "", text)
+
+
+def _rs_archs(repo: Path, ref: str, variant: str) -> list[str]:
+    """The architectures the multimodal loader maps to ``Self::variant`` (its match arms on
+    ``architectures``; the lower-case model-type arms left out)."""
+    text = git(repo, "show", f"{ref}:{MRS}pipeline/loaders/multimodal_loaders.rs", check=False)
+    archs: list[str] = []
+    for m in re.finditer(r'((?:"\w+"\s*\|\s*)*"\w+")\s*=>\s*Ok\(Self::' + variant + r"\)", text):
+        archs += [n for n in re.findall(r'"(\w+)"', m.group(1)) if n[:1].isupper()]
+    return sorted(set(archs))
+
+
+def _mrs_dflash(repo: Path, ref: str) -> Facts | None:
+    text = _flat(git(repo, "show", f"{ref}:{MRS}speculative/dflash.rs", check=False))
+    if not text:
+        return None
+    needed = (
+        "pub target_layer_ids: Option<Vec<usize>>,",
+        "if let Some(ids) = &self.dflash_config.target_layer_ids { return Ok(ids.clone()); }",
+        'bail!("DFlash config has neither target_layer_ids nor num_target_layers");',
+        "let n = self.num_hidden_layers;",
+        "if n == 1 { return Ok(vec![num_target_layers / 2]); }",
+        "let (start, end) = (1, num_target_layers - 3);",
+        ".map(|i| start + (i * (end - start) + (n - 1) / 2) / (n - 1))",
+        "if *max >= target_num_layers {",
+        '"DFlash taps target layer {max} but the target has {target_num_layers} layers"',
+        '.any(|a| a.contains("DFlash") || a.contains("Dflash"))',
+    )
+    if not all(_flat(n) in text for n in needed):
+        return None
+    v2 = all(
+        _flat(n) in text
+        for n in (
+            'fn is_v2(&self) -> bool { self.architectures.iter().any(|a| a.contains("DFlash2")) }',
+            '"DFlash2 config has no selector_rank"',
+            '"DFlash2 config has no conv_group_size"',
+        )
+    )
+    targets = []
+    files = git(repo, "grep", "-l", "fn attach_dflash", ref, "--", MRS + "vision_models")
+    for line in sorted(files.split()):
+        name = line.partition(":")[2]
+        folder = name.removeprefix(MRS + "vision_models/").partition("/")[0]
+        spec = _flat(git(repo, "show", f"{ref}:{name}"))
+        model = git(repo, "show", f"{ref}:{MRS}vision_models/{folder}/text.rs", check=False)
+        if folder not in MRS_TARGETS:
+            return None
+        if _flat(".set_dflash_tap_layers(drafter.target_layer_ids.clone());") not in spec:
+            return None
+        if (
+            _flat("if capture.taps.len() != drafter.target_layer_ids.len() { return Ok(None); }")
+            not in spec
+        ):
+            return None
+        # the tap: xs after the layer's residual add (fused with the next layer's norm or
+        # not), pushed in the layer loop when the layer index is in the list
+        fused = re.search(
+            r"let \(hidden, normed\) = layer_output\.add_and_norm\(next_norm\)\?;\s*xs = hidden;",
+            model,
+        ) and re.search(r"xs = layer_output\.add\(\)\?;", model)
+        plain = (
+            re.search(r"xs = layer\.forward_attention\(", model)
+            and re.search(r"xs = layer\.forward_linear\w*\(", model)
+            and len(re.findall(r"ffn_out \+ residual\n    \}", model)) >= 2
+        )
+        if not (fused or plain):
+            return None
+        if not re.search(
+            r"if capture_taps && tap_layers\.contains\(&i\) \{\s*taps_all\.push\(xs\.to_device\(",
+            model,
+        ):
+            return None
+        targets.append(
+            {
+                "archs": _rs_archs(repo, ref, MRS_TARGETS[folder]),
+                "file": f"{MRS}vision_models/{folder}/text.rs",
+            }
+        )
+    if not targets:
+        return None
+    return {
+        "file": MRS + "speculative/dflash.rs",
+        "keys": ["dflash_config.target_layer_ids"],
+        "fallback": "num_target_layers",  # n = 1: [T // 2]; else round-half-up over [1, T - 3]
+        "plus": 1,
+        "order": "layer",
+        "repeated": "no-draft",  # taps fewer than ids: the proposer returns no draft
+        "v2": {"arch_contains": "DFlash2", "needs": ["selector_rank", "conv_group_size"]}
+        if v2
+        else None,
+        "targets": targets,
+    }
+
+
+def _mrs_mtp(repo: Path, ref: str) -> Facts | None:
+    targets = []
+    files = git(repo, "ls-tree", "-r", "--name-only", ref, "--", MRS + "vision_models")
+    for name in sorted(files.split()):
+        if not name.endswith("/mtp.rs"):
+            continue
+        folder = name.removeprefix(MRS + "vision_models/").partition("/")[0]
+        if folder not in MRS_TARGETS:
+            continue
+        model = git(repo, "show", f"{ref}:{MRS}vision_models/{folder}/text.rs", check=False)
+        head = git(repo, "show", f"{ref}:{name}")
+        if "target_hidden" not in head:
+            continue
+        # the state stored for the MTP head: the final norm's output (fused into the last
+        # layer's add or applied after the loop), before lm_head
+        if folder == "qwen3_5":
+            ok = (
+                re.search(
+                    r"_ => xs\.to_device\(&self\.device\)\?\.apply\(&self\.norm\)\?,\s*\};", model
+                )
+                or re.search(r"let xs = xs\.apply\(&self\.norm\)\?;\s*let store_spec", model)
+            ) and re.search(r"SpecCapture \{\s*hidden: xs\.clone\(\),", model)
+            spec = git(repo, "show", f"{ref}:{MRS}vision_models/{folder}/speculative.rs")
+            ok = ok and "capture.hidden" in spec
+        else:
+            ok = re.search(
+                r"xs\.to_device\(&self\.device\)\?\.apply\(&self\.norm\)\?\s*\};", model
+            ) and re.search(
+                r"last_spec_hidden\.lock\(\) \{\s*\*hidden = Some\(xs\.clone\(\)\);", model
+            )
+            hands = git(repo, "show", f"{ref}:{MRS}vision_models/{folder}/mod.rs", check=False)
+            ok = ok and "self.language_model.last_spec_hidden()" in hands
+        if ok:
+            targets.append(
+                {
+                    "archs": _rs_archs(repo, ref, MRS_TARGETS[folder]),
+                    "file": f"{MRS}vision_models/{folder}/text.rs",
+                    "head": name,
+                    "state": "final_norm",
+                }
+            )
+    return {"targets": targets} if targets else None
+
+
+def mistralrs(repo: Path, ref: str) -> Facts:
+    return {"dflash": _mrs_dflash(repo, ref), "mtp": _mrs_mtp(repo, ref)}
+
+
+def _mistralrs_tags(tag: str) -> bool:
+    m = re.fullmatch(r"v(\d+)\.(\d+)\.(\d+)", tag)
+    return m is not None and (int(m.group(1)), int(m.group(2))) >= (0, 8)
+
+
+# --- OpenVINO GenAI ---------------------------------------------------------------------
+OVG = "src/cpp/src/"
+
+
+def _ov_dflash(repo: Path, ref: str) -> Facts | None:
+    text = git(
+        repo, "show", f"{ref}:{OVG}speculative_decoding/dflash_model_transforms.cpp", check=False
+    )
+    eagle = git(
+        repo, "show", f"{ref}:{OVG}speculative_decoding/eagle3_model_transforms.cpp", check=False
+    )
+    if not text:
+        return None
+    flat, eflat = _flat(text), _flat(eagle)
+    needed = (
+        'get_rt_info_value<std::string>(model, {"dflash", "target_layer_ids"})',
+        'properties["dflash_target_layer_ids"] = parse_layer_ids(*target_layer_ids);',
+        '"DFlash draft model is missing dflash_target_layer_ids RT info."',
+        '"DFlash target_layer_ids cannot be empty."',
+        'DFLASH_HIDDEN_STATES_RT_INFO_KEY = "hidden_states_decoder_layers"',
+        "const auto key = std::to_string(layer_id); const auto& locator = layers.at(key);",
+        '"Duplicate producer/output locator for requested decoder layers: "',
+        '"Malformed hidden-state annotation metadata: "',
+        "outputs = eagle3::find_decoder_layer_hidden_state_outputs(model, target_layer_ids);",
+        "outputs.size() == target_layer_ids.size()",
+    )
+    if not all(_flat(n) in flat for n in needed):
+        return None
+    fallback = (
+        'patterns.emplace_back("layers." + std::to_string(idx) + "/");',
+        "ov::is_type<ov::op::v1::Multiply>(matmul_input)",
+        "ordered_outputs.push_back(residual_outputs[idx]);",
+    )
+    if not all(_flat(n) in eflat for n in fallback):
+        return None
+    return {
+        "file": OVG + "speculative_decoding/dflash_model_transforms.cpp",
+        "key": "dflash.target_layer_ids",  # the draft IR's rt_info
+        "annotation": "hidden_states_decoder_layers",  # the target IR's rt_info
+        "fallback": "eagle3",  # find_decoder_layer_hidden_state_outputs: layer k's residual add
+        "plus": 1,
+        "order": "list",
+        "missing": "refused",
+    }
+
+
+def _ov_mtp(repo: Path, ref: str) -> Facts | None:
+    name = f"{OVG}speculative_decoding/stateful/gemma4_mtp_strategy.cpp"
+    text = git(repo, "show", f"{ref}:{name}", check=False)
+    if not text:
+        return None
+    if 'output.hidden_states = m_request.get_tensor("mtp_last_hidden_state");' not in text:
+        return None
+    return {
+        "targets": [
+            {
+                "file": name,
+                "model": "Gemma-4",
+                "output": "mtp_last_hidden_state",
+            }
+        ]
+    }
+
+
+def openvino(repo: Path, ref: str) -> Facts:
+    return {"dflash": _ov_dflash(repo, ref), "mtp": _ov_mtp(repo, ref)}
+
+
+def _openvino_tags(tag: str) -> bool:
+    return re.fullmatch(r"\d{4}\.\d+\.\d+\.\d+", tag) is not None and tag >= "2026"
+
+
+# optimum-intel (a wheel: zipfile, nothing imported): what it writes into the IRs that
+# openvino.genai reads for DFlash
+OI_FILES = {
+    "convert": "optimum/exporters/openvino/convert.py",
+    "annotations": "optimum/exporters/openvino/utils_annotations.py",
+    "configs": "optimum/exporters/openvino/model_configs.py",
+}
+
+
+def optimum_intel(wheel: Path) -> Facts:
+    import zipfile
+
+    with zipfile.ZipFile(wheel) as z:
+        text = {k: z.read(v).decode("utf-8") for k, v in OI_FILES.items()}
+    version = re.search(r"optimum_intel-([^-]+)-", wheel.name)
+    needed = (
+        (
+            "convert",
+            'model.set_rt_info(",".join(map(str, dflash_config["target_layer_ids"])), '
+            '["dflash", "target_layer_ids"])',
+        ),
+        ("configs", "DFlash export requires non-empty dflash_config['target_layer_ids']."),
+        ("annotations", 'hidden_states_rt_info_key = "hidden_states_decoder_layers"'),
+        ("annotations", "for layer_id in range(len(decoder_modules) - 1):"),
+        ("annotations", "scope_prefix + decoder_modules[layer_id + 1],"),
+        ("annotations", "locators[len(decoder_modules) - 1] = {"),
+        (
+            "annotations",
+            "final_output = _lm_head_input(ops, scope_prefix + lm_head_module, hidden_size)",
+        ),
+    )
+    for key, what in needed:
+        if what not in text[key]:
+            raise SystemExit(f"{wheel.name}: {OI_FILES[key]} lacks {what!r}")
+    types = re.search(r"model_type\", None\) in \{([^}]*)\}", text["convert"])
+    if types is None:
+        raise SystemExit(f"{wheel.name}: no annotated model types in {OI_FILES['convert']}")
+    return {
+        "version": version.group(1) if version else wheel.name,
+        "files": dict(OI_FILES),
+        "draft_key": "dflash_config.target_layer_ids",
+        "annotated_model_types": sorted(re.findall(r'"(\w+)"', types.group(1))),
+        "layer": "layer k < L - 1: the output crossing from decoder block k into block k + 1 "
+        "(residual:k+1); layer L - 1: the input of lm_head (final_norm)",
+    }
+
+
 # --- TensorRT-LLM (read through the code index; no clone) -------------------------------
 TRTLLM: Facts = {
     "read": "stored versions of NVIDIA/TensorRT-LLM's main branch through a code index (no "
@@ -422,6 +721,8 @@ SOURCES = (  # (table key, --option, repo on GitHub, derive, which tags are rele
     ("sglang-jax", "sglang_jax", "sgl-project/sglang-jax", sglang_jax, lambda t: True),
     ("atom", "atom", "ROCm/ATOM", atom, lambda t: True),
     ("ollama", "ollama", "ollama/ollama", ollama, _ollama_tags),
+    ("mistralrs", "mistralrs", "EricLBuehler/mistral.rs", mistralrs, _mistralrs_tags),
+    ("openvino", "openvino", "openvinotoolkit/openvino.genai", openvino, _openvino_tags),
 )
 
 
@@ -445,10 +746,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.add_argument(
             f"--{option.replace('_', '-')}", type=Path, required=True, help=f"a git clone of {name}"
         )
+    parser.add_argument(
+        "--optimum-intel",
+        type=Path,
+        help="the optimum-intel wheel (pip download --no-deps optimum-intel==2.2.0); without it "
+        "the committed optimum-intel block is kept",
+    )
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--check", action="store_true")
     args = parser.parse_args(argv)
-    old = json.loads(args.out.read_text("utf-8")) if args.check else {}
+    old = json.loads(args.out.read_text("utf-8")) if args.check or not args.optimum_intel else {}
     table: dict[str, Any] = {"trtllm": TRTLLM}
     count = 0
     for key, option, name, derive, is_release in SOURCES:
@@ -468,6 +775,12 @@ def main(argv: list[str] | None = None) -> int:
             "read": refs,
             "rows": _fold(derive, repo, refs),
         }
+    if args.optimum_intel is not None:
+        table["optimum-intel"] = optimum_intel(args.optimum_intel)
+    elif "optimum-intel" in old:
+        table["optimum-intel"] = old["optimum-intel"]
+    else:
+        raise SystemExit("--optimum-intel WHEEL: the table has no optimum-intel block yet")
     return write_or_check(table, args.out, args.check, f"{count} refs", "the source")
 
 

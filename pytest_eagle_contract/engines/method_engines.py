@@ -19,7 +19,8 @@ Their rules are ``method_engines_rules.json``, written by ``scripts/read_engine_
   without ids it falls back to SGLang's formula (EC522, as SGLang's guess is reported).
 
 The engines read from source (``methods.SOURCE_READ``: sglang-jax DFlash and MTP, ATOM DSpark
-and MTP, ollama DFlash and MTP, TensorRT-LLM DFlash and standalone DSpark) are answered by
+and MTP, ollama DFlash and MTP, TensorRT-LLM DFlash and standalone DSpark, mistral.rs DFlash,
+DFlash2 (on its DFlash rows) and MTP, OpenVINO GenAI DFlash) are answered by
 ``source_methods.py``'s rules through the same functions here (``resolve``, ``versions``,
 ``rows``, ``taps_for``), so a contract naming them is checked, tabled and doctored as the
 wheel-read ones are. Their refs are release tags and a snapshot commit, written in ``matrix``
@@ -69,7 +70,8 @@ def _source_refs(engine: str, method: str) -> list[str]:
     if engine == "trtllm":
         return ["main"] if method in METHOD_ENGINES["trtllm"] else []
     snap = source_methods.table()[engine]["snapshot"]["commit"]
-    return [f"main@{r[:8]}" if r == snap else r for r in source_methods.releases(engine, method)]
+    rows_of = "dflash" if method == "dflash2" else method  # DFlash2 rides DFlash's rows there
+    return [f"main@{r[:8]}" if r == snap else r for r in source_methods.releases(engine, rows_of)]
 
 
 def assumed(engine: str, method: str) -> str | None:

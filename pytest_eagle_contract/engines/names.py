@@ -11,14 +11,14 @@ from ..methods import EAGLE3_ENGINES, METHOD_ONLY_ENGINES
 SERVING_ENGINE_NAMES: tuple[str, ...] = EAGLE3_ENGINES
 """The serving engines (every one serves EAGLE-3): what ``--engine`` takes in every command."""
 
-SOURCE_ONLY_ENGINE_NAMES: tuple[str, ...] = ("ollama",)
+SOURCE_ONLY_ENGINE_NAMES: tuple[str, ...] = ("ollama", "mistralrs")
 """Engines read from source for some methods only (engines/source_methods.py): ollama's
-DFlash and MTP."""
+DFlash and MTP, mistral.rs's DFlash, DFlash2 and MTP."""
 
 METHOD_ONLY_ENGINE_NAMES: tuple[str, ...] = tuple(
     dict.fromkeys((*METHOD_ONLY_ENGINES, *SOURCE_ONLY_ENGINE_NAMES))
 )
-"""Engines read for some methods only, not EAGLE-3 (onnxruntime-genai, ollama): what
+"""Engines read for some methods only, not EAGLE-3 (onnxruntime-genai, ollama, mistralrs): what
 ``resolve --engine`` takes beside the serving engines, for ``--method`` one they serve."""
 
 TRAINER_NAMES: tuple[str, ...] = ("specforge", "speculators-v1", "speculators", "eagle", "hf")

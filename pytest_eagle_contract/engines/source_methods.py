@@ -1,7 +1,8 @@
 """The drafts that read the target's hidden states (DFlash, DFlash2, DSpark, PARD, MTP) on the
 engines whose rules are read from source: TensorRT-LLM (PyTorch backend), TRT-LLM AutoDeploy,
-sglang-jax, ROCm ATOM and ollama. ``source_method_rules.json`` is written by
-``scripts/gen_source_method_rules.py`` (docs/layers.md, "Methods per engine and release"):
+sglang-jax, ROCm ATOM, ollama, mistral.rs and OpenVINO GenAI. ``source_method_rules.json`` is
+written by ``scripts/gen_source_method_rules.py`` (docs/layers.md, "Methods per engine and
+release"):
 
 - sglang-jax (main cddbf6f1 for DFlash; every tag and main for MTP): the target worker reads
   the *draft's* ``dflash_config.target_layer_ids`` (else its top-level ``target_layer_ids``)
@@ -17,6 +18,17 @@ sglang-jax, ROCm ATOM and ollama. ``source_method_rules.json`` is written by
   ``dflash_config.target_layer_ids`` only, ascending, non-negative, below L and matching the
   draft's ``num_target_layers``; tap t = ``residual:t+1``; no fallback. MTP on Qwen3.5 /
   Qwen3-Next: ``final_norm``.
+- mistral.rs (tags v0.8.0-v0.9.2 and main 9e922623; PyPI 0.9.3-0.9.5 are later: not read):
+  DFlash and DFlash2 (v0.9.2 on) on Qwen3.5 targets: ``dflash_config.target_layer_ids``,
+  captured after layer t's residual add in layer order, tap t = ``residual:t+1``; no list:
+  ``1 + round(i * (T - 4) / (n - 1))`` over the draft's ``num_target_layers`` (EC522);
+  repeated ids leave fewer taps than ids, and no draft is proposed (refused). MTP (Gemma-4
+  from v0.8.2, Qwen3.5 from v0.9.2): ``final_norm``. No EAGLE-3 drafter.
+- OpenVINO GenAI (main da1db864, no release): DFlash ids from the draft IR's rt_info
+  ``dflash.target_layer_ids`` (optimum-intel 2.2.0 copies ``dflash_config.target_layer_ids``),
+  no fallback; tap k = ``residual:k+1`` in the list's order, but k = L - 1 is ``final_norm`` on
+  a target IR with optimum-intel's ``hidden_states_decoder_layers`` annotation. MTP (Gemma-4
+  only) feeds an exporter-named IR output not read: refused.
 - TensorRT-LLM (main, read through a code index; no release checked): DFlash and standalone
   DSpark ids from ``speculative_config.target_layer_ids`` (else, as its field says, the
   draft's config), captured at the same call EAGLE-3 captures at: tap t = ``residual:t+1``,
@@ -40,7 +52,10 @@ from ..errors import EagleContractError, Problem, Unservable
 from ..layers import Layer
 from .base import Position, Query, Resolution
 
-ENGINES = ("trtllm", "trtllm-autodeploy", "sglang-jax", "atom", "ollama")
+ENGINES = ("trtllm", "trtllm-autodeploy", "sglang-jax", "atom", "ollama", "mistralrs", "openvino")
+TAGGED = ("sglang-jax", "atom", "ollama", "mistralrs", "openvino")
+# engines read here for these methods only: every EAGLE-3 command refuses them
+SOURCE_ONLY = ("ollama", "mistralrs")
 TITLES = {
     "dflash": "DFlash",
     "dflash2": "DFlash2",
@@ -69,7 +84,7 @@ def _short(ref: str) -> str:
 def releases(engine: str, method: str) -> list[str]:
     """The refs (release tags, then the snapshot commit) of ``engine`` that serve ``method``,
     in the table's order."""
-    if engine not in ("sglang-jax", "atom", "ollama"):
+    if engine not in TAGGED:
         return []
     return [r for row in table()[engine]["rows"] if row.get(method) for r in row["refs"]]
 
@@ -175,6 +190,22 @@ def refusal(engine: str, method: str) -> str | None:
             "ollama: no EAGLE-3 rules are read here; ollama is read for --method dflash and "
             f"mtp only ({DOC})"
         )
+    if engine == "mistralrs":
+        if method in ("eagle3", "eagle3.1"):
+            return (
+                f"mistralrs: no EAGLE-3 drafter in {_read_refs('mistralrs')} (its drafters: "
+                f"DFlash, DFlash2 and the MTP heads); read for --method dflash, dflash2 and mtp "
+                f"only ({DOC})"
+            )
+        if method in ("dspark", "pard"):
+            return f"mistralrs: no {title} code in {_read_refs('mistralrs')} ({DOC})"
+        return None
+    if engine == "openvino":
+        if method in ("dflash2", "dspark", "pard"):
+            return f"openvino: no {title} code in openvino.genai {_read_refs('openvino')} ({DOC})"
+        if method == "mtp":
+            return _openvino_mtp_refusal()
+        return None
     trt = table()["trtllm"]
     if engine == "trtllm-autodeploy":
         if method in ("dflash", "dspark", "pard"):
@@ -222,13 +253,19 @@ def resolve(
     q = Query(engine, num_layers, None, arch, version)
     if engine == "trtllm":
         return _trtllm(q, method, data, ids)
-    _ref, facts = _row(engine, method, q)
+    _ref, facts = _row(engine, "dflash" if method == "dflash2" else method, q)
+    if engine == "mistralrs":
+        q.notes.append(_mistralrs_pypi_note())
     if method == "mtp":
         return _mtp(q, engine, facts)
     if engine == "sglang-jax":
         return _sglang_jax(q, facts, data, ids)
     if engine == "ollama":
         return _ollama(q, facts, data, ids)
+    if engine == "mistralrs":
+        return _mistralrs(q, method, facts, data, ids)
+    if engine == "openvino":
+        return _openvino(q, facts, data, ids)
     return _atom(q, facts, data, ids)
 
 
@@ -248,6 +285,9 @@ def _mtp(q: Query, engine: str, facts: Mapping[str, Any]) -> Resolution:
         "drafter.propose as target_hidden_states",
         "ollama": "the MLX runner hands the MTP drafter the target's auxHidden output, which "
         "this target's Forward sets to its final norm's output",
+        "mistralrs": f"the target stores the final norm's output of its last forward (before "
+        f"lm_head) as the speculative hidden state, which the MTP head ({entry.get('head')}) "
+        "reads as target_hidden",
     }[engine]
     return q.answer((Position(None, 0, Layer.parse("final_norm")),), f"MTP: {where}: {how}")
 
@@ -499,4 +539,254 @@ def _trtllm(
         f"{title}: TensorRT-LLM PyTorch backend ({files['dflash']}) reads {how}; "
         f"{facts['capture']}: tap t = residual:t+{plus}, sorted",
         ordered,
+    )
+
+
+# --- mistral.rs ---------------------------------------------------------------------------
+def _mistralrs_pypi_note() -> str:
+    return (
+        f"PyPI mistralrs 0.9.3-0.9.5 are later than the source read ({_read_refs('mistralrs')}):"
+        " their wheels hold a compiled extension only and their tags are not in the snapshot "
+        "read, so their rules are not read"
+    )
+
+
+def _mistralrs(
+    q: Query,
+    method: str,
+    facts: Mapping[str, Any],
+    data: Mapping[str, Any] | None,
+    ids: Sequence[int] | None,
+) -> Resolution:
+    entry = _target(q, facts["targets"], "mistralrs", "DFlash")
+    where = f"mistralrs {q.version} {facts['file']}"
+    L = q.num_layers
+    plus = int(facts["plus"])
+    title = TITLES[method]
+    v2 = facts.get("v2")
+    archs = _get(data, "architectures")
+    names = [a for a in archs if isinstance(a, str)] if isinstance(archs, list) else []
+    if method == "dflash2" and not v2:
+        raise Unservable(f"{where}: no DFlash2 (selector / dynamic-conv) drafter at this ref")
+    if data is not None and names and not any("DFlash" in a or "Dflash" in a for a in names):
+        raise Unservable(
+            f"{where}: architectures {names} name no DFlash: '--mtp-model for this target must be "
+            "a DFlash draft model'"
+        )
+    if v2 and names:
+        is_v2 = any(v2["arch_contains"] in a for a in names)
+        if method == "dflash2" and not is_v2:
+            raise Unservable(
+                f"{where}: architectures {names} lack {v2['arch_contains']}: loaded as a DFlash "
+                "(v1) drafter, not DFlash2"
+            )
+        if is_v2:
+            missing = [k for k in v2["needs"] if _get(data, f"dflash_config.{k}") is None]
+            if missing:
+                raise Unservable(
+                    f"{where}: a DFlash2 draft without dflash_config.{missing[0]}: 'DFlash2 "
+                    f"config has no {missing[0]}'"
+                )
+            if method == "dflash":
+                q.notes.append(f"architectures {names} name DFlash2: served as DFlash2")
+    if ids is not None:
+        taps = list(ids)
+        how = "the tap list given"
+    else:
+        value = _get(data, "dflash_config.target_layer_ids")
+        if value is None:
+            return _mistralrs_fallback(q, facts, entry, data, where, title)
+        taps = _ints(value, "dflash_config.target_layer_ids")
+        how = "dflash_config.target_layer_ids"
+        if _get(data, "target_layer_ids") is not None:
+            q.notes.append("a top-level target_layer_ids is not read (dflash_config's only)")
+    if any(t < 0 for t in taps):
+        raise Unservable(
+            f"{where}: negative ids {[t for t in taps if t < 0]}: target_layer_ids is a list of "
+            "usize, so the draft's config does not load"
+        )
+    if not taps:
+        raise Unservable(
+            f"{where}: an empty target_layer_ids: no layer is captured (the target captures "
+            "only with a non-empty list); not served here"
+        )
+    if max(taps) >= L:
+        raise Unservable(
+            f"{where}: 'DFlash taps target layer {max(taps)} but the target has {L} layers'"
+        )
+    if len(set(taps)) != len(taps):
+        raise Unservable(
+            f"{where} / {entry['file']}: repeated ids {taps}: the layer loop captures each "
+            "layer once, fewer states than ids, and the proposer then returns no draft at every "
+            "step (speculation silently off)"
+        )
+    q.ids = list(taps)
+    q.note_order(taps, "the layer loop captures in layer order")
+    ordered = sorted(taps)
+    return q.answer(
+        _positions(ordered, plus),
+        f"{title}: {where} reads {how}; {entry['file']} captures xs after layer i's residual "
+        f"add (the output of layer i) for each id i in layer order: tap t = residual:t+{plus}",
+        ordered,
+    )
+
+
+def _mistralrs_fallback(
+    q: Query,
+    facts: Mapping[str, Any],
+    entry: Mapping[str, Any],
+    data: Mapping[str, Any] | None,
+    where: str,
+    title: str,
+) -> Resolution:
+    """No dflash_config.target_layer_ids: DFlashConfig::target_layer_ids's formula over the
+    draft's own num_target_layers T and num_hidden_layers n (EC522)."""
+    T, n = _get(data, "num_target_layers"), _get(data, "num_hidden_layers")
+    if not (isinstance(T, int) and not isinstance(T, bool) and T >= 0):
+        raise Unservable(
+            f"{where}: 'DFlash config has neither target_layer_ids nor num_target_layers'"
+        )
+    if not (isinstance(n, int) and not isinstance(n, bool) and n >= 1):
+        raise EagleContractError("the draft config has no positive integer num_hidden_layers")
+    if n == 1:
+        taps = [T // 2]
+        formula = "[T // 2] (one draft layer)"
+    elif T < 4:
+        raise Unservable(
+            f"{where}: num_target_layers {T} < 4: the fallback's usize T - 3 - 1 underflows"
+        )
+    else:
+        taps = [1 + (i * (T - 4) + (n - 1) // 2) // (n - 1) for i in range(n)]
+        formula = "1 + round(i * (T - 4) / (n - 1)) for i < n"
+    L = q.num_layers
+    if max(taps) >= L:
+        raise Unservable(
+            f"{where}: the fallback ids {taps} (num_target_layers {T}): 'DFlash taps target "
+            f"layer {max(taps)} but the target has {L} layers'"
+        )
+    plus = int(facts["plus"])
+    q.ids = list(taps)
+    positions = _positions(sorted(set(taps)), plus)
+    other = f"; the draft's num_target_layers {T} is not the target's {L}" if T != L else ""
+    q.problems.append(
+        Problem(
+            GUESS,
+            "the draft config has no dflash_config.target_layer_ids: mistralrs "
+            f"{q.version} falls back to {formula} over the draft's num_target_layers T = {T} "
+            f"and num_hidden_layers n = {n}: ids {taps}, feeding "
+            f"{', '.join(str(p.layer) for p in positions)}; the draft may have been trained on "
+            f"other layers{other}",
+        )
+    )
+    return q.answer(
+        positions,
+        f"{title}: {where} DFlashConfig::target_layer_ids: no ids -> {formula} "
+        f"(its comment: mirrors the reference build_target_layer_ids); {entry['file']}: "
+        f"tap t = residual:t+{plus}",
+        taps,
+    )
+
+
+# --- OpenVINO GenAI -----------------------------------------------------------------------
+def _openvino_mtp_refusal() -> str:
+    served = releases("openvino", "mtp")
+    oi = table()["optimum-intel"]
+    if not served:
+        return f"openvino: no MTP path in openvino.genai {_read_refs('openvino')} ({DOC})"
+    row = next(r for r in table()["openvino"]["rows"] if r.get("mtp"))
+    t = row["mtp"]["targets"][0]
+    return (
+        f"openvino: MTP not read: openvino.genai {_short(served[0])} on ({t['file']}) serves "
+        f"{t['model']} MTP only, feeding the head the target IR's {t['output']!r} output, which "
+        f"the exporter names; optimum-intel {oi['version']} (the exporter read) writes no such "
+        "output, so which state it is is not read; the Qwen3.5 MTP head optimum-intel "
+        f"{oi['version']} exports has no openvino.genai runtime path in {_read_refs('openvino')}"
+        f" ({DOC})"
+    )
+
+
+def _openvino(
+    q: Query, facts: Mapping[str, Any], data: Mapping[str, Any] | None, ids: Sequence[int] | None
+) -> Resolution:
+    oi = table()["optimum-intel"]
+    where = f"openvino.genai {q.version} {facts['file']}"
+    L = q.num_layers
+    plus = int(facts["plus"])
+    if ids is not None:
+        taps = list(ids)
+        how = f"the draft IR's rt_info {facts['key']} (the list given)"
+    else:
+        value = _get(data, oi["draft_key"])
+        if value is None or value == []:
+            raise Unservable(
+                f"optimum-intel {oi['version']} ({oi['files']['configs']}): 'DFlash export "
+                f"requires non-empty dflash_config['target_layer_ids']' (and openvino.genai: "
+                "'DFlash draft model is missing dflash_target_layer_ids RT info'): no fallback"
+            )
+        taps = _ints(value, oi["draft_key"])
+        how = (
+            f"the draft's {oi['draft_key']}, copied unchanged by optimum-intel {oi['version']} "
+            f"into the draft IR's rt_info {facts['key']}"
+        )
+        if _get(data, "target_layer_ids") is not None:
+            q.notes.append("a top-level target_layer_ids is not exported (dflash_config's only)")
+    if not taps:
+        raise Unservable(f"{where}: 'DFlash target_layer_ids cannot be empty.'")
+    names = _arch_names(q.arch)
+    types = [str(t) for t in getattr(q.arch, "also", ())]  # --target-config's model_type
+    annotated: bool | None = None
+    if any(n in oi["annotated_model_types"] for n in names):
+        annotated = True
+    elif types:
+        annotated = False
+    bad = sorted({t for t in taps if not 0 <= t < L})
+    if bad:
+        raise Unservable(
+            f"{where}: ids {bad} name no layer (L = {L}): with the target IR's "
+            f"{facts['annotation']} rt_info its lookup fails ('Malformed hidden-state annotation "
+            "metadata'); without it the EAGLE-3 finder returns fewer states than ids (its count "
+            "assertion)"
+        )
+    if len(set(taps)) != len(taps):
+        raise Unservable(
+            f"{where}: repeated ids {taps}: 'Duplicate producer/output locator for requested "
+            "decoder layers' (annotated target) or fewer states than ids (the EAGLE-3 finder)"
+        )
+    last = L - 1 in taps
+    if last and annotated is None:
+        raise Unservable(
+            f"{where}: id {L - 1} (the last layer) is final_norm when the target IR carries "
+            f"optimum-intel's {facts['annotation']} rt_info and residual:{L} when it does not; "
+            f"optimum-intel {oi['version']} writes it for model types "
+            f"{', '.join(oi['annotated_model_types'])}: give --target-config (its model_type)"
+        )
+    q.ids = list(taps)
+    if annotated:
+        q.notes.append(
+            f"model type in optimum-intel {oi['version']}'s annotated set: the target IR's "
+            f"{facts['annotation']} rt_info is assumed; its export logs 'Skipping hidden-state "
+            "RT-info annotation' where discovery fails, and then the EAGLE-3 finder is used "
+            f"(the same layers, except id {L - 1}: residual:{L})"
+        )
+    elif annotated is False:
+        q.notes.append(
+            f"model type {types[0]} not in optimum-intel {oi['version']}'s annotated set "
+            f"({', '.join(oi['annotated_model_types'])}): the EAGLE-3 finder (layer k's residual "
+            "add after its MLP) is assumed"
+        )
+    final = Layer.parse("final_norm")
+    positions = tuple(
+        Position(t, L, final)
+        if t == L - 1 and annotated
+        else Position(t, t + plus, Layer(t + plus))
+        for t in taps
+    )
+    return q.answer(
+        positions,
+        f"DFlash: {where} reads {how}; the target's states come from its IR's "
+        f"{facts['annotation']} rt_info (optimum-intel {oi['version']} "
+        f"{oi['files']['annotations']}: "
+        f"{oi['layer']}), else the EAGLE-3 finder (layer k's residual add: residual:k+1); "
+        "concatenated in the list's order",
+        taps,
     )

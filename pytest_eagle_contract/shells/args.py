@@ -286,3 +286,20 @@ def measure_settings(
         raise UsageError(f"--{prefix}max-new-tokens {new!r}: 1 to {MAX_NEW_TOKENS}")
     assert isinstance(timeout, (int, float))
     return engine, base, float(timeout), new
+
+
+def side_keys(args: argparse.Namespace, answer: dict[str, object]) -> dict[str, object]:
+    """``resolve``'s JSON ``answer`` under the side it was asked for: ``--trainer`` (or its old
+    spelling ``--engine TRAINER``) answers under ``trainer``, at the top and in each span; a
+    serving engine keeps ``engine``."""
+    if getattr(args, "trainer", None) is None:
+        return answer
+
+    def renamed(d: dict[str, object]) -> dict[str, object]:
+        return {("trainer" if k == "engine" else k): v for k, v in d.items()}
+
+    out = renamed(answer)
+    spans = out.get("spans")
+    if isinstance(spans, list):
+        out["spans"] = [renamed(s) if isinstance(s, dict) else s for s in spans]
+    return out

@@ -284,7 +284,7 @@ def _parser() -> argparse.ArgumentParser:
         help="the serving engine whose reading of the ids is resolved (one of: "
         + ", ".join(SERVING_ENGINE_NAMES)
         + "; for --method dflash, mtp: lmdeploy; for --method dflash, mtp: ollama; for --method "
-        "dflash2, dspark, mtp: "
+        "dflash, dflash2, mtp: mistralrs; for --method dflash2, dspark, mtp: "
         "onnxruntime-genai)",
     )
     side.add_argument(

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import EagleContractError, UsageError
+from .args import side_keys
 from .exit_codes import EXIT_FINDINGS, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
 from .schema_copy import schema_current, write_schema
 
@@ -353,12 +354,13 @@ def resolve(args: argparse.Namespace) -> int:
     _target_config(args)
     method = getattr(args, "method", "eagle3")
     from ..engines.source_methods import ENGINES as SOURCE_ENGINES
+    from ..engines.source_methods import SOURCE_ONLY
     from ..methods import METHOD_ENGINES, METHOD_ONLY_ENGINES, SOURCE_READ
 
     if method == "mtp" and args.engine == "lmdeploy":  # its MTP rules: engines/mtp.py
         return _resolve_mtp(args)
     if args.engine in SOURCE_ENGINES and (
-        method not in ("eagle3", "eagle3.1") or args.engine == "ollama"
+        method not in ("eagle3", "eagle3.1") or args.engine in SOURCE_ONLY
     ):
         return _resolve_source(args, method)
     if args.engine in METHOD_ONLY_ENGINES or (
@@ -421,23 +423,6 @@ def resolve(args: argparse.Namespace) -> int:
         print(f"eagle-contract resolve: {args.engine} {how}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     return _print_resolution(args, res)
-
-
-def side_keys(args: argparse.Namespace, answer: dict[str, object]) -> dict[str, object]:
-    """``resolve``'s JSON ``answer`` under the side it was asked for: ``--trainer`` (or its old
-    spelling ``--engine TRAINER``) answers under ``trainer``, at the top and in each span; a
-    serving engine keeps ``engine``."""
-    if getattr(args, "trainer", None) is None:
-        return answer
-
-    def renamed(d: dict[str, object]) -> dict[str, object]:
-        return {("trainer" if k == "engine" else k): v for k, v in d.items()}
-
-    out = renamed(answer)
-    spans = out.get("spans")
-    if isinstance(spans, list):
-        out["spans"] = [renamed(s) if isinstance(s, dict) else s for s in spans]
-    return out
 
 
 def _print_resolution(args: argparse.Namespace, res: Resolution) -> int:
@@ -658,15 +643,16 @@ def _resolve_method_only(args: argparse.Namespace, method: str) -> int:
 
 
 def _resolve_source(args: argparse.Namespace, method: str) -> int:
-    """``resolve --engine trtllm|trtllm-autodeploy|sglang-jax|atom|ollama --method M``
+    """``resolve --engine trtllm|trtllm-autodeploy|sglang-jax|atom|ollama|mistralrs|openvino
+    --method M``
     (engines/source_methods.py): the rules read from those engines' source for the drafts
     that read the target's hidden states; a method not served or not read is refused with the
     reason (exit 2, ``refused`` in the ``--json`` answer)."""
     from ..engines.source_methods import refusal, resolve
     from ..errors import EagleContractError, Unservable
 
-    if args.engine == "ollama" and method in ("eagle3", "eagle3.1"):
-        raise UsageError(refusal(args.engine, method) or "ollama: EAGLE-3 is not read here")
+    if args.engine in ("ollama", "mistralrs") and method in ("eagle3", "eagle3.1"):
+        raise UsageError(refusal(args.engine, method) or f"{args.engine}: EAGLE-3 is not read here")
     if args.num_layers < 1:
         raise UsageError(f"--num-layers {args.num_layers}: a target has at least one layer")
     if getattr(args, "runner", "auto") != "auto":
@@ -684,7 +670,7 @@ def _resolve_source(args: argparse.Namespace, method: str) -> int:
     why = refusal(args.engine, method)
     if (
         why is None
-        and method not in ("mtp", "pard", "dflash2")
+        and method not in ("mtp", "pard")
         and not (args.ids is not None or args.draft_config is not None)
     ):
         raise UsageError(

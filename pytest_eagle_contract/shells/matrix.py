@@ -204,7 +204,7 @@ def want(args: argparse.Namespace) -> int:
             or f"no one id list serves every {engine.title} version in {args.version}"
         )
     if args.json:
-        from .commands import side_keys
+        from .args import side_keys
 
         print(
             to_json(

@@ -23,6 +23,7 @@ import shardgen
 
 L = shardgen.L  # 8
 QWEN3, LLAMA, LAGUNA = "Qwen3ForCausalLM", "LlamaForCausalLM", "LagunaForCausalLM"
+QWEN35 = "Qwen3_5ForConditionalGeneration"
 GOOD_TAPS = [1, 3, 4]  # residual:2, 4, 5: the shards' fc slots
 SHIFTED = [2, 4, 5]  # taps written as layer numbers: fed residual:3, 5, 6
 SLOTS = ("residual:2", "residual:4", "residual:5", f"residual:{L}")
@@ -71,6 +72,13 @@ def dflash(taps: list[int] | None, **more: object) -> dict:
     return {**draft, **more}
 
 
+def dflash2(taps: list[int]) -> dict:
+    """mistral.rs takes a draft as DFlash2 by its architecture and selector keys."""
+    config = dflash(taps, architectures=["DFlash2DraftModel"])
+    config["dflash_config"] |= {"selector_rank": 4, "conv_group_size": 2}
+    return config
+
+
 def dspark(taps: list[int], **more: object) -> dict:
     """A standalone DSpark draft (no dspark_block_size: not DeepSeek-V4's inline head)."""
     return {"architectures": ["DSparkDraftModel"], "dspark_target_layer_ids": taps, **more}
@@ -96,6 +104,9 @@ CASES = [  # engine, method, target arch, the draft config for taps
     ("atom", "dspark", "DeepseekV3ForCausalLM", atom_dspark),
     ("trtllm", "dflash", QWEN3, dflash),
     ("trtllm", "dspark", QWEN3, dspark),
+    ("mistralrs", "dflash", QWEN35, dflash),
+    ("mistralrs", "dflash2", QWEN35, dflash2),
+    ("openvino", "dflash", QWEN3, dflash),
     # read from their releases (engines/tpu.py, engines/ascend.py): a contract without
     # serving.version is the newest release read in matrix, not a release named 'any'
     ("tpu-inference", "dflash", QWEN3, dflash),
@@ -187,6 +198,7 @@ MTP = [  # engine, target arch: each hands the head the final norm's output
     ("atom", "Qwen3NextForCausalLM"),
     ("ollama", "Qwen3_5ForConditionalGeneration"),
     ("lmdeploy", QWEN3),
+    ("mistralrs", QWEN35),
 ]
 MTP_DRAFT = {"architectures": ["Qwen3NextMTP"], "mtp_num_hidden_layers": 1}
 

@@ -158,10 +158,6 @@ def test_llamacpp_converts_and_refuses_a_missing_list(cli, tmp_path):
 @pytest.mark.parametrize(
     ("args", "words"),
     [
-        (
-            ["--engine", "openvino", "--method", "dflash", "--ids", "1"],
-            "no DFlash tap rules of openvino",
-        ),
         (["--engine", "sglang", "--method", "pard", "--ids", "1"], "no tap rule: a PARD draft"),
         (["--engine", "sglang", "--method", "dflash"], "needs --draft-config"),
         (

@@ -160,7 +160,7 @@ def test_engine_without_rules_for_the_method_is_a_usage_error(cli):
     res = cli(
         "resolve", "--engine", "openvino", "--method", "dspark", "--num-layers", "36", "--ids", "1"
     )  # fmt: skip
-    assert res.returncode == 2 and "no dspark tap rules" in res.stderr
+    assert res.returncode == 2 and "no DSpark code" in res.stderr
 
 
 def contract(tmp_path: Path, method: str, draft: Path, trained: list[str], engine="sglang"):

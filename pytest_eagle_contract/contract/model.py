@@ -394,6 +394,11 @@ def _method_served(method: str, engine: str, r: _Reading) -> None:
         also = " and eagle3" if engine in EAGLE3_ENGINES else ""
         also += " and mtp (engines/mtp.py)" if get_method("mtp").serves(engine) else ""
         where = "source" if engine in SOURCE_READ else "wheels"
+        why = None
+        if engine in SOURCE_READ:  # the reason read from its source, where one is given
+            from ..engines.source_methods import refusal
+
+            why = refusal(engine, method)
         r.problem(
             "serving.engine" if "method" not in r.lines else "method",
             f"{engine} serves method {' / '.join(served)}{also} here (its rules for those are "
@@ -402,7 +407,8 @@ def _method_served(method: str, engine: str, r: _Reading) -> None:
                 " (the default: the contract has no method: line)"
                 if "method" not in r.lines
                 else ""
-            ),
+            )
+            + (f" ({why})" if why else ""),
         )
         return
     if m.serves(engine):

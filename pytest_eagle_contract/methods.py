@@ -60,13 +60,23 @@ EAGLE3_ENGINES = (
     "lmdeploy",
 )
 
-# engines whose rules for these methods are engines/method_engines.py's
-# (method_engines_rules.json): what ``resolve --method`` and a contract's serving.engine of
-# that method take (lmdeploy's EAGLE-3 rules are engines/lmdeploy.py's)
+# engines whose rules for these methods are answered through engines/method_engines.py: what
+# ``resolve --method``, ``matrix``, ``doctor`` and a contract's serving.engine of that method
+# take. Read from the wheels (method_engines_rules.json): onnxruntime-genai, lmdeploy's DFlash
+# (its EAGLE-3 rules are engines/lmdeploy.py's, its MTP rules engines/mtp.py's); read from
+# source (engines/source_methods.py, source_method_rules.json): the SOURCE_READ engines
 METHOD_ENGINES: dict[str, tuple[str, ...]] = {
     "onnxruntime-genai": ("dflash2", "dspark", "mtp"),
     "lmdeploy": ("dflash",),
+    "ollama": ("dflash", "mtp"),
+    "sglang-jax": ("dflash", "mtp"),
+    "atom": ("dspark", "mtp"),
+    "trtllm": ("dflash", "dspark"),
+    "mistralrs": ("dflash", "dflash2", "mtp"),
+    "openvino": ("dflash",),
 }
+# those of them whose rules are read from source, not from wheels
+SOURCE_READ: tuple[str, ...] = ("ollama", "sglang-jax", "atom", "trtllm", "mistralrs", "openvino")
 # those of them that serve no EAGLE-3: every EAGLE-3 command refuses them
 METHOD_ONLY_ENGINES: dict[str, tuple[str, ...]] = {
     k: v for k, v in METHOD_ENGINES.items() if k not in EAGLE3_ENGINES
@@ -244,6 +254,13 @@ METHODS: dict[str, Method] = by_name(
         ),
     ]
 )
+
+
+def contract_engines(method: str) -> tuple[str, ...]:
+    """Every engine a contract takes as its ``serving.engine`` for ``method``: the method's
+    own (``Method.engines``), then the METHOD_ENGINES that serve it."""
+    own = get_method(method).engines
+    return own + tuple(e for e, ms in METHOD_ENGINES.items() if method in ms and e not in own)
 
 
 def method_of_format(shard_format: str) -> str | None:

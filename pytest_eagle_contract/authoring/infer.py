@@ -613,14 +613,15 @@ def _method_only(method: str, engine: str) -> list[str]:
     """``method: M`` and no serving section, for a draft of another method than EAGLE-3 or
     DFlash (a serving section by EAGLE-3's reading would resolve its taps by the wrong rules;
     which engine serves it is the user's to write)."""
-    from ..methods import get_method
+    from ..methods import contract_engines, get_method
 
     m = get_method(method)
+    takes = ", ".join(contract_engines(method))
     how = (
-        f"add one (engine: one of {', '.join(m.engines)}) to check the trained state "
+        f"add one (engine: one of {takes}) to check the trained state "
         "(the last training slot, docs/mtp.md)"
         if method == "mtp"
-        else f"add one (engine: one of {', '.join(m.engines)}; draft_config) to check the taps"
+        else f"add one (engine: one of {takes}; draft_config) to check the taps"
         if m.engines
         else m.rules_note
     )

@@ -55,8 +55,9 @@ def _method_engine(
     serving_env: Mapping[str, str] | None,
     env_label: str,
 ) -> list[Finding]:
-    """The layout check of a contract served by a method engine (onnxruntime-genai,
-    lmdeploy's DFlash): its taps by that engine's rules, as the other engines' are."""
+    """The layout check of a contract served by a method engine (``methods.METHOD_ENGINES``:
+    onnxruntime-genai, lmdeploy's DFlash, the engines read from source): its taps by that
+    engine's rules, as the other engines' are."""
     from ..engines import method_engines
 
     serving = contract.serving

@@ -133,7 +133,8 @@ def _method_fix(
     assert serving is not None
     data, _ = method_engines.draft_of(serving)
     taps = method_engines.taps_for(serving.engine, contract.method, L, trained, data, arch, version)
-    return f": {TAP_KEY}: {list(taps)}" if taps is not None else ""
+    key = method_engines.tap_key(serving.engine, contract.method, data)
+    return f": {key}: {list(taps)}" if taps is not None else ""
 
 
 def _family_table(
@@ -257,6 +258,8 @@ def check_dflash(
         label = span_label([v or "" for v in run])
         engine = f"{serving.engine} {label}" if run[0] else serving.engine
         got = answers[run[0]]
+        if own_rules and not isinstance(got, str):  # a source snapshot says so
+            engine = method_engines.named(serving.engine, label if run[0] else None, got.version)
         if isinstance(got, str):
             said = relabel(got, run[0], label)
             report.add("EC510", f"{engine} would not serve this {title} draft: {said}", "serving")

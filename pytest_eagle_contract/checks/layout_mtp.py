@@ -19,7 +19,7 @@ def check_mtp(contract: object, report: LayoutReport) -> list[Finding]:
     c = report.contract
     serving, training = c.serving, c.training
     assert serving is not None
-    own = method_engines.serves(serving.engine, "mtp")  # onnxruntime-genai's rules
+    own = method_engines.serves(serving.engine, "mtp")  # method_engines.py's rules
     why = None if own else refusal(serving.engine)
     if why is not None:
         report.add("EC510", why, "serving.engine")
@@ -45,6 +45,8 @@ def check_mtp(contract: object, report: LayoutReport) -> list[Finding]:
         except Unservable as exc:
             report.add("EC510", f"{engine} would not serve this MTP head: {exc}", "serving")
             continue
+        if own:  # a source snapshot says so
+            engine = method_engines.named(serving.engine, version, res.version)
         served = res.layers[0]
         if trained is not None and trained != served:
             report.add(

@@ -384,38 +384,47 @@ def _build(data: dict[str, Any], path: Path, lines: dict[str, int]) -> Contract:
 def _method_served(method: str, engine: str, r: _Reading) -> None:
     """A problem where no rules of ``engine`` for ``method`` are read here: its checks would
     otherwise resolve the draft's taps by another method's rules."""
-    from ..methods import EAGLE3_ENGINES, METHOD_ENGINES, get_method
+    from ..methods import EAGLE3_ENGINES, METHOD_ENGINES, SOURCE_READ, contract_engines, get_method
 
     m = get_method(method)
     served = METHOD_ENGINES.get(engine, ())
     if method in served:  # engines/method_engines.py's rules
         return
     if engine in METHOD_ENGINES and not m.serves(engine):
-        also = " and eagle3 (engines/lmdeploy.py)" if engine in EAGLE3_ENGINES else ""
+        also = " and eagle3" if engine in EAGLE3_ENGINES else ""
+        also += " and mtp (engines/mtp.py)" if get_method("mtp").serves(engine) else ""
+        where = "source" if engine in SOURCE_READ else "wheels"
+        why = None
+        if engine in SOURCE_READ:  # the reason read from its source, where one is given
+            from ..engines.source_methods import refusal
+
+            why = refusal(engine, method)
         r.problem(
             "serving.engine" if "method" not in r.lines else "method",
             f"{engine} serves method {' / '.join(served)}{also} here (its rules for those are "
-            f"read from its wheels, docs/layers.md); not {method}"
+            f"read from its {where}, docs/layers.md); not {method}"
             + (
                 " (the default: the contract has no method: line)"
                 if "method" not in r.lines
                 else ""
-            ),
+            )
+            + (f" ({why})" if why else ""),
         )
         return
     if m.serves(engine):
         return
+    takes = ", ".join(contract_engines(method))
     if m.engines and method == "mtp":
         r.problem(
             "serving.engine",
             f"{engine}: MTP not read: which target state it feeds an MTP head was not read "
-            f"here; read for {', '.join(m.engines)} (docs/mtp.md)",
+            f"here; read for {takes} (docs/mtp.md)",
         )
     elif m.engines:
         r.problem(
             "serving.engine",
             f"{engine}: no {m.title} tap rules are read here; method {method} is resolved "
-            f"for {', '.join(m.engines)} (docs/methods.md)",
+            f"for {takes} (docs/methods.md)",
         )
     else:
         r.problem("method", f"{m.title}: {m.rules_note}; give no serving section (docs/methods.md)")

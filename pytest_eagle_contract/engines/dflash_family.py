@@ -530,7 +530,7 @@ def family_matrix(
     method, what it feeds, and the taps that would make it feed the trained layers."""
     from .base import version_order
     from .fixes import relabel, runs
-    from .matrix import Row
+    from .matrix import Row, newest_for_any
     from .resolve import get_engine
 
     data: Mapping[str, Any] | None = None
@@ -547,7 +547,7 @@ def family_matrix(
     want = tuple(trained)
     rows: list[Any] = []
     for name in ENGINES[method]:
-        mine = list(own[1]) if own is not None and own[0] == name else []
+        mine = newest_for_any(own, name, releases(name, method))
         versions = sorted(set(releases(name, method)) | set(mine), key=version_order)
         cells: dict[str, tuple[Any, ...]] = {}
         read: dict[str, tuple[int, ...] | None] = {}

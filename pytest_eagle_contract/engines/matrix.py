@@ -159,6 +159,12 @@ def render(rows: Sequence[Row], trained: Sequence[Layer]) -> str:
         if r.refused is not None:
             where = "" if r.label in r.refused else f" {r.engine.title} {r.label}:"
             lines.append(f"refused:{where} {r.refused}")
+    if any(v == "main" or v.startswith("main@") for r in rows for v in r.versions):
+        lines.append(
+            "main@<sha>: that commit of the engine's main branch, read from source; main: "
+            "TensorRT-LLM's main read\n  through a code index; no release checked for either "
+            "(docs/layers.md, 'Methods read from source')"
+        )
     return "\n".join(lines)
 
 
@@ -193,7 +199,7 @@ def dflash_matrix(
     trained = tuple(trained)
     rows: list[Row] = []
     for name in dflash.ENGINES:
-        mine = list(own[1]) if own is not None and own[0] == name else []
+        mine = newest_for_any(own, name, dflash.releases(name))
         versions = [v for v in dflash.releases(name) if v not in mine] + mine
         versions = sorted(set(versions), key=version_order)
         cells = {
@@ -204,6 +210,16 @@ def dflash_matrix(
             for run in runs(list(cells), cells.__getitem__)
         ]
     return rows
+
+
+def newest_for_any(
+    own: tuple[str, Sequence[str]] | None, name: str, read: Sequence[str]
+) -> list[str]:
+    """The contract's releases of ``name`` in a method's rows, ``ANY`` (no serving.version)
+    taken as the newest release ``read``, as resolving without a version assumes (not a
+    release called 'any', which every engine refuses)."""
+    mine = list(own[1]) if own is not None and own[0] == name else []
+    return [read[-1] if v == ANY and read else v for v in mine]
 
 
 def _dflash_cell(

@@ -17,6 +17,14 @@ Their rules are ``method_engines_rules.json``, written by ``scripts/read_engine_
   lie outside [0, L) and a draft whose ``num_target_layers`` is not the target's (with
   ``--ids`` alone there is no config to read it from: the answer notes it as not checked);
   without ids it falls back to SGLang's formula (EC522, as SGLang's guess is reported).
+
+The engines read from source (``methods.SOURCE_READ``: sglang-jax DFlash and MTP, ATOM DSpark
+and MTP, ollama DFlash and MTP, TensorRT-LLM DFlash and standalone DSpark, mistral.rs DFlash,
+DFlash2 (on its DFlash rows) and MTP, OpenVINO GenAI DFlash) are answered by
+``source_methods.py``'s rules through the same functions here (``resolve``, ``versions``,
+``rows``, ``taps_for``), so a contract naming them is checked, tabled and doctored as the
+wheel-read ones are. Their refs are release tags and a snapshot commit, written in ``matrix``
+as ``main@<sha>`` (TensorRT-LLM: ``main``, no release checked), in the table's order.
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ from typing import Any
 
 from ..errors import EagleContractError, Unservable
 from ..layers import Layer
-from ..methods import EAGLE3_ENGINES, METHOD_ENGINES
+from ..methods import EAGLE3_ENGINES, METHOD_ENGINES, SOURCE_READ
 from .base import Engine, Position, Query, Resolution, releases_for
 
 TITLES = {"dflash": "DFlash", "dflash2": "DFlash2", "dspark": "DSpark", "mtp": "MTP"}
@@ -46,9 +54,53 @@ def table() -> dict[str, Any]:
 
 
 def releases(engine: str, method: str) -> list[str]:
-    """The releases of ``engine`` read that serve ``method``, oldest first."""
+    """The releases of ``engine`` read that serve ``method``, oldest first (an engine read
+    from source: its refs in the table's order, the snapshot as ``main@<sha>``)."""
+    if engine in SOURCE_READ:
+        return _source_refs(engine, method)
     rows: dict[str, Any] = table()[engine]["releases"]
     return [v for v, row in rows.items() if row is not None and method in row["methods"]]
+
+
+def _source_refs(engine: str, method: str) -> list[str]:
+    """The refs of source-read ``engine`` serving ``method``: tags as tagged, the snapshot
+    commit as ``main@<sha>``; TensorRT-LLM's one read (main, no release checked) as ``main``."""
+    from . import source_methods
+
+    if engine == "trtllm":
+        return ["main"] if method in METHOD_ENGINES["trtllm"] else []
+    snap = source_methods.table()[engine]["snapshot"]["commit"]
+    rows_of = "dflash" if method == "dflash2" else method  # DFlash2 rides DFlash's rows there
+    return [f"main@{r[:8]}" if r == snap else r for r in source_methods.releases(engine, rows_of)]
+
+
+def assumed(engine: str, method: str) -> str | None:
+    """The release ``resolve`` assumes without a version: the newest read (an engine read
+    from source: its newest tag serving ``method``, else its snapshot)."""
+    read = releases(engine, method)
+    if engine in SOURCE_READ:
+        tags = [r for r in read if not r.startswith("main")]
+        return tags[-1] if tags else (read[-1] if read else None)
+    return read[-1] if read else None
+
+
+def named(engine: str, label: str | None, resolved: str | None) -> str:
+    """``engine`` and the releases a finding names (``label``: the contract's, else None), as
+    findings write them; an engine read from source names the ref resolved without one, and
+    a snapshot says so (``main at <sha> (<date>; no release checked)``)."""
+    version = label or (resolved if engine in SOURCE_READ else None)
+    if engine not in SOURCE_READ or not version:
+        return f"{engine} {version}" if version else engine
+    from . import source_methods
+
+    data = source_methods.table()[engine]
+    if engine == "trtllm":
+        return "trtllm main (no release checked: read through a code index)"
+    snap = data["snapshot"]
+    sha = version.removeprefix("main@")
+    if sha in ("main", "snapshot") or (len(sha) >= 7 and snap["commit"].startswith(sha)):
+        return f"{engine} main at {sha[:8]} ({snap['date']}; no release checked)"
+    return f"{engine} {version}"
 
 
 def refusal(engine: str, method: str) -> str | None:
@@ -56,6 +108,12 @@ def refusal(engine: str, method: str) -> str | None:
     served = METHOD_ENGINES[engine]
     if method in served or (method == "eagle3" and engine in EAGLE3_ENGINES):
         return None
+    if engine in SOURCE_READ:
+        from . import source_methods
+
+        why = source_methods.refusal(engine, method)
+        if why is not None:
+            return why
     also = " and eagle3" if engine in EAGLE3_ENGINES else ""
     return (
         f"{engine}: rules are read here only for --method {' / '.join(served)}{also} "
@@ -132,6 +190,11 @@ def resolve(
     why = refusal(engine, method)
     if why is not None:
         raise Unservable(why)
+    if engine in SOURCE_READ:  # source_methods.py's rules; main@<sha>: its snapshot
+        from . import source_methods
+
+        asked = None if version is None else version.removeprefix("main@")
+        return source_methods.resolve(engine, method, num_layers, data, ids, arch, asked)
     q = Query(engine, num_layers, None, arch, version)
     ver, row = _row(engine, method, q)
     if engine == "onnxruntime-genai":
@@ -274,8 +337,11 @@ class _NoEagle3(Engine):
     takes it."""
 
     def versions(self, spec: str | None) -> list[str | None]:
-        read = list(table()[self.name]["releases"])
-        return [None] if spec is None else list(releases_for(spec, read, self.name))
+        if spec is None:
+            return [None]
+        if self.name in SOURCE_READ:
+            return _source_versions(self.name, None, spec)
+        return list(releases_for(spec, list(table()[self.name]["releases"]), self.name))
 
     def _resolve(self, q: Query) -> Resolution:
         raise Unservable(refusal(self.name, "eagle3") or f"{self.name}: no EAGLE-3")
@@ -292,6 +358,26 @@ def engine(name: str) -> Engine:
     return made()
 
 
+def tap_key(engine_name: str, method: str, data: Mapping[str, Any] | None = None) -> str:
+    """The draft config key ``engine_name`` reads ``method``'s taps from (``data``: the
+    draft's config, which picks ATOM's inline or standalone DSpark key)."""
+    if engine_name in SOURCE_READ and method == "dspark":
+        from . import source_methods
+
+        if engine_name == "trtllm":
+            return str(source_methods.table()["trtllm"]["trtllm"]["dspark"]["draft_key"])
+        facts = next(
+            row["dspark"]
+            for row in reversed(source_methods.table()["atom"]["rows"])
+            if row.get("dspark")
+        )
+        archs = (data or {}).get("architectures")
+        first = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else ""
+        standalone = first.endswith(facts["standalone_archs_end"])
+        return str(facts["keys"]["standalone" if standalone else "inline"])
+    return "dflash_config.target_layer_ids"
+
+
 def serves(engine_name: str, method: str) -> bool:
     """Whether ``engine_name``'s rules for ``method`` are this module's."""
     return method in METHOD_ENGINES.get(engine_name, ())
@@ -302,7 +388,33 @@ def versions(engine_name: str, method: str, spec: str | None) -> list[str | None
     the newest that serves it, as ``resolve`` assumes)."""
     if spec is None:
         return [None]
+    if engine_name in SOURCE_READ:
+        return _source_versions(engine_name, method, spec)
     return list(releases_for(spec, list(table()[engine_name]["releases"]), engine_name))
+
+
+def _source_versions(engine: str, method: str | None, spec: str) -> list[str | None]:
+    """The refs of source-read ``engine`` that ``spec`` names: one ref (a tag with or without
+    its ``v``, ``main`` or a commit prefix, as ``resolve --version`` takes it), else a
+    specifier over its release tags (``>=0.32.8``); TensorRT-LLM's is taken as given."""
+    from . import source_methods
+
+    if engine == "trtllm":  # main read, no release checked: resolve notes the version given
+        return [spec]
+    data = source_methods.table()[engine]
+    snap = data["snapshot"]["commit"]
+    text = spec.strip()
+    names = {text, "v" + text, text.removeprefix("v")}
+    if text in ("main", "snapshot") or (len(text) >= 7 and snap.startswith(text)):
+        return [f"main@{snap[:8]}"]
+    ref = next((r for r in data["read"] if r in names), None)
+    if ref is not None:
+        return [ref]
+    tags = [r for r in data["read"] if r != snap]
+    if method is not None:
+        served = set(releases(engine, method))
+        tags = [r for r in tags if r in served] or tags
+    return list(releases_for(text, tags, engine))
 
 
 def taps_for(
@@ -320,7 +432,7 @@ def taps_for(
         return None
     for back in (1, 0):
         taps = tuple(x.index - back for x in wanted)
-        if min(taps) < 0:
+        if min(taps) < -1:  # -1: the embedding where the engine says so (ATOM's DSpark)
             continue
         try:
             res = resolve(engine_name, method, num_layers, data, taps, arch, version)
@@ -355,16 +467,22 @@ def rows(
         mine = list(own[1]) if own is not None and own[0] == name else []
         real = [v for v in mine if v and v != ANY]  # ANY: no version, the newest assumed
         read = releases(name, method)
-        vs = sorted(set(read) | set(real), key=version_order)
+        vs = (
+            read + [v for v in real if v not in read]  # refs: the table's order
+            if name in SOURCE_READ
+            else sorted(set(read) | set(real), key=version_order)
+        )
+        newest = assumed(name, method)
         cells: dict[str, tuple[Any, ...]] = {}
         said: dict[str, tuple[int, ...] | None] = {}
         for v in vs:
-            asked = v in real or (len(real) < len(mine) and bool(read) and v == read[-1])
+            asked = v in real or (len(real) < len(mine) and v == newest)
             try:
                 res = resolve(name, method, num_layers, data, ids, arch, v)
             except (Unservable, EagleContractError) as exc:
                 fix = taps_for(name, method, num_layers, want, data, arch, v)
-                cells[v] = (None, relabel(str(exc), v, "\x00"), (), False, fix, asked)
+                why = relabel(str(exc), v.removeprefix("main@"), "\x00")  # the sha it names
+                cells[v] = (None, why, (), False, fix, asked)
                 continue
             said[v] = res.ids
             same = res.layers == want

@@ -54,7 +54,7 @@ PACKAGES = {
     "lmdeploy": "lmdeploy",
     "mlx": "mlx-vlm",
 }
-MATRIX = ("sglang", "vllm", "llama.cpp", "mlx")  # contract engines (lmdeploy: resolve only)
+MATRIX = ("sglang", "vllm", "llama.cpp", "lmdeploy", "mlx")  # contract engines
 TRAINERS = {"speculators": "speculators", "specforge": "specforge"}  # resolve --trainer
 NOT_READ: dict[str, str] = {}
 SHIFT = (

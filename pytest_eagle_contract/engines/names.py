@@ -15,8 +15,10 @@ SOURCE_ONLY_ENGINE_NAMES: tuple[str, ...] = ("ollama", "mistralrs")
 """Engines read from source for some methods only (engines/source_methods.py): ollama's
 DFlash and MTP, mistral.rs's DFlash, DFlash2 and MTP."""
 
-METHOD_ONLY_ENGINE_NAMES: tuple[str, ...] = (*METHOD_ONLY_ENGINES, *SOURCE_ONLY_ENGINE_NAMES)
-"""Engines read for some methods only, not EAGLE-3 (onnxruntime-genai, lmdeploy): what
+METHOD_ONLY_ENGINE_NAMES: tuple[str, ...] = tuple(
+    dict.fromkeys((*METHOD_ONLY_ENGINES, *SOURCE_ONLY_ENGINE_NAMES))
+)
+"""Engines read for some methods only, not EAGLE-3 (onnxruntime-genai, ollama, mistralrs): what
 ``resolve --engine`` takes beside the serving engines, for ``--method`` one they serve."""
 
 TRAINER_NAMES: tuple[str, ...] = ("specforge", "speculators-v1", "speculators", "eagle", "hf")

@@ -418,7 +418,7 @@ def setup(inputs: Inputs) -> Setup:
     if version is None and serving is not None and engine == serving.engine:
         version = serving.version
     if engine is not None:
-        _check_engine(engine, version)
+        _check_engine(engine, version, given.method if given is not None else None)
     if inputs.serving_args is not None:
         import shlex
 
@@ -445,15 +445,20 @@ def setup(inputs: Inputs) -> Setup:
     )
 
 
-def _check_engine(engine: str, version: str | None) -> None:
+def _check_engine(engine: str, version: str | None, method: str | None = None) -> None:
     from ..engines import method_engines
     from ..engines.matrix import serving_engines
     from ..engines.resolve import get_engine
     from ..methods import METHOD_ONLY_ENGINES
 
-    if engine in METHOD_ONLY_ENGINES:  # a contract's serving.engine of its method
+    if engine in METHOD_ONLY_ENGINES or (
+        method is not None and method_engines.serves(engine, method)
+    ):  # a contract's serving.engine of its method: that method's releases read
         try:
-            method_engines.engine(engine).versions(version)
+            if method is not None and method_engines.serves(engine, method):
+                method_engines.versions(engine, method, version)
+            else:
+                method_engines.engine(engine).versions(version)
         except EagleContractError as exc:
             raise UsageError(f"--version {version}: {exc}") from None
         return

@@ -16,6 +16,7 @@ from .schema_copy import schema_current, write_schema
 
 if TYPE_CHECKING:
     from ..engines.base import Resolution
+    from ..layers import Layer
 
 
 def inspect(args: argparse.Namespace) -> int:
@@ -354,7 +355,7 @@ def resolve(args: argparse.Namespace) -> int:
     method = getattr(args, "method", "eagle3")
     from ..engines.source_methods import ENGINES as SOURCE_ENGINES
     from ..engines.source_methods import SOURCE_ONLY
-    from ..methods import METHOD_ENGINES, METHOD_ONLY_ENGINES
+    from ..methods import METHOD_ENGINES, METHOD_ONLY_ENGINES, SOURCE_READ
 
     if method == "mtp" and args.engine == "lmdeploy":  # its MTP rules: engines/mtp.py
         return _resolve_mtp(args)
@@ -362,7 +363,9 @@ def resolve(args: argparse.Namespace) -> int:
         method not in ("eagle3", "eagle3.1") or args.engine in SOURCE_ONLY
     ):
         return _resolve_source(args, method)
-    if args.engine in METHOD_ONLY_ENGINES or (args.engine in METHOD_ENGINES and method != "eagle3"):
+    if args.engine in METHOD_ONLY_ENGINES or (
+        args.engine in METHOD_ENGINES and args.engine not in SOURCE_READ and method != "eagle3"
+    ):
         return _resolve_method_only(args, method)
     if method == "dflash":
         return _resolve_dflash(args)
@@ -616,7 +619,7 @@ def _resolve_method_only(args: argparse.Namespace, method: str) -> int:
     if getattr(args, "runner", "auto") != "auto":
         raise UsageError(f"--runner is not read for --engine {args.engine}")
     if args.want is not None:
-        raise UsageError(f"--want is not answered for --engine {args.engine}")
+        return _want_method(args, method)
     if method == "mtp":
         if args.ids is not None or args.draft_config is not None:
             raise UsageError(
@@ -658,7 +661,7 @@ def _resolve_source(args: argparse.Namespace, method: str) -> int:
     if getattr(args, "runner", "auto") != "auto":
         raise UsageError(f"--runner is not read for --engine {args.engine} --method {method}")
     if args.want is not None:
-        raise UsageError(f"--want is not answered for --engine {args.engine} --method {method}")
+        return _want_method(args, method)
     if method == "mtp":
         if args.ids is not None or args.draft_config is not None:
             raise UsageError(
@@ -687,6 +690,84 @@ def _resolve_source(args: argparse.Namespace, method: str) -> int:
     except (Unservable, EagleContractError) as exc:
         return _refused(args, exc)
     return _print_resolution(args, res)
+
+
+def _want_method(args: argparse.Namespace, method: str) -> int:
+    """``resolve --engine E --method M --want LAYER ...`` on an engine whose rules for ``M``
+    are engines/method_engines.py's (read from wheels or from source): the one tap list that
+    makes every asked release feed those layers, or why none does."""
+    from ..engines import method_engines
+    from ..errors import EagleContractError
+    from ..layers import Layer
+    from ..render import to_json
+
+    why = method_engines.refusal(args.engine, method) if method != "eagle3.1" else None
+    if why is not None:
+        raise UsageError(why)
+    if method == "mtp":
+        raise UsageError("--method mtp has no tap list: --want does not apply")
+    if args.ids is not None or args.draft_config is not None:
+        raise UsageError("--want asks for the taps: give it without --ids or --draft-config")
+    try:
+        wanted = [Layer.parse(text) for text in args.want]
+        versions = method_engines.versions(args.engine, method, args.version)
+    except (ValueError, EagleContractError) as exc:
+        raise UsageError(str(exc)) from None
+    found = {
+        v: method_engines.taps_for(args.engine, method, args.num_layers, wanted, None, args.arch, v)
+        for v in versions
+    }
+    taps = found[versions[0]] if len(set(found.values())) == 1 else None
+    key = method_engines.tap_key(args.engine, method)
+    asked = args.version or method_engines.assumed(args.engine, method)
+    label = method_engines.named(args.engine, asked, asked)  # a source snapshot says so
+    if args.json:
+        print(
+            to_json(
+                {
+                    **_dflash_asked(args),
+                    "num_layers": args.num_layers,
+                    "want": [str(x) for x in wanted],
+                    "taps": None if taps is None else list(taps),
+                    "config_key": key,
+                    "read": label,
+                    "per_version": {
+                        str(v): None if t is None else list(t) for v, t in found.items()
+                    },
+                }
+            )
+        )
+    elif taps is None:
+        print(
+            f"no one tap list makes {label} feed {', '.join(map(str, wanted))}"
+            + (
+                ": "
+                + ", ".join(f"{v}: {'none' if t is None else list(t)}" for v, t in found.items())
+                if versions != [None]
+                else ""
+            )
+            + _want_why(args, method, wanted, versions[0]),
+            file=sys.stderr,
+        )
+    else:
+        print(f"{label} feeds {', '.join(map(str, wanted))} with {key} = {list(taps)}")
+    return EXIT_OK if taps is not None else EXIT_FINDINGS
+
+
+def _want_why(
+    args: argparse.Namespace, method: str, wanted: Sequence[Layer], version: str | None
+) -> str:
+    """Why the engine refuses the taps of layer t's output for ``wanted`` (tap t =
+    ``residual:t+1``), where it does: a target it does not serve, ids out of range, ..."""
+    from ..engines import method_engines
+    from ..errors import EagleContractError, Unservable
+
+    taps = [x.index - 1 for x in wanted]
+    try:
+        method_engines.resolve(args.engine, method, args.num_layers, None, taps, args.arch, version)
+    except (Unservable, EagleContractError) as exc:
+        return f" (taps {taps}: {exc})"
+    return ""
 
 
 def _want_family(args: argparse.Namespace) -> int:

@@ -150,17 +150,9 @@ def test_onnxruntime_genai_mtp_feeds_the_final_norm(cli, tmp_path, shards):
     assert report["findings"][0]["found"] == "final_norm"
 
 
-def test_lmdeploy_mtp_feeds_the_final_norm(cli, tmp_path, shards):
-    """lmdeploy's MTP rules (engines/mtp_rules.json): the head is fed final_norm, not the
-    shards' residual:8; a contract naming lmdeploy with method: mtp is checked by them."""
-    config = {"architectures": ["Qwen3_5ForCausalLMMTP"], "mtp_num_hidden_layers": 1}
-    c = setup(tmp_path, shards, "lmdeploy", "mtp", QWEN35, config)
-    rc, found, report = codes(cli, c, "--checks", "layout")
-    assert rc == 1 and found == ["EC501"], found
-    assert report["findings"][0]["found"] == "final_norm"
-
-
-@pytest.mark.parametrize("engine,method", [(ORTG, None), (ORTG, "eagle3"), ("lmdeploy", "dspark")])
+@pytest.mark.parametrize(
+    "engine,method", [(ORTG, None), (ORTG, "eagle3"), ("lmdeploy", "dspark")]
+)  # lmdeploy's MTP: tests/cli/test_source_engine_contracts.py
 def test_a_method_they_do_not_serve_is_a_usage_error(cli, tmp_path, shards, engine, method):
     c = setup(tmp_path, shards, engine, method, QWEN35, dflash(GOOD_TAPS))
     res = cli("check", c, "--checks", "layout")

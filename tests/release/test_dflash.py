@@ -262,7 +262,11 @@ def test_check_vllm_0_21_is_ec516(cli, tmp_path):
     ("method", "engine", "words"),
     [
         ("dflsh", "sglang", "c.yaml:3:1: method: unknown method 'dflsh' (did you mean 'dflash'?)"),
-        ("dflash", "trtllm", "serving.engine: trtllm: no DFlash tap rules are read here"),
+        (  # TensorRT-LLM serves DFlash (source-read); AutoDeploy does not
+            "dflash",
+            "trtllm-autodeploy",
+            "serving.engine: trtllm-autodeploy: no DFlash tap rules are read here",
+        ),
         ("pard", "sglang", "method: PARD: no tap rule: a PARD draft"),
     ],
 )

@@ -18,7 +18,7 @@ import pytest
 from serving_cases import resolve_json
 
 from pytest_eagle_contract.engines import method_engines
-from pytest_eagle_contract.methods import METHOD_ONLY_ENGINES
+from pytest_eagle_contract.methods import METHOD_ENGINES, METHOD_ONLY_ENGINES, SOURCE_READ
 
 L = 32
 QWEN35 = "Qwen3_5ForConditionalGeneration"
@@ -193,9 +193,30 @@ def test_eagle3_commands_refuse_them(cli):
 
 def test_the_table_names_what_methods_py_does():
     table = method_engines.table()
-    for engine, methods in METHOD_ONLY_ENGINES.items():
+    for engine, methods in METHOD_ENGINES.items():
+        if engine in SOURCE_READ:
+            continue
         served = {m for row in table[engine]["releases"].values() if row for m in row["methods"]}
         assert served == set(methods)
+
+
+def test_the_source_read_engines_serve_what_methods_py_says():
+    """methods.METHOD_ENGINES names, for each engine read from source, exactly the methods
+    source_methods.py answers for it (the others it refuses with the reason)."""
+    from pytest_eagle_contract.engines import source_methods
+
+    for engine in SOURCE_READ:
+        answered = {
+            m
+            for m in ("dflash", "dflash2", "dspark", "pard", "mtp")
+            if source_methods.refusal(engine, m) is None
+            and (  # DFlash2 is read on DFlash's rows (mistral.rs)
+                engine == "trtllm"
+                or source_methods.releases(engine, "dflash" if m == "dflash2" else m)
+            )
+        }
+        assert answered == set(METHOD_ENGINES[engine]), engine
+    assert set(METHOD_ONLY_ENGINES) == {ORTG, "ollama", "mistralrs"}
 
 
 @pytest.mark.parametrize("engine,method", [("lmdeploy", "dspark"), (ORTG, "dflash")])

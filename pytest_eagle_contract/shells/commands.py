@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -698,60 +698,47 @@ def _want_method(args: argparse.Namespace, method: str) -> int:
     makes every asked release feed those layers, or why none does."""
     from ..engines import method_engines
     from ..errors import EagleContractError
-    from ..layers import Layer
-    from ..render import to_json
 
     why = method_engines.refusal(args.engine, method) if method != "eagle3.1" else None
     if why is not None:
         raise UsageError(why)
     if method == "mtp":
         raise UsageError("--method mtp has no tap list: --want does not apply")
-    if args.ids is not None or args.draft_config is not None:
-        raise UsageError("--want asks for the taps: give it without --ids or --draft-config")
+    wanted = _wanted(args)
     try:
-        wanted = [Layer.parse(text) for text in args.want]
         versions = method_engines.versions(args.engine, method, args.version)
-    except (ValueError, EagleContractError) as exc:
+    except EagleContractError as exc:
         raise UsageError(str(exc)) from None
     found = {
         v: method_engines.taps_for(args.engine, method, args.num_layers, wanted, None, args.arch, v)
         for v in versions
     }
-    taps = found[versions[0]] if len(set(found.values())) == 1 else None
     key = method_engines.tap_key(args.engine, method)
     asked = args.version or method_engines.assumed(args.engine, method)
     label = method_engines.named(args.engine, asked, asked)  # a source snapshot says so
-    if args.json:
-        print(
-            to_json(
-                {
-                    **_dflash_asked(args),
-                    "num_layers": args.num_layers,
-                    "want": [str(x) for x in wanted],
-                    "taps": None if taps is None else list(taps),
-                    "config_key": key,
-                    "read": label,
-                    "per_version": {
-                        str(v): None if t is None else list(t) for v, t in found.items()
-                    },
-                }
-            )
-        )
-    elif taps is None:
-        print(
-            f"no one tap list makes {label} feed {', '.join(map(str, wanted))}"
-            + (
-                ": "
-                + ", ".join(f"{v}: {'none' if t is None else list(t)}" for v, t in found.items())
-                if versions != [None]
-                else ""
-            )
-            + _want_why(args, method, wanted, versions[0]),
-            file=sys.stderr,
-        )
-    else:
-        print(f"{label} feeds {', '.join(map(str, wanted))} with {key} = {list(taps)}")
-    return EXIT_OK if taps is not None else EXIT_FINDINGS
+    return _print_want(
+        args,
+        wanted,
+        found,
+        key,
+        {"read": label},
+        label,
+        lambda taps: [f"{label} feeds {', '.join(map(str, wanted))} with {key} = {list(taps)}"],
+        per_version=versions != [None],
+        why=lambda: _want_why(args, method, wanted, versions[0]),
+    )
+
+
+def _wanted(args: argparse.Namespace) -> list[Layer]:
+    """``--want``'s layers, parsed; --ids and --draft-config do not go with it (exit 2)."""
+    from ..layers import Layer
+
+    if args.ids is not None or args.draft_config is not None:
+        raise UsageError("--want asks for the taps: give it without --ids or --draft-config")
+    try:
+        return [Layer.parse(text) for text in args.want]
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _want_why(
@@ -776,15 +763,8 @@ def _want_family(args: argparse.Namespace) -> int:
     from ..engines.base import releases_for
     from ..engines.dflash_family import taps_for
     from ..engines.method_table import releases
-    from ..layers import Layer
-    from ..render import to_json
 
-    if args.ids is not None or args.draft_config is not None:
-        raise UsageError("--want asks for the taps: give it without --ids or --draft-config")
-    try:
-        wanted = [Layer.parse(text) for text in args.want]
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    wanted = _wanted(args)
     versions: list[str | None] = (
         [None]
         if args.version is None
@@ -794,37 +774,22 @@ def _want_family(args: argparse.Namespace) -> int:
         v: taps_for(args.method, args.engine, args.num_layers, wanted, args.arch, v)
         for v in versions
     }
-    taps = found[versions[0]] if len(set(found.values())) == 1 else None
     key = (
         "dspark_target_layer_ids"
         if args.method == "dspark" and args.engine in ("sglang", "vllm")
         else "dflash_config.target_layer_ids"
     )
-    if args.json:
-        print(
-            to_json(
-                {
-                    **_dflash_asked(args),
-                    "num_layers": args.num_layers,
-                    "want": [str(x) for x in wanted],
-                    "taps": None if taps is None else list(taps),
-                    "config_key": key,
-                    "per_version": {
-                        str(v): None if t is None else list(t) for v, t in found.items()
-                    },
-                }
-            )
-        )
-    elif taps is None:
-        print(
-            f"no one tap list makes {args.engine} {args.version or '(newest read)'} feed "
-            f"{', '.join(map(str, wanted))}: "
-            + ", ".join(f"{v}: {'none' if t is None else list(t)}" for v, t in found.items()),
-            file=sys.stderr,
-        )
-    else:
-        print(f"{args.engine} feeds {', '.join(map(str, wanted))} with {key} = {list(taps)}")
-    return EXIT_OK if taps is not None else EXIT_FINDINGS
+    return _print_want(
+        args,
+        wanted,
+        found,
+        key,
+        {},
+        f"{args.engine} {args.version or '(newest read)'}",
+        lambda taps: [
+            f"{args.engine} feeds {', '.join(map(str, wanted))} with {key} = {list(taps)}"
+        ],
+    )
 
 
 def _refused(args: argparse.Namespace, exc: Exception) -> int:
@@ -858,15 +823,8 @@ def _want_dflash(args: argparse.Namespace) -> int:
     from ..engines.dflash import releases, taps_for
     from ..engines.dflash_draft import TAP_KEYS
     from ..engines.resolve import get_engine
-    from ..layers import Layer
-    from ..render import to_json
 
-    if args.ids is not None or args.draft_config is not None:
-        raise UsageError("--want asks for the taps: give it without --ids or --draft-config")
-    try:
-        wanted = [Layer.parse(text) for text in args.want]
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    wanted = _wanted(args)
     if args.version is None:
         versions: list[str | None] = [None]
     elif args.engine == "sglang":
@@ -876,14 +834,46 @@ def _want_dflash(args: argparse.Namespace) -> int:
     else:
         versions = list(get_engine(args.engine).versions(args.version))
     found = {v: taps_for(args.engine, args.num_layers, wanted, args.arch, v) for v in versions}
+    label = f"{args.engine} {args.version or '(newest read)'}"
+
+    def line(taps: Sequence[int] | None) -> str | None:
+        if taps is None:
+            return None
+        return f'"dflash_config": {{"target_layer_ids": {json.dumps(list(taps))}}}'
+
     common = set(found.values())
-    taps = found[versions[0]] if len(common) == 1 else None
-    label = args.version or "(newest read)"
-    line = (
-        None
-        if taps is None
-        else f'"dflash_config": {{"target_layer_ids": {json.dumps(list(taps))}}}'
+    return _print_want(
+        args,
+        wanted,
+        found,
+        TAP_KEYS[0],
+        {"config_line": line(next(iter(common)) if len(common) == 1 else None)},
+        label,
+        lambda taps: [
+            f"{label} feeds {', '.join(map(str, wanted))} with the taps",
+            f"  {line(taps)}",
+        ],
     )
+
+
+def _print_want(
+    args: argparse.Namespace,
+    wanted: Sequence[Layer],
+    found: Mapping[str | None, tuple[int, ...] | None],
+    key: str,
+    extra: Mapping[str, object],
+    label: str,
+    ok: Callable[[tuple[int, ...]], list[str]],
+    per_version: bool = True,
+    why: Callable[[], str] | None = None,
+) -> int:
+    """``resolve --want``'s answer: the one tap list under ``key`` that makes every release
+    asked (``found``: release -> its taps, None where none) feed ``wanted``, or, on stderr, why
+    none does (each release's taps where ``per_version``, then ``why``); ``--json``: one object
+    (``extra`` beside the common keys). Exit 1 where no one list does."""
+    from ..render import to_json
+
+    taps = next(iter(found.values())) if len(set(found.values())) == 1 else None
     if args.json:
         print(
             to_json(
@@ -892,8 +882,8 @@ def _want_dflash(args: argparse.Namespace) -> int:
                     "num_layers": args.num_layers,
                     "want": [str(x) for x in wanted],
                     "taps": None if taps is None else list(taps),
-                    "config_key": TAP_KEYS[0],
-                    "config_line": line,
+                    "config_key": key,
+                    **extra,
                     "per_version": {
                         str(v): None if t is None else list(t) for v, t in found.items()
                     },
@@ -902,14 +892,19 @@ def _want_dflash(args: argparse.Namespace) -> int:
         )
     elif taps is None:
         print(
-            f"no one tap list makes {args.engine} {label} feed "
-            f"{', '.join(map(str, wanted))}: "
-            + ", ".join(f"{v}: {'none' if t is None else list(t)}" for v, t in found.items()),
+            f"no one tap list makes {label} feed {', '.join(map(str, wanted))}"
+            + (
+                ": "
+                + ", ".join(f"{v}: {'none' if t is None else list(t)}" for v, t in found.items())
+                if per_version
+                else ""
+            )
+            + (why() if why is not None else ""),
             file=sys.stderr,
         )
     else:
-        print(f"{args.engine} {label} feeds {', '.join(map(str, wanted))} with the taps")
-        print(f"  {line}")
+        for text in ok(taps):
+            print(text)
     return EXIT_OK if taps is not None else EXIT_FINDINGS
 
 

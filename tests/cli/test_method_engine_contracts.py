@@ -21,6 +21,7 @@ L = shardgen.L  # 8
 QWEN3, QWEN35, LLAMA = "Qwen3ForCausalLM", "Qwen3_5ForConditionalGeneration", "LlamaForCausalLM"
 ORTG = "onnxruntime-genai"
 GOOD_TAPS = [1, 3, 4]  # residual:2, 4, 5: the shards' fc slots
+SLOTS = ("residual:2", "residual:4", "residual:5", f"residual:{L}")
 
 
 def fold(text: str) -> str:
@@ -42,8 +43,10 @@ def setup(
     arch: str,
     config: dict,
     version: str | None = None,
+    slots: tuple[str, ...] = SLOTS,
 ) -> Path:
-    """A draft folder holding ``config``, and a contract over the shards served by ``engine``."""
+    """A draft folder holding ``config``, and a contract over the shards served by ``engine``
+    (tests/cli/test_source_engine_contracts.py uses it too)."""
     draft = root / "draft"
     draft.mkdir(exist_ok=True)
     (draft / "config.json").write_text(json.dumps(config))
@@ -53,9 +56,8 @@ def setup(
         + (f"method: {method}\n" if method else "")
         + f"target: {{arch: {arch}, num_hidden_layers: {L}, hidden_size: {shardgen.H}}}\n"
         f"training:\n  format: speculators\n  shards: {shards}\n  slots:\n"
-        "    - {layer: residual:2}\n    - {layer: residual:4}\n    - {layer: residual:5}\n"
-        f"    - {{layer: residual:{L}}}\n"
-        f"serving:\n  engine: {engine}\n  draft_config: draft/config.json\n"
+        + "".join(f"    - {{layer: '{s}'}}\n" for s in slots)
+        + f"serving:\n  engine: {engine}\n  draft_config: draft/config.json\n"
         + (f'  version: "{version}"\n' if version else "")
     )
     return c
@@ -78,6 +80,7 @@ def eagle3(ids: list[int]) -> dict:
 def codes(cli, contract: Path, *more: str) -> tuple[int, list[str], dict]:
     res = cli("check", contract, "--json", *more)
     assert "Traceback" not in res.stderr, res.stderr
+    assert res.returncode in (0, 1), res.stderr
     report = json.loads(res.stdout)
     return res.returncode, sorted({f["code"] for f in report["findings"]}), report
 

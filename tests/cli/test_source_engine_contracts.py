@@ -20,17 +20,13 @@ from pathlib import Path
 
 import pytest
 import shardgen
+from test_method_engine_contracts import SLOTS, codes, fold, setup
 
 L = shardgen.L  # 8
 QWEN3, LLAMA, LAGUNA = "Qwen3ForCausalLM", "LlamaForCausalLM", "LagunaForCausalLM"
 QWEN35 = "Qwen3_5ForConditionalGeneration"
 GOOD_TAPS = [1, 3, 4]  # residual:2, 4, 5: the shards' fc slots
 SHIFTED = [2, 4, 5]  # taps written as layer numbers: fed residual:3, 5, 6
-SLOTS = ("residual:2", "residual:4", "residual:5", f"residual:{L}")
-
-
-def fold(text: str) -> str:
-    return " ".join(text.split())
 
 
 @pytest.fixture(scope="module")
@@ -38,32 +34,6 @@ def shards(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("source-engine-shards")
     shardgen.write_good(root, "speculators", range(2))
     return root
-
-
-def setup(
-    root: Path,
-    shards: Path,
-    engine: str,
-    method: str,
-    arch: str,
-    config: dict,
-    version: str | None = None,
-    slots: tuple[str, ...] = SLOTS,
-) -> Path:
-    """A draft folder holding ``config``, and a contract over the shards served by ``engine``."""
-    draft = root / "draft"
-    draft.mkdir(exist_ok=True)
-    (draft / "config.json").write_text(json.dumps(config))
-    c = root / "c.yaml"
-    c.write_text(
-        f"contract: m\nversion: 1\nmethod: {method}\n"
-        f"target: {{arch: {arch}, num_hidden_layers: {L}, hidden_size: {shardgen.H}}}\n"
-        f"training:\n  format: speculators\n  shards: {shards}\n  slots:\n"
-        + "".join(f"    - {{layer: '{s}'}}\n" for s in slots)
-        + f"serving:\n  engine: {engine}\n  draft_config: draft/config.json\n"
-        + (f'  version: "{version}"\n' if version else "")
-    )
-    return c
 
 
 def dflash(taps: list[int] | None, **more: object) -> dict:
@@ -87,14 +57,6 @@ def dspark(taps: list[int], **more: object) -> dict:
 def atom_dspark(taps: list[int]) -> dict:
     """ATOM routes a draft with dspark_block_size to DSpark, its ids inline."""
     return dspark(taps, dspark_block_size=8)
-
-
-def codes(cli, contract: Path, *more: str) -> tuple[int, list[str], dict]:
-    res = cli("check", contract, "--json", *more)
-    assert "Traceback" not in res.stderr, res.stderr
-    assert res.returncode in (0, 1), res.stderr
-    report = json.loads(res.stdout)
-    return res.returncode, sorted({f["code"] for f in report["findings"]}), report
 
 
 CASES = [  # engine, method, target arch, the draft config for taps

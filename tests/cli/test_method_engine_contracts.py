@@ -120,6 +120,23 @@ def test_lmdeploy_guessed_list_is_ec522(cli, tmp_path, shards):
     assert f["found"] == "residual:2, residual:4, residual:6"
 
 
+def test_lmdeploy_fallback_over_a_huge_draft_is_refused_not_listed(cli, tmp_path):
+    """No tap list and num_hidden_layers 10**8: lmdeploy's fallback formula built 10**8 taps
+    and printed them in its refusal (300 MB on stderr); the draft's layer count shares the
+    target's plausibility bound (docs/security.md)."""
+    draft = tmp_path / "draft"
+    draft.mkdir()
+    config = dflash(None, num_target_layers=L)
+    (draft / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 10**8}))
+    res = cli(
+        "resolve", "--engine", "lmdeploy", "--method", "dflash", "--arch", QWEN3,
+        "--num-layers", L, "--draft-config", draft, timeout=60,
+    )  # fmt: skip
+    assert "Traceback" not in res.stderr, res.stderr[-2000:]
+    assert res.returncode == 2 and len(res.stderr) < 2000, res.stderr[:2000]
+    assert "num_hidden_layers is 100000000, above 1024" in fold(res.stderr)
+
+
 @pytest.mark.parametrize(
     "engine,method,arch,config,why",
     [

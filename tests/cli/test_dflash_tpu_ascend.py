@@ -169,12 +169,18 @@ def test_tpu_inference_reads_the_top_level_num_target_layers_only(cli, tmp_path)
 
 @pytest.mark.parametrize("n", [L + 4, 10**12])
 def test_tpu_inference_fallback_past_the_target_is_a_refusal_whatever_its_size(cli, tmp_path, n):
-    """``range(L - n, L)`` with the draft's num_target_layers n above L holds ids below 0
-    (no layer): a refusal naming them, never a list of n ids built (10**12 ran out of memory
-    in a traceback)."""
+    """``range(L - n, L)`` with the draft's top-level num_target_layers n above L holds ids
+    below 0 (no layer): a refusal naming them, never a list of n ids built (10**12 ran out of
+    memory in a traceback). The top-level value is tpu-inference's alone: the dflash_config
+    copy (read first by the draft parser, within its bound) is not what it reads."""
     d = draft(
         tmp_path,
-        {"architectures": ["DFlashDraftModel"], "num_hidden_layers": 3, "num_target_layers": n},
+        {
+            "architectures": ["DFlashDraftModel"],
+            "num_hidden_layers": 3,
+            "num_target_layers": n,
+            "dflash_config": {"num_target_layers": 3},
+        },
     )
     res = cli(
         "resolve", "--method", "dflash", "--engine", "tpu-inference", "--arch",

@@ -114,9 +114,10 @@ def refusal(engine: str, method: str) -> str | None:
         why = source_methods.refusal(engine, method)
         if why is not None:
             return why
-    also = " and eagle3" if engine in EAGLE3_ENGINES else ""
+    from ..methods import methods_served
+
     return (
-        f"{engine}: rules are read here only for --method {' / '.join(served)}{also} "
+        f"{engine}: rules are read here only for --method {' / '.join(methods_served(engine))} "
         f"(docs/layers.md); not for {method}"
     )
 

@@ -180,6 +180,33 @@ def test_a_method_they_do_not_serve_is_a_usage_error(cli, tmp_path, shards, engi
         assert "the default" in said
 
 
+@pytest.mark.parametrize(
+    "engine,arch,release",
+    [("lmdeploy", "DeepseekV3ForCausalLM", "0.18.0"), ("mlx", QWEN35, "0.7.10")],
+)
+def test_matrix_of_an_mtp_contract_marks_its_own_engine(
+    cli, tmp_path, shards, engine, arch, release
+):
+    """An MTP contract served by lmdeploy or mlx (no serving.version: the newest release read)
+    has its engine's rows, the newest marked as the contract's own; the matrix said 'the
+    contract names no serving engine' (lmdeploy had no MTP row; mlx's unversioned row was
+    never marked)."""
+    c = setup(tmp_path, shards, engine, "mtp", arch, dflash(GOOD_TAPS))
+    text = c.read_text().replace("- {layer: residual:2}\n    - {layer: residual:4}\n", "")
+    c.write_text(
+        text.replace("- {layer: residual:5}\n", "").replace(f"residual:{L}}}", "final_norm}")
+    )
+    res = cli("matrix", c, "--json")
+    assert "Traceback" not in res.stderr, res.stderr
+    rows = json.loads(res.stdout)["rows"]
+    own = [r for r in rows if r["own"]]
+    assert [r["engine"] for r in own] == [engine], rows
+    assert release in own[0]["versions"], own
+    res = cli("matrix", c)
+    assert res.stdout.startswith("ok: "), res.stdout
+    assert "names no serving engine" not in res.stdout
+
+
 # -- lmdeploy EAGLE-3: fixed taps (2, L//2, L-3) = residual:2, 4, 5 on L = 8 ----------------
 
 
@@ -273,4 +300,4 @@ def test_doctor_engine_refuses_a_method_they_do_not_serve(cli, tmp_path, shards)
     c = setup(tmp_path, shards, ORTG, "dflash2", QWEN35, dflash(GOOD_TAPS, "DFlash2DraftModel"))
     res = cli("doctor", "--draft", tmp_path / "draft", "--engine", "lmdeploy", "--contract", c)
     assert res.returncode == 2 and "Traceback" not in res.stderr
-    assert "only for --method dflash and eagle3" in fold(res.stderr)
+    assert "only for --method eagle3 / dflash / mtp" in fold(res.stderr)

@@ -269,6 +269,13 @@ def method_of_format(shard_format: str) -> str | None:
     return next((m.name for m in METHODS.values() if shard_format in m.shard_formats), None)
 
 
+def methods_served(engine: str) -> tuple[str, ...]:
+    """Every method whose rules for ``engine`` are read here, in METHODS' order: those its
+    Method entry lists it for and a method engine's own (``METHOD_ENGINES``)."""
+    own = METHOD_ENGINES.get(engine, ())
+    return tuple(m.name for m in METHODS.values() if m.serves(engine) or m.name in own)
+
+
 def get_method(name: str) -> Method:
     """The method named ``name``. Raises EagleContractError listing the known ones."""
     return lookup(METHODS, name, "method")

@@ -34,7 +34,7 @@ from typing import Any
 from ..errors import EagleContractError, Problem, Unservable
 from ..layers import Layer
 from .base import Position, Query, Resolution, eagle3_default_ids
-from .dflash_draft import TAP_KEYS, DFlashDraft, guess_problem
+from .dflash_draft import MOST_LAYERS, TAP_KEYS, DFlashDraft, guess_problem
 
 # every dotted key some engine reads DFlash-era ids from (vLLM's reader reads them all)
 _READ_KEYS = (
@@ -78,8 +78,16 @@ def _size(data: Mapping[str, Any], key: str, path: Path | None) -> int | None:
             continue
         if type(value) is not int or value < 0:
             raise EagleContractError(f"{path}: {key} must be a whole number, not {value!r:.40}")
+        if key in _LAYER_COUNTS and value > MOST_LAYERS:
+            raise EagleContractError(
+                f"{path}: {key} is {value!r:.40}, above {MOST_LAYERS} (a plausibility bound: no "
+                "real model comes near it; docs/security.md)"
+            )
         return value
     return None
+
+
+_LAYER_COUNTS = ("num_hidden_layers", "num_target_layers")
 
 
 def _signed(data: Mapping[str, Any], key: str, path: Path | None) -> int | None:

@@ -114,9 +114,10 @@ def refusal(engine: str, method: str) -> str | None:
         why = source_methods.refusal(engine, method)
         if why is not None:
             return why
-    also = " and eagle3" if engine in EAGLE3_ENGINES else ""
+    from ..methods import methods_served
+
     return (
-        f"{engine}: rules are read here only for --method {' / '.join(served)}{also} "
+        f"{engine}: rules are read here only for --method {' / '.join(methods_served(engine))} "
         f"(docs/layers.md); not for {method}"
     )
 
@@ -264,6 +265,7 @@ def _lmdeploy(
 ) -> Resolution:
     from ..errors import Problem
     from .dflash import zlab_formula
+    from .dflash_draft import MOST_LAYERS
 
     where = f"lmdeploy {version} {row['file']}"
     q.arch = _target(q, row, "lmdeploy", version, "DFlash")
@@ -289,6 +291,11 @@ def _lmdeploy(
             raise Unservable(
                 f"{where}: no dflash_config.target_layer_ids and no positive num_hidden_layers "
                 "(ValueError at start-up)"
+            )
+        if n > MOST_LAYERS:  # the formula builds one tap per draft layer
+            raise EagleContractError(
+                f"the draft's num_hidden_layers is {n}, above {MOST_LAYERS} (a plausibility "
+                "bound: no real model comes near it; docs/security.md)"
             )
         try:
             taps = zlab_formula(L, n)

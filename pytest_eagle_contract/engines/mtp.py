@@ -347,7 +347,7 @@ def mtp_matrix(
     feeds the head, and whether it is the ``trained`` one (no ids to fix: an MTP head has no
     tap list)."""
     from .base import version_order
-    from .fixes import relabel, runs
+    from .fixes import ANY, relabel, runs
     from .matrix import Row
     from .resolve import get_engine
 
@@ -356,6 +356,8 @@ def mtp_matrix(
         mine = list(own[1]) if own is not None and own[0] == name else []
         read = releases(name)
         versions = sorted(set(read) | {v for v in mine if v in read}, key=version_order)
+        if ANY in mine and versions:  # an unversioned engine (mlx, lmdeploy): the newest read
+            mine.append(versions[-1])
         cells: dict[str, tuple[Any, ...]] = {}
         for v in versions:
             try:

@@ -190,6 +190,10 @@ _DFLASH_ASSERT = (
 )
 
 
+_LISTED = 16  # the fallback's ids below 0 named one by one (more: the first, ..., -1)
+_MOST_TAPS = 4096  # the most states a fallback list is built for (a huge L or n is refused)
+
+
 def dflash_releases() -> list[str]:
     """The tpu-inference releases whose runner serves DFlash (read: every release)."""
     return [v for v in releases() if (_dflash_row(v).get("dflash") or {}).get("runner")]
@@ -286,7 +290,17 @@ def resolve_dflash(q: Query, draft: DFlashDraft, draft_impl: str | None = None) 
         fc = len(ids)
     else:
         n = _top_level(draft, "num_target_layers")
-        ids = list(range(L - (L if n is None else n), L))
+        # range(L - n, L): its ids below 0 match no layer; far below 0 (n well above L) only
+        # the first and -1 are kept, so a huge num_target_layers is never built into a list
+        low = L - (L if n is None else n)
+        if L - max(low, 0) > _MOST_TAPS:
+            raise EagleContractError(
+                f"tpu-inference's fallback range(L - n, L) with L = {L}, n = "
+                f"{L if n is None else n} would capture {L - max(low, 0)} states: at most "
+                f"{_MOST_TAPS} are resolved here; give the draft's "
+                f"{key} (--ids) or a smaller --num-layers / num_target_layers"
+            )
+        ids = list(range(low, L)) if low >= -_LISTED else [low, *range(-1, L)]
         fc = n if n is not None else draft.num_hidden_layers
         if n is None and draft.num_target_layers is not None:
             q.notes.append(
@@ -298,7 +312,11 @@ def resolve_dflash(q: Query, draft: DFlashDraft, draft_impl: str | None = None) 
     captured = sorted({i for i in ids if 0 <= i < L})
     if fc is None or len(captured) != fc:
         dropped = sorted({i for i in ids if not 0 <= i < L})
-        lost = f"ids {dropped} lie outside [0, {L}) and match no layer; " if dropped else ""
+        if listed is None and dropped:  # the fallback's ids below 0: low .. -1
+            dropped_text = f"[{dropped[0]}, ..., -1]" if dropped[0] < -_LISTED else str(dropped)
+        else:
+            dropped_text = str(dropped)
+        lost = f"ids {dropped_text} lie outside [0, {L}) and match no layer; " if dropped else ""
         raise Unservable(
             f"{where} {target['file']}: {lost}{len(captured)} distinct states captured, the "
             f"draft's fc (models/jax/dflash.py) takes "

@@ -104,3 +104,23 @@ def test_doctor_layout_of_a_dflash_contract_has_the_every_engine_table(cli, tmp_
     rows = {(r["title"], r["label"]): r for r in f["extra"]["matrix"]}
     assert ("vLLM", "0.22.0..0.34.0") in rows or any(t == "vLLM" for t, _ in rows)
     assert "dflash_config.target_layer_ids: [1, 3, 5]" in f["hint"]
+
+
+def test_a_draft_layer_count_past_the_plausibility_bound_is_a_finding_not_a_hang(cli, tmp_path):
+    """num_hidden_layers 10**8 with num_target_layers unlike the contract's: SGLang's formula
+    was built for both counts (one tap per draft layer, minutes and gigabytes); the draft
+    config's layer counts share the target's plausibility bound (docs/security.md)."""
+    data = {**DRAFT, "num_hidden_layers": 10**8, "num_target_layers": 12}
+    d = draft(tmp_path, {**data, "dflash_config": {"mask_token_id": 100}})
+    contract = tmp_path / "c.yaml"
+    contract.write_text(
+        "contract: d\nversion: 1\nmethod: dflash\n"
+        f"target: {{arch: Qwen3ForCausalLM, num_hidden_layers: {L}, hidden_size: {H}, "
+        f"vocab_size: {V}}}\ntraining:\n  target_slot: null\n  slots:\n"
+        "    - {layer: residual:2}\nserving:\n  engine: sglang\n  draft_config: draft\n"
+    )
+    res = cli("doctor", "--draft", d, "--contract", contract, "--json", timeout=60)
+    assert "Traceback" not in res.stderr, res.stderr
+    seams = {s["name"]: s for s in json.loads(res.stdout)["seams"]}
+    found = [f["message"] for f in seams["engine-rules"]["findings"]]
+    assert any("num_hidden_layers is 100000000, above 1024" in m for m in found), found

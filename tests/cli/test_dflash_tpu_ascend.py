@@ -165,3 +165,43 @@ def test_tpu_inference_reads_the_top_level_num_target_layers_only(cli, tmp_path)
     assert rc == 2
     assert "36 distinct states captured" in out["refused"]
     assert "dflash_config.num_target_layers 5 is not read" in out["refused"]
+
+
+@pytest.mark.parametrize("n", [L + 4, 10**12])
+def test_tpu_inference_fallback_past_the_target_is_a_refusal_whatever_its_size(cli, tmp_path, n):
+    """``range(L - n, L)`` with the draft's top-level num_target_layers n above L holds ids
+    below 0 (no layer): a refusal naming them, never a list of n ids built (10**12 ran out of
+    memory in a traceback). The top-level value is tpu-inference's alone: the dflash_config
+    copy (read first by the draft parser, within its bound) is not what it reads."""
+    d = draft(
+        tmp_path,
+        {
+            "architectures": ["DFlashDraftModel"],
+            "num_hidden_layers": 3,
+            "num_target_layers": n,
+            "dflash_config": {"num_target_layers": 3},
+        },
+    )
+    res = cli(
+        "resolve", "--method", "dflash", "--engine", "tpu-inference", "--arch",
+        "LlamaForCausalLM", "--num-layers", L, "--draft-config", d, "--json", timeout=60,
+    )  # fmt: skip
+    assert "Traceback" not in res.stderr, res.stderr
+    out = json.loads(res.stdout)
+    assert res.returncode == 2, out
+    low = f"[{L - n}, ..., -1]" if n > L + 16 else str(list(range(L - n, 0)))
+    assert f"ids {low} lie outside [0, {L})" in out["refused"]
+    assert f"the draft's fc (models/jax/dflash.py) takes {n}" in out["refused"]
+
+
+def test_tpu_inference_fallback_over_a_huge_target_is_a_usage_error(cli, tmp_path):
+    """No tap list and no num_target_layers: the fallback captures all L layers; an L no
+    model has is exit 2 with what to give, not a hang building range(0, L)."""
+    d = draft(tmp_path, {"architectures": ["DFlashDraftModel"], "num_hidden_layers": 3})
+    res = cli(
+        "resolve", "--method", "dflash", "--engine", "tpu-inference", "--arch",
+        "LlamaForCausalLM", "--num-layers", 10**11, "--draft-config", d, timeout=60,
+    )  # fmt: skip
+    assert "Traceback" not in res.stderr, res.stderr
+    assert res.returncode == 2
+    assert "would capture 100000000000 states" in " ".join(res.stderr.split())

@@ -123,6 +123,23 @@ def test_lmdeploy_guessed_list_is_ec522(cli, tmp_path, shards):
     assert f["found"] == "residual:2, residual:4, residual:6"
 
 
+def test_lmdeploy_fallback_over_a_huge_draft_is_refused_not_listed(cli, tmp_path):
+    """No tap list and num_hidden_layers 10**8: lmdeploy's fallback formula built 10**8 taps
+    and printed them in its refusal (300 MB on stderr); the draft's layer count shares the
+    target's plausibility bound (docs/security.md)."""
+    draft = tmp_path / "draft"
+    draft.mkdir()
+    config = dflash(None, num_target_layers=L)
+    (draft / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 10**8}))
+    res = cli(
+        "resolve", "--engine", "lmdeploy", "--method", "dflash", "--arch", QWEN3,
+        "--num-layers", L, "--draft-config", draft, timeout=60,
+    )  # fmt: skip
+    assert "Traceback" not in res.stderr, res.stderr[-2000:]
+    assert res.returncode == 2 and len(res.stderr) < 2000, res.stderr[:2000]
+    assert "num_hidden_layers is 100000000, above 1024" in fold(res.stderr)
+
+
 @pytest.mark.parametrize(
     "engine,method,arch,config,why",
     [
@@ -164,6 +181,33 @@ def test_a_method_they_do_not_serve_is_a_usage_error(cli, tmp_path, shards, engi
     assert f"{engine} serves method" in said and f"not {method or 'eagle3'}" in said
     if method is None:
         assert "the default" in said
+
+
+@pytest.mark.parametrize(
+    "engine,arch,release",
+    [("lmdeploy", "DeepseekV3ForCausalLM", "0.18.0"), ("mlx", QWEN35, "0.7.10")],
+)
+def test_matrix_of_an_mtp_contract_marks_its_own_engine(
+    cli, tmp_path, shards, engine, arch, release
+):
+    """An MTP contract served by lmdeploy or mlx (no serving.version: the newest release read)
+    has its engine's rows, the newest marked as the contract's own; the matrix said 'the
+    contract names no serving engine' (lmdeploy had no MTP row; mlx's unversioned row was
+    never marked)."""
+    c = setup(tmp_path, shards, engine, "mtp", arch, dflash(GOOD_TAPS))
+    text = c.read_text().replace("- {layer: residual:2}\n    - {layer: residual:4}\n", "")
+    c.write_text(
+        text.replace("- {layer: residual:5}\n", "").replace(f"residual:{L}}}", "final_norm}")
+    )
+    res = cli("matrix", c, "--json")
+    assert "Traceback" not in res.stderr, res.stderr
+    rows = json.loads(res.stdout)["rows"]
+    own = [r for r in rows if r["own"]]
+    assert [r["engine"] for r in own] == [engine], rows
+    assert release in own[0]["versions"], own
+    res = cli("matrix", c)
+    assert res.stdout.startswith("ok: "), res.stdout
+    assert "names no serving engine" not in res.stdout
 
 
 # -- lmdeploy EAGLE-3: fixed taps (2, L//2, L-3) = residual:2, 4, 5 on L = 8 ----------------
@@ -259,4 +303,4 @@ def test_doctor_engine_refuses_a_method_they_do_not_serve(cli, tmp_path, shards)
     c = setup(tmp_path, shards, ORTG, "dflash2", QWEN35, dflash(GOOD_TAPS, "DFlash2DraftModel"))
     res = cli("doctor", "--draft", tmp_path / "draft", "--engine", "lmdeploy", "--contract", c)
     assert res.returncode == 2 and "Traceback" not in res.stderr
-    assert "only for --method dflash and eagle3" in fold(res.stderr)
+    assert "only for --method eagle3 / dflash / mtp" in fold(res.stderr)

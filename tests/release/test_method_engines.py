@@ -175,7 +175,7 @@ def test_lmdeploy_refuses_other_targets_and_releases(cli):
     [
         (ORTG, "eagle3", "dflash2 / dspark / mtp"),
         (ORTG, "dflash", "dflash2 / dspark / mtp"),
-        ("lmdeploy", "dspark", "dflash and eagle3"),
+        ("lmdeploy", "dspark", "eagle3 / dflash / mtp"),  # mtp: engines/mtp_rules.json
     ],
 )
 def test_other_methods_are_usage_errors(cli, engine, method, served):

@@ -194,11 +194,7 @@ def test_matrix_of_an_mtp_contract_marks_its_own_engine(
     has its engine's rows, the newest marked as the contract's own; the matrix said 'the
     contract names no serving engine' (lmdeploy had no MTP row; mlx's unversioned row was
     never marked)."""
-    c = setup(tmp_path, shards, engine, "mtp", arch, dflash(GOOD_TAPS))
-    text = c.read_text().replace("- {layer: residual:2}\n    - {layer: residual:4}\n", "")
-    c.write_text(
-        text.replace("- {layer: residual:5}\n", "").replace(f"residual:{L}}}", "final_norm}")
-    )
+    c = setup(tmp_path, shards, engine, "mtp", arch, dflash(GOOD_TAPS), slots=("final_norm",))
     res = cli("matrix", c, "--json")
     assert "Traceback" not in res.stderr, res.stderr
     rows = json.loads(res.stdout)["rows"]

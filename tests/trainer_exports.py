@@ -1,4 +1,4 @@
-"""Tiny DFlash drafts exported by the trainers' own exporters, for the tests (issue 38).
+"""Tiny DFlash and MTP drafts exported by the trainers' own exporters, for the tests (issue 38).
 
 Run as a script, in its own process (``python tests/trainer_exports.py JOBS.json``): ModelOpt
 patches transformers when it imports and takes seconds to load, so the test process never
@@ -15,6 +15,9 @@ imports it. Each job in the JSON list is one of:
 - ``{"kind": "speculators-dflash", "source": DIR, "target": DIR, "out": DIR}``: a z-lab-layout
   DFlash draft converted by speculators 0.9.0's own ``DFlashConverter`` (``speculators
   convert``'s DFlash path), the verifier's embedding and head read from ``target``.
+- ``{"kind": "speculators-mtp", "target": DIR, "out": DIR, "num_layers": L, "hidden": H,
+  "vocab": V}``: a tiny Qwen3 target with one seeded native MTP layer (``mtp.*``) converted
+  by speculators 0.9.0's own ``MTPConverter``; the result is the converted config.json.
 
 Prints one JSON line: a result per job (the taps ModelOpt trained with, or the refusal).
 Everything is CPU and randomly initialised; nothing is downloaded.

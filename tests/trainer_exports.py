@@ -1,4 +1,4 @@
-"""Tiny DFlash drafts exported by the trainers' own exporters, for the tests (issue 38).
+"""Tiny DFlash and MTP drafts exported by the trainers' own exporters, for the tests (issue 38).
 
 Run as a script, in its own process (``python tests/trainer_exports.py JOBS.json``): ModelOpt
 patches transformers when it imports and takes seconds to load, so the test process never
@@ -15,6 +15,9 @@ imports it. Each job in the JSON list is one of:
 - ``{"kind": "speculators-dflash", "source": DIR, "target": DIR, "out": DIR}``: a z-lab-layout
   DFlash draft converted by speculators 0.9.0's own ``DFlashConverter`` (``speculators
   convert``'s DFlash path), the verifier's embedding and head read from ``target``.
+- ``{"kind": "speculators-mtp", "target": DIR, "out": DIR, "num_layers": L, "hidden": H,
+  "vocab": V}``: a tiny Qwen3 target with one seeded native MTP layer (``mtp.*``) converted
+  by speculators 0.9.0's own ``MTPConverter``; the result is the converted config.json.
 
 Prints one JSON line: a result per job (the taps ModelOpt trained with, or the refusal).
 Everything is CPU and randomly initialised; nothing is downloaded.
@@ -134,7 +137,44 @@ def speculators_dflash(job: dict[str, Any]) -> dict[str, Any]:
         return {"aux_hidden_state_layer_ids": json.load(f)["aux_hidden_state_layer_ids"]}
 
 
-RUNNERS = {"modelopt-dflash": modelopt_dflash, "speculators-dflash": speculators_dflash}
+def speculators_mtp(job: dict[str, Any]) -> dict[str, Any]:
+    """A tiny Qwen3 target with one native MTP layer (``mtp.*``, the Qwen3-Next / Qwen3.5
+    naming speculators 0.9.0's ``MTPConverter`` reads: ``mtp.fc``, ``mtp.norm``,
+    ``mtp.pre_fc_norm_hidden``, ``mtp.pre_fc_norm_embedding``, ``mtp.layers.0.*``), its
+    weights seeded, then converted by that ``MTPConverter`` (``speculators convert``'s MTP path,
+    which also reloads the result: ``MTPDraftModel.from_pretrained``)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+    from speculators.convert.mtp.converter import MTPConverter
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+    from transformers.models.qwen3.modeling_qwen3 import Qwen3DecoderLayer
+
+    torch.manual_seed(0)
+    h = job["hidden"]
+    config = Qwen3Config(
+        hidden_size=h, intermediate_size=2 * h, num_hidden_layers=job["num_layers"],
+        vocab_size=job["vocab"], max_position_embeddings=512, num_attention_heads=2,
+        num_key_value_heads=1, head_dim=h // 2, mtp_num_hidden_layers=1,
+    )  # fmt: skip
+    Qwen3ForCausalLM(config).save_pretrained(job["target"])
+    weights_path = os.path.join(job["target"], "model.safetensors")
+    weights = load_file(weights_path)
+    layer = Qwen3DecoderLayer(config, layer_idx=0).state_dict()
+    weights |= {f"mtp.layers.0.{k}": v.contiguous() for k, v in layer.items()}
+    weights["mtp.fc.weight"] = torch.randn(h, 2 * h) / (2 * h) ** 0.5
+    for norm in ("norm", "pre_fc_norm_hidden", "pre_fc_norm_embedding"):
+        weights[f"mtp.{norm}.weight"] = torch.ones(h)
+    save_file(weights, weights_path, metadata={"format": "pt"})
+    MTPConverter().convert(job["target"], job["out"], base_model=job["target"])
+    with open(os.path.join(job["out"], "config.json")) as f:
+        return {"config": json.load(f)}
+
+
+RUNNERS = {
+    "modelopt-dflash": modelopt_dflash,
+    "speculators-dflash": speculators_dflash,
+    "speculators-mtp": speculators_mtp,
+}
 
 
 def main(jobs_path: str) -> None:

@@ -219,6 +219,15 @@ def _name_slots(
         why.append("speculators' verifier_last_hidden_states (the last layer, pre-norm)")
         _check_count(n, named)
         return named, why
+    if _speculators_mtp(obs, draft, target):
+        if not num_layers:
+            raise UsageError(
+                "speculators' MTP shards hold the target's last layer: pass --num-layers "
+                "(or --target-model DIR) to name it"
+            )
+        named = [Layer(num_layers)]
+        _check_count(n, named)
+        return named, ["speculators' MTP state: target_layer_ids [num_hidden_layers] (pre-norm)"]
     defaults: list[Layer] | None = None
     if obs.metadata.get("hidden_states", {}).get("layer_ids") or num_layers:
         defaults = default_layers(obs.format, num_layers or 0, obs.metadata, arch)
@@ -292,6 +301,18 @@ def _speculators_dflash_ids(obs: Observed, draft: Path | None) -> list[int] | No
             "count layers from 0 (the embedding output)"
         )
     return list(ids) if ids is not None else None
+
+
+def _speculators_mtp(obs: Observed, draft: Path | None, target: TargetModel | None) -> bool:
+    """Whether these are speculators' shards of an MTP head (the draft says so): speculators
+    0.9.0 trains MTP on one state, ``models/mtp/core.py`` ``target_layer_ids`` =
+    ``[num_hidden_layers]``, vLLM aux id L: ``residual:L`` (docs/mtp.md)."""
+    return (
+        target is None
+        and obs.format == "speculators"
+        and draft is not None
+        and _draft_method(draft) == "mtp"
+    )
 
 
 def _check_count(n: int, named: list[Layer]) -> None:
@@ -521,6 +542,8 @@ def _serving(
     from ..engines.resolve import get_engine
 
     want = tuple(d.named[i] for i in d.fc)
+    if draft is not None and not want and _draft_method(draft) == "mtp":  # one slot, no fc
+        return _method_only("mtp", engine or FORMATS[d.obs.format].engine)
     if not want:
         return []
     from ..engines.matrix import serving_engines

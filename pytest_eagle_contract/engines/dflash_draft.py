@@ -13,10 +13,6 @@ from ..errors import Problem
 from ..layers import Layer
 
 TAP_KEYS = ("dflash_config.target_layer_ids", "target_layer_ids")
-# a draft's num_hidden_layers / num_target_layers above this is refused at read: the contract
-# schema's plausibility bound on target.num_hidden_layers (docs/security.md); the formulas
-# fed these counts build one tap per layer
-MOST_LAYERS: Final = 1024
 _GUESS: Final = "EC522"
 
 

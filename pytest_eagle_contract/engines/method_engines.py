@@ -264,8 +264,8 @@ def _lmdeploy(
     row: Mapping[str, Any],
 ) -> Resolution:
     from ..errors import Problem
+    from ..limits import MOST_LAYERS
     from .dflash import zlab_formula
-    from .dflash_draft import MOST_LAYERS
 
     where = f"lmdeploy {version} {row['file']}"
     q.arch = _target(q, row, "lmdeploy", version, "DFlash")

@@ -35,7 +35,7 @@ from ..errors import EagleContractError, Problem, Unservable
 from ..layers import Layer
 from ..limits import MOST_LAYERS
 from .base import Position, Query, Resolution, eagle3_default_ids
-from .dflash_draft import TAP_KEYS, DFlashDraft, guess_problem
+from .dflash_draft import TAP_KEYS, DFlashDraft, guess_problem, mlx_unrouted
 
 # every dotted key some engine reads DFlash-era ids from (vLLM's reader reads them all)
 _READ_KEYS = (
@@ -338,6 +338,8 @@ def _mlx(q: Query, draft: DFlashDraft) -> Resolution:
             "(docs/methods.md)"
         )
     where = f"mlx-vlm {version}"
+    if draft.has_dflash_config is not None and not draft.model_type:
+        raise Unservable(mlx_unrouted(version))
     if draft.has_dflash_config is False:
         raise Unservable(
             f"{where}: utils routes a draft to a DFlash drafter only when its "

@@ -55,3 +55,14 @@ def guess_problem(engine: str, how: str, taps: Sequence[int], layers: Sequence[L
         f"{list(taps)}, feeding {', '.join(map(str, layers))}; the draft may have been "
         "trained on other layers",
     )
+
+
+def mlx_unrouted(version: str) -> str:
+    """mlx-vlm on a draft config without ``model_type`` (nor ``speculators_model_type``):
+    ``utils.get_model_and_args`` (0.6.15 to 0.7.10 alike) routes by it before anything else
+    (``architectures``, ``dflash_config``) and raises ``KeyError('model_type')`` without it."""
+    return (
+        f"mlx-vlm {version}: a draft config without model_type (nor speculators_model_type): "
+        "mlx-vlm's utils routes a draft by it (<model_type>_dflash, or by architectures "
+        "after it) and raises KeyError('model_type') at load without it"
+    )

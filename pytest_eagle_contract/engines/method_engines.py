@@ -264,7 +264,7 @@ def _lmdeploy(
     row: Mapping[str, Any],
 ) -> Resolution:
     from ..errors import Problem
-    from ..limits import MOST_LAYERS
+    from ..limits import check_layers
     from .dflash import zlab_formula
 
     where = f"lmdeploy {version} {row['file']}"
@@ -292,11 +292,8 @@ def _lmdeploy(
                 f"{where}: no dflash_config.target_layer_ids and no positive num_hidden_layers "
                 "(ValueError at start-up)"
             )
-        if n > MOST_LAYERS:  # the formula builds one tap per draft layer
-            raise EagleContractError(
-                f"the draft's num_hidden_layers is {n}, above {MOST_LAYERS} (a plausibility "
-                "bound: no real model comes near it; docs/security.md)"
-            )
+        # the formula builds one tap per draft layer: above the bound, this tool's usage error
+        check_layers("the draft's num_hidden_layers", n)
         try:
             taps = zlab_formula(L, n)
         except Unservable as exc:

@@ -798,9 +798,12 @@ def _want_family(args: argparse.Namespace) -> int:
 
 def _refused(args: argparse.Namespace, exc: Exception) -> int:
     """A DFlash-family ``resolve`` the engine would not serve: the reason on stderr (and the
-    ``--json`` answer with ``refused``), exit 2."""
+    ``--json`` answer with ``refused``), exit 2. A UsageError (this tool's own limit, not the
+    engine's) is raised on, as every usage error is."""
     from ..render import to_json
 
+    if isinstance(exc, UsageError):
+        raise exc
     if args.json:
         answer = {**_dflash_asked(args), "refused": str(exc), "silent": False, "layers": None}
         print(to_json(answer))

@@ -54,3 +54,20 @@ def test_a_target_config_above_the_limit_is_a_usage_error(cli, tmp_path):
     said = fold(res.stderr)
     assert res.returncode == 2 and "Traceback" not in said, said
     assert f"num_hidden_layers is {L}, above 1024: this tool's limit" in said
+
+
+def test_lmdeploy_over_a_huge_draft_is_the_tools_limit_not_the_engines(cli, tmp_path):
+    """No tap list and num_hidden_layers 2000: lmdeploy's fallback formula would build one
+    tap per draft layer; refusing that is this tool's limit, a usage error, not something
+    "lmdeploy would not serve"."""
+    draft = tmp_path / "config.json"
+    draft.write_text(json.dumps({"num_hidden_layers": 2000, "num_target_layers": 36}))
+    for json_flag in ([], ["--json"]):
+        res = cli(
+            "resolve", "--engine", "lmdeploy", "--method", "dflash", "--arch", QWEN3,
+            "--num-layers", 36, "--draft-config", draft, *json_flag,
+        )  # fmt: skip
+        said = fold(res.stderr)
+        assert res.returncode == 2 and "Traceback" not in said, said
+        assert "would not serve" not in said and said.startswith("eagle-contract: error:"), said
+        assert "num_hidden_layers is 2000, above 1024: this tool's limit on a layer count" in said

@@ -6,9 +6,25 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from .errors import UsageError
+
+# the most layers a target (or a draft) may have here: contract-v1.schema.json's maximum for
+# target.num_hidden_layers, a plausibility bound (Llama-3.1-405B has 126, DeepSeek-V3 61).
+# A layer count above it is this tool's refusal, not an engine's: the tap formulas build one
+# tap per layer, so an unbounded count would allocate unboundedly (docs/security.md)
+MOST_LAYERS: Final = 1024
+
+
+def check_layers(what: str, n: int) -> None:
+    """Raise UsageError where the layer count ``n`` (named ``what``) is above MOST_LAYERS."""
+    if n > MOST_LAYERS:
+        raise UsageError(
+            f"{what} is {n}, above {MOST_LAYERS}: this tool's limit on a layer count (the "
+            "contract schema's bound on num_hidden_layers; no real model comes near it, "
+            "docs/security.md)"
+        )
 
 
 def env_bytes(name: str, default: int) -> int:

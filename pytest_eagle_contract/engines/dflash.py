@@ -33,8 +33,9 @@ from typing import Any
 
 from ..errors import EagleContractError, Problem, Unservable
 from ..layers import Layer
+from ..limits import MOST_LAYERS
 from .base import Position, Query, Resolution, eagle3_default_ids
-from .dflash_draft import MOST_LAYERS, TAP_KEYS, DFlashDraft, guess_problem
+from .dflash_draft import TAP_KEYS, DFlashDraft, guess_problem, mlx_unrouted
 
 # every dotted key some engine reads DFlash-era ids from (vLLM's reader reads them all)
 _READ_KEYS = (
@@ -191,7 +192,12 @@ def read_dflash_draft(path: str | Path) -> DFlashDraft:
 def zlab_formula(num_layers: int, n: int) -> list[int]:
     """SGLang's ``build_target_layer_ids(L, n)`` (``speculative/dflash_utils.py``, 0.5.11 to
     0.5.23 alike; it says it mirrors z-lab's DFlash helper): n taps spread from layer 1 to
-    layer L - 3, ``[L // 2]`` for one. Raises Unservable where SGLang raises."""
+    layer L - 3, ``[L // 2]`` for one. Raises Unservable where SGLang raises, UsageError where
+    L or n is above this tool's layer limit (limits.MOST_LAYERS: one tap per draft layer)."""
+    from ..limits import check_layers
+
+    check_layers("build_target_layer_ids: the target's layer count L", num_layers)
+    check_layers("build_target_layer_ids: the draft's num_hidden_layers n", n)
     if n <= 0:
         raise Unservable(f"DFlash fallback: the draft's num_hidden_layers is {n}")
     if n == 1:
@@ -332,6 +338,8 @@ def _mlx(q: Query, draft: DFlashDraft) -> Resolution:
             "(docs/methods.md)"
         )
     where = f"mlx-vlm {version}"
+    if draft.has_dflash_config is not None and not draft.model_type:
+        raise Unservable(mlx_unrouted(version))
     if draft.has_dflash_config is False:
         raise Unservable(
             f"{where}: utils routes a draft to a DFlash drafter only when its "

@@ -13,10 +13,6 @@ from ..errors import Problem
 from ..layers import Layer
 
 TAP_KEYS = ("dflash_config.target_layer_ids", "target_layer_ids")
-# a draft's num_hidden_layers / num_target_layers above this is refused at read: the contract
-# schema's plausibility bound on target.num_hidden_layers (docs/security.md); the formulas
-# fed these counts build one tap per layer
-MOST_LAYERS: Final = 1024
 _GUESS: Final = "EC522"
 
 
@@ -58,4 +54,15 @@ def guess_problem(engine: str, how: str, taps: Sequence[int], layers: Sequence[L
         f"the draft config has no tap list ({' / '.join(TAP_KEYS)}): {engine} {how} = "
         f"{list(taps)}, feeding {', '.join(map(str, layers))}; the draft may have been "
         "trained on other layers",
+    )
+
+
+def mlx_unrouted(version: str) -> str:
+    """mlx-vlm on a draft config without ``model_type`` (nor ``speculators_model_type``):
+    ``utils.get_model_and_args`` (0.6.15 to 0.7.10 alike) routes by it before anything else
+    (``architectures``, ``dflash_config``) and raises ``KeyError('model_type')`` without it."""
+    return (
+        f"mlx-vlm {version}: a draft config without model_type (nor speculators_model_type): "
+        "mlx-vlm's utils routes a draft by it (<model_type>_dflash, or by architectures "
+        "after it) and raises KeyError('model_type') at load without it"
     )

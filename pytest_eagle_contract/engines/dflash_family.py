@@ -100,6 +100,8 @@ def resolve_method(
     package = PACKAGES[engine]
     ver, row = _version(engine, method, q, package)
     if engine == "mlx":
+        if not given and not (data or {}).get("model_type"):
+            raise Unservable(dflash_draft.mlx_unrouted(ver))
         return _mlx(method, num_layers, data or {}, q, ver, row, path)
     if method == "dflash2":
         return _dflash2(engine, num_layers, data, q, ver, row, path)

@@ -37,6 +37,7 @@ class Row:
     same: bool  # feeds exactly what the trainer fed
     fix: tuple[int, ...] | None  # ids that would make it feed that (when it does not)
     own: bool  # the contract's serving engine, in its version range
+    stated: bool = True  # False: no engine read any ids and the draft states none ("-")
 
     @property
     def label(self) -> str:
@@ -139,7 +140,7 @@ def _table(rows: Sequence[Row], width: int | None = None) -> str:
             [
                 r.engine.title,
                 r.label,
-                "default" if r.ids is None else list(r.ids),
+                ("default" if r.stated else "-") if r.ids is None else list(r.ids),
                 "-" if r.feeds is None else layer_list(r.feeds),
                 r.verdict,
                 "-" if r.same else "none" if r.fix is None else list(r.fix),

@@ -29,6 +29,7 @@ as ``main@<sha>`` (TensorRT-LLM: ``main``, no release checked), in the table's o
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import json
@@ -264,8 +265,8 @@ def _lmdeploy(
     row: Mapping[str, Any],
 ) -> Resolution:
     from ..errors import Problem
+    from ..limits import check_layers
     from .dflash import zlab_formula
-    from .dflash_draft import MOST_LAYERS
 
     where = f"lmdeploy {version} {row['file']}"
     q.arch = _target(q, row, "lmdeploy", version, "DFlash")
@@ -292,11 +293,8 @@ def _lmdeploy(
                 f"{where}: no dflash_config.target_layer_ids and no positive num_hidden_layers "
                 "(ValueError at start-up)"
             )
-        if n > MOST_LAYERS:  # the formula builds one tap per draft layer
-            raise EagleContractError(
-                f"the draft's num_hidden_layers is {n}, above {MOST_LAYERS} (a plausibility "
-                "bound: no real model comes near it; docs/security.md)"
-            )
+        # the formula builds one tap per draft layer: above the bound, this tool's usage error
+        check_layers("the draft's num_hidden_layers", n)
         try:
             taps = zlab_formula(L, n)
         except Unservable as exc:
@@ -467,6 +465,7 @@ def rows(
     from .matrix import Row
 
     want = tuple(trained)
+    stated = stated_taps(method, data, ids)
     out: list[Any] = []
     for name, served in METHOD_ENGINES.items():
         if method not in served:
@@ -490,6 +489,7 @@ def rows(
                 fix = taps_for(name, method, num_layers, want, data, arch, v)
                 why = relabel(str(exc), v.removeprefix("main@"), "\x00")  # the sha it names
                 cells[v] = (None, why, (), False, fix, asked)
+                said[v] = stated  # refused: the ids the draft states, as EAGLE-3 rows show
                 continue
             said[v] = res.ids
             same = res.layers == want
@@ -497,11 +497,31 @@ def rows(
             codes = tuple(sorted({p.code for p in res.problems}))
             cells[v] = (res.layers, None, codes, same, fix, asked)
         keyed = {v: (said.get(v), cell) for v, cell in cells.items()}
-        out += [
-            Row(engine(name), tuple(run), said.get(run[0]), *cells[run[0]])
-            for run in runs(list(cells), keyed.__getitem__)
-        ]
+        for run in runs(list(cells), keyed.__getitem__):
+            row = Row(engine(name), tuple(run), said.get(run[0]), *cells[run[0]])
+            # refused with no ids stated: "-", not the engine's "default"
+            stated_any = row.ids is not None or row.feeds is not None
+            out.append(dataclasses.replace(row, stated=stated_any))
     return out
+
+
+def stated_taps(
+    method: str, data: Mapping[str, Any] | None, ids: Sequence[int] | None
+) -> tuple[int, ...] | None:
+    """The taps a method's draft states: ``ids`` (the contract's ``aux_layer_ids``), else its
+    config's ``dspark_target_layer_ids`` (DSpark), ``dflash_config.target_layer_ids`` or
+    top-level ``target_layer_ids``, the first that is a list of integers; None where none."""
+    if ids is not None:
+        return tuple(ids)
+    data = data or {}
+    dc = data.get("dflash_config")
+    found = [data.get("dspark_target_layer_ids")] if method == "dspark" else []
+    found += [dc.get("target_layer_ids") if isinstance(dc, dict) else None]
+    found += [data.get("target_layer_ids")]
+    for value in found:
+        if isinstance(value, list) and all(type(i) is int for i in value):
+            return tuple(value)
+    return None
 
 
 def draft_of(serving: Any) -> tuple[Mapping[str, Any] | None, list[int] | None]:

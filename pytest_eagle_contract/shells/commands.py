@@ -320,7 +320,7 @@ def _target_config(args: argparse.Namespace) -> None:
     if args.arch is not None:
         raise UsageError("give --arch or --target-config, not both")
     from ..engines.arch_names import Arch
-    from ..limits import read_json_object
+    from ..limits import check_layers, read_json_object
 
     if path.is_dir():
         path = path / "config.json"
@@ -345,6 +345,7 @@ def _target_config(args: argparse.Namespace) -> None:
             raise UsageError(
                 f"{path}: no integer num_hidden_layers (nor in text_config): give --num-layers"
             )
+        check_layers(f"{path}: num_hidden_layers", n)
         args.num_layers = n
 
 
@@ -352,6 +353,9 @@ def resolve(args: argparse.Namespace) -> int:
     if args.trainer is not None:  # the engines' table resolves a trainer's reading as well
         args.engine = args.trainer
     _target_config(args)
+    from ..limits import check_layers
+
+    check_layers("--num-layers", args.num_layers)  # every path below: EAGLE-3, --method, --want
     method = getattr(args, "method", "eagle3")
     from ..engines.source_methods import ENGINES as SOURCE_ENGINES
     from ..engines.source_methods import SOURCE_ONLY
@@ -794,9 +798,12 @@ def _want_family(args: argparse.Namespace) -> int:
 
 def _refused(args: argparse.Namespace, exc: Exception) -> int:
     """A DFlash-family ``resolve`` the engine would not serve: the reason on stderr (and the
-    ``--json`` answer with ``refused``), exit 2."""
+    ``--json`` answer with ``refused``), exit 2. A UsageError (this tool's own limit, not the
+    engine's) is raised on, as every usage error is."""
     from ..render import to_json
 
+    if isinstance(exc, UsageError):
+        raise exc
     if args.json:
         answer = {**_dflash_asked(args), "refused": str(exc), "silent": False, "layers": None}
         print(to_json(answer))

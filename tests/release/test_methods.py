@@ -260,9 +260,11 @@ def test_rules_table_pins_what_the_releases_say():
     assert shifts["0.25.0"]["deepseek_v41"] == 1 and shifts["0.34.0"]["deepseek_v41"] == 0
 
 
-MLX_DFLASH2 = {**DFLASH2, "dflash_config": {"target_layer_ids": [1, 9, 17]}}
+# mlx-vlm routes a draft by its model_type first (KeyError('model_type') without one)
+MLX_DFLASH2 = {**DFLASH2, "model_type": "qwen3", "dflash_config": {"target_layer_ids": [1, 9, 17]}}
 MLX_DSPARK = {
     "architectures": ["DSparkDraftModel"],
+    "model_type": "qwen3",
     "dflash_config": {"target_layer_ids": [1, 9, 17], "projector_type": "dspark"},
 }
 
@@ -278,7 +280,11 @@ def test_mlx_reads_the_dflash_config_taps_as_layer_outputs(cli, tmp_path, method
 
 
 def test_mlx_routes_a_dspark_draft_without_a_markov_head_as_dflash(cli, tmp_path):
-    data = {"architectures": ["DSparkDraftModel"], "dflash_config": {"target_layer_ids": [1]}}
+    data = {
+        "architectures": ["DSparkDraftModel"],
+        "model_type": "qwen3",
+        "dflash_config": {"target_layer_ids": [1]},
+    }
     res, out = resolve_json(
         cli, "--method", "dspark", "--engine", "mlx", "--arch", "qwen3_5", "--num-layers", 36,
         "--draft-config", config(tmp_path, data),
@@ -387,3 +393,26 @@ def test_each_method_bound_shard_format_is_a_format_and_names_its_method():
 
     said = {name: f.method for name, f in FORMATS.items() if f.method}
     assert said == {"specforge-dflash": "dflash", "specforge-dspark": "dspark"}
+
+
+@pytest.mark.parametrize(
+    "method,data",
+    [
+        ("dflash", {"dflash_config": {"target_layer_ids": [1, 9, 17]}}),
+        ("dflash", {**MLX_DFLASH2, "model_type": None}),
+        ("dflash2", {k: v for k, v in MLX_DFLASH2.items() if k != "model_type"}),
+        ("dspark", {k: v for k, v in MLX_DSPARK.items() if k != "model_type"}),
+    ],
+)
+def test_mlx_refuses_a_draft_without_model_type_in_its_words(cli, tmp_path, method, data):
+    """mlx-vlm 0.6.15 to 0.7.10 (utils.get_model_and_args) route a draft by model_type before
+    anything else and raise KeyError('model_type') without one; the refusal said "the
+    none_dflash drafter"."""
+    res, out = resolve_json(
+        cli, "--method", method, "--engine", "mlx", "--arch", "qwen3_5", "--num-layers", 36,
+        "--draft-config", config(tmp_path, data),
+    )  # fmt: skip
+    assert res.returncode == 2, res.stderr
+    said = " ".join(out["refused"].split())
+    assert "a draft config without model_type" in said and "KeyError('model_type')" in said
+    assert "none_dflash" not in said.lower()

@@ -613,40 +613,11 @@ def _resolve_method_only(args: argparse.Namespace, method: str) -> int:
     an engine read for some methods only (lmdeploy: and EAGLE-3, engines/lmdeploy.py); every
     other method is a usage error."""
     from ..engines.method_engines import refusal, resolve
-    from ..errors import EagleContractError, Unservable
 
     why = refusal(args.engine, method)
     if why is not None:
         raise UsageError(why)
-    if args.num_layers < 1:
-        raise UsageError(f"--num-layers {args.num_layers}: a target has at least one layer")
-    if getattr(args, "runner", "auto") != "auto":
-        raise UsageError(f"--runner is not read for --engine {args.engine}")
-    if args.want is not None:
-        return _want_method(args, method)
-    if method == "mtp":
-        if args.ids is not None or args.draft_config is not None:
-            raise UsageError(
-                "--method mtp has no tap list: give --arch or --target-config, not --ids or "
-                "--draft-config"
-            )
-    elif args.ids is not None and args.draft_config is not None:
-        raise UsageError("give --ids or --draft-config, not both")
-    elif args.ids is None and args.draft_config is None:
-        raise UsageError(
-            f"--method {method} needs --draft-config (its config.json) or --ids (its taps)"
-        )
-    data = None
-    if args.draft_config is not None:
-        from ..engines.draft_config import read_draft_json
-
-        path = Path(args.draft_config)
-        data = read_draft_json(path / "config.json" if path.is_dir() else path)
-    try:
-        res = resolve(args.engine, method, args.num_layers, data, args.ids, args.arch, args.version)
-    except (Unservable, EagleContractError) as exc:
-        return _refused(args, exc)
-    return _print_resolution(args, res)
+    return _resolve_by_rules(args, method, resolve, needs_taps=True)
 
 
 def _resolve_source(args: argparse.Namespace, method: str) -> int:
@@ -656,10 +627,24 @@ def _resolve_source(args: argparse.Namespace, method: str) -> int:
     that read the target's hidden states; a method not served or not read is refused with the
     reason (exit 2, ``refused`` in the ``--json`` answer)."""
     from ..engines.source_methods import refusal, resolve
-    from ..errors import EagleContractError, Unservable
 
     if args.engine in ("ollama", "mistralrs") and method in ("eagle3", "eagle3.1"):
         raise UsageError(refusal(args.engine, method) or f"{args.engine}: EAGLE-3 is not read here")
+    why = refusal(args.engine, method)
+    return _resolve_by_rules(args, method, resolve, needs_taps=why is None and method != "pard")
+
+
+def _resolve_by_rules(
+    args: argparse.Namespace,
+    method: str,
+    resolve: Callable[..., Resolution],
+    needs_taps: bool,
+) -> int:
+    """``resolve --method M`` on an engine whose rules are a table read from its code
+    (engines/method_engines.py, engines/source_methods.py): the options checked, the draft's
+    config read, the answer printed; ``needs_taps``: the method has a tap list to resolve."""
+    from ..errors import Unservable
+
     if args.num_layers < 1:
         raise UsageError(f"--num-layers {args.num_layers}: a target has at least one layer")
     if getattr(args, "runner", "auto") != "auto":
@@ -674,12 +659,7 @@ def _resolve_source(args: argparse.Namespace, method: str) -> int:
             )
     elif args.ids is not None and args.draft_config is not None:
         raise UsageError("give --ids or --draft-config, not both")
-    why = refusal(args.engine, method)
-    if (
-        why is None
-        and method not in ("mtp", "pard")
-        and not (args.ids is not None or args.draft_config is not None)
-    ):
+    elif needs_taps and args.ids is None and args.draft_config is None:
         raise UsageError(
             f"--method {method} needs --draft-config (its config.json) or --ids (its taps)"
         )

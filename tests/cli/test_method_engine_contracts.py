@@ -77,6 +77,17 @@ def eagle3(ids: list[int]) -> dict:
     }
 
 
+def assert_shifted(report: dict, engine: str) -> None:
+    """The EC501 of taps [2, 4, 5] against the shards' residual:2, 4, 5 (tap t feeds
+    ``residual:t+1``): what was fed, what was trained, the taps that fix it and the engine's
+    own row in the every-engine table (tests/cli/test_source_engine_contracts.py too)."""
+    f = report["findings"][0]
+    assert f["found"] == "residual:3, residual:5, residual:6"
+    assert f["expected"] == "residual:2, residual:4, residual:5"
+    assert "[1, 3, 4]" in f["hint"]  # the taps that fix it, by that engine's rule
+    assert any(r["engine"] == engine and r["own"] for r in f["extra"]["matrix"])
+
+
 def codes(cli, contract: Path, *more: str) -> tuple[int, list[str], dict]:
     res = cli("check", contract, "--json", *more)
     assert "Traceback" not in res.stderr, res.stderr
@@ -105,11 +116,7 @@ def test_a_one_tap_shift_is_ec501(cli, tmp_path, shards, engine, method, arch, d
     c = setup(tmp_path, shards, engine, method, arch, dflash([2, 4, 5], draft_arch, **more))
     rc, found, report = codes(cli, c, "--checks", "layout")
     assert rc == 1 and found == ["EC501"]
-    f = report["findings"][0]
-    assert f["found"] == "residual:3, residual:5, residual:6"
-    assert f["expected"] == "residual:2, residual:4, residual:5"
-    assert "[1, 3, 4]" in f["hint"]  # the taps that fix it, by that engine's rule
-    assert any(r["engine"] == engine and r["own"] for r in f["extra"]["matrix"])
+    assert_shifted(report, engine)
 
 
 def test_lmdeploy_guessed_list_is_ec522(cli, tmp_path, shards):

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import shardgen
-from test_method_engine_contracts import SLOTS, codes, fold, setup
+from test_method_engine_contracts import SLOTS, assert_shifted, codes, fold, setup
 
 L = shardgen.L  # 8
 QWEN3, LLAMA, LAGUNA = "Qwen3ForCausalLM", "LlamaForCausalLM", "LagunaForCausalLM"
@@ -89,11 +89,7 @@ def test_a_one_tap_shift_is_ec501(cli, tmp_path, shards, engine, method, arch, d
     c = setup(tmp_path, shards, engine, method, arch, draft(SHIFTED))
     rc, found, report = codes(cli, c, "--checks", "layout")
     assert rc == 1 and found == ["EC501"]
-    f = report["findings"][0]
-    assert f["found"] == "residual:3, residual:5, residual:6"
-    assert f["expected"] == "residual:2, residual:4, residual:5"
-    assert "[1, 3, 4]" in f["hint"]  # the taps that fix it, by that engine's rule
-    assert any(r["engine"] == engine and r["own"] for r in f["extra"]["matrix"])
+    assert_shifted(report, engine)
 
 
 def test_findings_name_the_source_snapshot_read(cli, tmp_path, shards):

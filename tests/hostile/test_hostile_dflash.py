@@ -68,27 +68,36 @@ DRAFT = {
 }
 
 
-def setup(root: Path, draft: dict[str, object]) -> Path:
+def setup(root: Path, draft: dict[str, object], contract: str = CONTRACT) -> Path:
+    """The draft's config.json, the contract and the shards' folder under ``root``
+    (tests/hostile/test_hostile_dspark.py uses it with its own contract)."""
     folder = root / "shards" / "rows_0-2000"
     folder.mkdir(parents=True, exist_ok=True)
     (root / "draft").mkdir(exist_ok=True)
     (root / "draft" / "config.json").write_text(json.dumps(draft))
-    (root / "c.yaml").write_text(CONTRACT)
+    (root / "c.yaml").write_text(contract)
     return folder
 
 
-def test_each_bad_dflash_shard_is_a_finding_for_its_file(tmp_path):
-    folder = setup(tmp_path, DRAFT)
-    for i, (shard, _) in enumerate(SHARDS.values()):
+def each_bad_shard_is_a_finding_for_its_file(
+    root: Path, folder: Path, shards: dict[str, tuple[object, str]], good_shard: object
+) -> None:
+    """Every hostile shard beside a good one: a finding of its code for that file, none of
+    the reading codes for the good one."""
+    for i, (shard, _) in enumerate(shards.values()):
         torch.save(shard, folder / f"data_{i}.ckpt")
-    torch.save(good(), folder / "data_999.ckpt")
-    report = tmp_path / "report.json"
-    res = run("check", tmp_path / "c.yaml", "--sample", "all", "--no-sharpness", "--json", report)
+    torch.save(good_shard, folder / "data_999.ckpt")
+    report = root / "report.json"
+    res = run("check", root / "c.yaml", "--sample", "all", "--no-sharpness", "--json", report)
     assert res.returncode == 1
     found = codes_by_file(report)
-    for i, (name, (_, code)) in enumerate(SHARDS.items()):
+    for i, (name, (_, code)) in enumerate(shards.items()):
         assert code in found.get(f"rows_0-2000/data_{i}.ckpt", set()), (name, sorted(found.items()))
     assert not found.get("rows_0-2000/data_999.ckpt", set()) & {"EC001", "EC201", "EC203"}
+
+
+def test_each_bad_dflash_shard_is_a_finding_for_its_file(tmp_path):
+    each_bad_shard_is_a_finding_for_its_file(tmp_path, setup(tmp_path, DRAFT), SHARDS, good())
 
 
 @pytest.mark.parametrize(

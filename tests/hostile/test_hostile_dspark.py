@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import save_file
-from test_hostile_shards import codes_by_file, run
+from test_hostile_dflash import each_bad_shard_is_a_finding_for_its_file
+from test_hostile_dflash import setup as write_project
+from test_hostile_shards import run
 
 pytestmark = pytest.mark.slow
 
@@ -68,26 +70,11 @@ DRAFT = {
 
 
 def setup(root: Path, draft: dict[str, object]) -> Path:
-    folder = root / "shards" / "rows_0-2000"
-    folder.mkdir(parents=True, exist_ok=True)
-    (root / "draft").mkdir(exist_ok=True)
-    (root / "draft" / "config.json").write_text(json.dumps(draft))
-    (root / "c.yaml").write_text(CONTRACT)
-    return folder
+    return write_project(root, draft, CONTRACT)
 
 
 def test_each_bad_dspark_shard_is_a_finding_for_its_file(tmp_path):
-    folder = setup(tmp_path, DRAFT)
-    for i, (shard, _) in enumerate(SHARDS.values()):
-        torch.save(shard, folder / f"data_{i}.ckpt")
-    torch.save(good(), folder / "data_999.ckpt")
-    report = tmp_path / "report.json"
-    res = run("check", tmp_path / "c.yaml", "--sample", "all", "--no-sharpness", "--json", report)
-    assert res.returncode == 1
-    found = codes_by_file(report)
-    for i, (name, (_, code)) in enumerate(SHARDS.items()):
-        assert code in found.get(f"rows_0-2000/data_{i}.ckpt", set()), (name, sorted(found.items()))
-    assert not found.get("rows_0-2000/data_999.ckpt", set()) & {"EC001", "EC201", "EC203"}
+    each_bad_shard_is_a_finding_for_its_file(tmp_path, setup(tmp_path, DRAFT), SHARDS, good())
 
 
 @pytest.mark.parametrize(

@@ -398,27 +398,8 @@ def _mlx(q: Query, draft: DFlashDraft) -> Resolution:
                 f"{where}: {facts['file']}: num_target_layers {n} is not the target's "
                 f"{q.num_layers} layers (ValueError at bind)"
             )
-    if not q.arch:
-        raise Unservable("give --arch: the mlx-vlm model folder (model_type), e.g. qwen3_5")
-    models: dict[str, str] = row["models"]
-    folder = q.arch.lower()
-    rule = models.get(folder)
-    if rule is None:
-        raise Unservable(
-            f"{where}: models/{q.arch[:60]} captures no layer states for a drafter "
-            f"(read: {', '.join(sorted(models))})"
-        )
-    if rule != "after":
-        raise Unservable(
-            f"{where}: models/{folder}/language.py captures other than a layer's output "
-            + ("(the mean over its hyper-connection copies)" if rule == "hc_mean" else "")
-            + "(not followed here)"
-        )
+    folder, positions = method_table.mlx_taps(row, q.arch, taps, q.num_layers, where)
     q.arch = folder
-    bad = [t for t in taps if t < 0 or t >= q.num_layers]
-    if bad:
-        raise Unservable(f"{where}: ids {bad} lie outside the target's [0, {q.num_layers})")
-    positions = tuple(Position(t, t, Layer(t + 1)) for t in taps)
     if picked is None:
         how = f"{version} {facts['file']} default"
         q.problems.append(guess_problem("mlx-vlm", how, taps, [p.layer for p in positions]))

@@ -402,27 +402,9 @@ def _mlx(
         )
     if facts["increasing"] and list(taps) != sorted(set(taps)):
         raise Unservable(f"{where}: target_layer_ids {list(taps)} are not strictly increasing")
-    if not q.arch:
-        raise Unservable("give --arch: the mlx-vlm model folder (model_type), e.g. qwen3_5")
-    models: dict[str, str] = row["models"]
-    folder = q.arch.lower()
-    rule = models.get(folder)
-    if rule is None:
-        raise Unservable(
-            f"mlx-vlm {version}: models/{q.arch[:60]} captures no layer states for a drafter "
-            f"(read: {', '.join(sorted(models))})"
-        )
-    if rule != "after":
-        raise Unservable(
-            f"mlx-vlm {version}: models/{folder}/language.py captures other than a layer's "
-            "output (not followed here)"
-        )
+    folder, positions = method_table.mlx_taps(row, q.arch, taps, num_layers, where)
     q.arch = folder
-    bad = [t for t in taps if t < 0 or t >= num_layers]
-    if bad:
-        raise Unservable(f"{where}: ids {bad} lie outside the target's [0, {num_layers})")
     q.ids = list(taps)
-    positions = tuple(Position(t, t, Layer(t + 1)) for t in taps)
     return q.answer(
         positions,
         f"{_TITLE[method]}: mlx-vlm {span(row)} {facts['file']} reads "

@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from ..errors import Unservable
+from ..layers import Layer
+from .base import Position
 
 
 @functools.cache
@@ -53,3 +57,32 @@ def serves(found: Mapping[str, Any] | None, method: str) -> bool:
 def span(found: Mapping[str, Any]) -> str:
     """The releases a row covers, in words."""
     return f"{found['since']}" + (f"-{found['until']} (excl.)" if found["until"] else " on")
+
+
+def mlx_taps(
+    row: Mapping[str, Any], arch: str | None, taps: Sequence[int], num_layers: int, where: str
+) -> tuple[str, tuple[Position, ...]]:
+    """mlx-vlm's capture of ``taps`` on the target model folder ``arch`` (``row``'s
+    ``models``: a loop that appends layer i's output for id i, ``residual:i+1``): the folder
+    and the positions, for every drafter that reads the target's states (DFlash, DFlash2,
+    DSpark). Raises Unservable (``where``: the release and file that refuse)."""
+    if not arch:
+        raise Unservable("give --arch: the mlx-vlm model folder (model_type), e.g. qwen3_5")
+    models: dict[str, str] = row["models"]
+    folder = arch.lower()
+    rule = models.get(folder)
+    if rule is None:
+        raise Unservable(
+            f"{where}: models/{arch[:60]} captures no layer states for a drafter "
+            f"(read: {', '.join(sorted(models))})"
+        )
+    if rule != "after":
+        raise Unservable(
+            f"{where}: models/{folder}/language.py captures other than a layer's output "
+            + ("(the mean over its hyper-connection copies) " if rule == "hc_mean" else "")
+            + "(not followed here)"
+        )
+    bad = [t for t in taps if t < 0 or t >= num_layers]
+    if bad:
+        raise Unservable(f"{where}: ids {bad} lie outside the target's [0, {num_layers})")
+    return folder, tuple(Position(t, t, Layer(t + 1)) for t in taps)
